@@ -1,0 +1,19 @@
+"""Pydantic models of the graph state: manifest, claims, verdicts, report, STATUS line.
+
+Where a claim is made, checked and reported:
+
+- made:     ``graph/nodes/tracelens_analyst.py``, ``graph/nodes/omnistat_analyst.py`` -> :class:`Claim`
+- checked:  ``graph/nodes/tracelens_verifier.py``, ``graph/nodes/omnistat_verifier.py`` -> :class:`VerifiedClaim`
+- reported: ``graph/nodes/synthesizer.py`` -> :class:`Report` (``report.md``, ``report.json``)
+"""
+
+from .claims import BottleneckClass, Claim, Evidence, Tolerance, Verdict, VerifiedClaim
+from .manifest import TERMINAL_STATES, Artifacts, Manifest
+from .report import Bottleneck, LeverRecommendation, Report, Usage
+from .status import Outcome, StatusLine, worst
+
+__all__ = [
+    "Artifacts", "Bottleneck", "BottleneckClass", "Claim", "Evidence", "LeverRecommendation",
+    "Manifest", "Outcome", "Report", "StatusLine", "TERMINAL_STATES", "Tolerance", "Usage",
+    "Verdict", "VerifiedClaim", "worst",
+]

@@ -1,0 +1,108 @@
+"""The job manifest: what ran, where, and where its artifacts are (``manifest.json``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# SLURM job states that end a job (``sacct -X`` State column). PREEMPTED and REQUEUED are not
+# terminal: the job comes back. TIMEOUT_WAITING is ours: the launcher gave up waiting.
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+)
+Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "unknown"]
+
+
+class Artifacts(BaseModel):
+    """Paths of a run's artifacts, relative to the perf-run directory where possible."""
+
+    model_config = ConfigDict(extra="allow")
+
+    train_log: str | None = "train.log"
+    traces: list[str] = Field(default_factory=list, description="rank trace files (*.json / *.json.gz)")
+    telemetry: list[str] = Field(default_factory=list, description="VictoriaMetrics JSON-lines exports")
+    node_health_probe: str | None = None
+    foms: str | None = None
+
+
+class Manifest(BaseModel):
+    """One profiled job.
+
+    ``nodes_list`` comes first in the JSON after the job id and state, as the seed asks (lesson 18:
+    always read the node list before drawing any node-class conclusion). ``start``/``end`` are unix
+    seconds (float). ``hbm_reserved_bytes`` is the peak reserved device memory of rank 0 in bytes.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    jobid: str
+    state: str = "UNKNOWN"
+    nodes_list: list[str] = Field(default_factory=list)
+    model: str = "unknown"
+    start: float | None = Field(default=None, alias="start_unix")
+    end: float | None = Field(default=None, alias="end_unix")
+    global_batch_size: int | None = None
+    precision: Precision | str = "unknown"
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    gpu: str | None = None
+    num_workers: int | None = None
+    hbm_reserved_bytes: int | None = None
+    exit_code: str | None = None
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+
+    @field_validator("jobid", mode="before")
+    @classmethod
+    def _jobid_str(cls, v: Any) -> str:
+        s = str(v).strip()
+        if not s:
+            raise ValueError("empty job id")
+        return s
+
+    @field_validator("nodes_list", mode="before")
+    @classmethod
+    def _nodes(cls, v: Any) -> list[str]:
+        if isinstance(v, str):
+            return [n for n in v.replace(" ", ",").split(",") if n]
+        return list(v or [])
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when ``state`` is a final SLURM state (or our TIMEOUT_WAITING)."""
+        return self.state.split()[0] in TERMINAL_STATES or self.state == "TIMEOUT_WAITING"
+
+    @property
+    def duration_s(self) -> float | None:
+        """Job wall time in seconds, or None when start or end is unknown."""
+        if self.start is None or self.end is None:
+            return None
+        return self.end - self.start
+
+    def to_json(self) -> str:
+        """JSON text with jobid, state and nodes_list first (field order), unix times as
+        ``start_unix``/``end_unix`` like the shared runs."""
+        return json.dumps(self.model_dump(by_alias=True, exclude_none=False), indent=1)
+
+    def write(self, path: Path) -> Path:
+        """Write ``manifest.json`` atomically (temp file + rename) and return its path."""
+        path = Path(path)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.to_json() + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> "Manifest":
+        """Read a manifest. Raises ``ValueError`` with a one-line message when the file is
+        not JSON or lacks a job id, ``FileNotFoundError`` when it is missing."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        return cls.model_validate(data)
