@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from ai4s_graph.state import Claim, Evidence, Manifest, Outcome, StatusLine, Tolerance, worst
+
+
+def test_status_line_round_trip_and_strict_parse():
+    s = StatusLine.make("partial", "no GPU events\n  in trace")
+    assert s.format() == "STATUS=partial; reason=no GPU events in trace"
+    assert StatusLine.parse(s.format()) == s
+    for bad in ["STATUS=ok reason=x", "status=ok; reason=x", "STATUS=good; reason=x",
+                "STATUS=ok; reason=", " STATUS=ok; reason=x", "STATUS=ok; reason=x\nmore"]:
+        with pytest.raises(ValueError):
+            StatusLine.parse(bad)
+    assert StatusLine.last_in("working...\nSTATUS=fail; reason=TSDB unreachable\n\n").status is Outcome.fail
+    assert len(StatusLine.make("ok", "x" * 500).reason) == 160
+    assert worst("ok", "partial", "ok") is Outcome.partial and worst() is Outcome.ok
+
+
+def test_manifest_reads_shared_run_nodes_first(shared_data, tmp_path):
+    m = Manifest.read(shared_data / "perf-runs/91003/manifest.json")
+    assert (m.jobid, m.state, m.nodes_list, m.precision, m.global_batch_size) == ("91003", "COMPLETED", ["vm"], "bf16", 64)
+    assert m.duration_s == pytest.approx(41.6865, abs=1e-3)
+    out = m.write(tmp_path / "manifest.json")
+    keys = list(json.loads(out.read_text()))
+    assert keys[:3] == ["jobid", "state", "nodes_list"]
+    assert Manifest.read(out).start == m.start
+
+
+def test_manifest_rejects_garbage(tmp_path):
+    p = tmp_path / "manifest.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        Manifest.read(p)
+
+
+def test_claim_requires_evidence_and_tolerance_semantics():
+    ev = Evidence(tool="tracelens.gpu_timeline", query="idle_time.percent", returned=89.0)
+    c = Claim(id="tl.idle", analyst="tracelens_analyst", statement="GPU idle 89%",
+              metric="gpu_timeline.idle_time.percent", value=89.0, unit="%", evidence=[ev])
+    assert c.evidence[0].returned == 89.0
+    with pytest.raises(ValueError):
+        Claim(id="x", analyst="tracelens_analyst", statement="s", metric="m", value=1.0, unit="%", evidence=[])
+    t = Tolerance(abs=1.0, rel=0.02)
+    assert t.agrees(89.0, 89.9) and t.agrees(1000, 1019) and not t.agrees(10, 12)
