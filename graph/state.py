@@ -27,6 +27,9 @@ class AnalysisState(TypedDict, total=False):
     - ``missing``: one line per missing or bad input.
     - ``usage``: node name -> LLM token use (``Usage`` dict).
     - ``report``: the synthesizer's :class:`~ai4s_graph.state.Report` dict.
+    - ``rank_results``: one ``TraceAnalysis`` dict per rank trace (the ``trace_rank`` fan-out).
+    - ``job``: the launcher's submission record (job id, attempt, excluded nodes) in submit mode,
+      checkpointed before any wait so a resumed run never submits twice.
     """
 
     request: dict[str, Any]
@@ -39,3 +42,5 @@ class AnalysisState(TypedDict, total=False):
     missing: Annotated[list[str], operator.add]
     usage: Annotated[dict[str, Any], merge_dicts]
     report: dict[str, Any]
+    rank_results: Annotated[list[dict[str, Any]], operator.add]
+    job: dict[str, Any]

@@ -1,0 +1,229 @@
+"""The trace analyst: one ``trace_rank`` task per rank trace (LangGraph ``Send``, run in worker
+processes), then ``tracelens_analyst`` gathers them into claims about the GPU timeline, the
+kernels and the data loader. Claims are MADE here; ``tracelens_verifier`` checks them.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from langgraph.types import Send
+
+from ai4s_graph.graph.claimkit import claim
+from ai4s_graph.graph.diagnosis import classify_trace
+from ai4s_graph.graph.runtime import RunRequest, journal, node
+from ai4s_graph.state import Evidence, Outcome, StatusLine
+from ai4s_graph.tools.errors import Ai4sError, NoGpuEventsError
+
+ANALYST = "tracelens_analyst"
+_POOL: ProcessPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool shared by the rank tasks of this process (one trace per worker at a time,
+    so peak memory is bounded by ``workers`` traces, never all ranks at once)."""
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE != workers:
+        _POOL = ProcessPoolExecutor(max_workers=workers)
+        _POOL_SIZE = workers
+    return _POOL
+
+
+def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
+    """(rank, absolute path) of every rank trace listed in the manifest's artifacts."""
+    run_dir = Path(state["request"]["perf_run"])
+    paths = [run_dir / p for p in state.get("manifest", {}).get("artifacts", {}).get("traces", [])]
+    out = []
+    for i, p in enumerate(paths):
+        digits = "".join(ch for ch in p.name.split(".")[0].split("rank")[-1] if ch.isdigit())
+        out.append((int(digits) if digits else i, str(p)))
+    return sorted(out)
+
+
+def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
+    """One ``Send('trace_rank', ...)`` per rank trace; straight to the analyst when there is none."""
+    traces = rank_traces(state)
+    if not traces:
+        return [Send(ANALYST, state)]
+    return [Send("trace_rank", {"request": state["request"], "rank": r, "path": p}) for r, p in traces]
+
+
+def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
+    """Worker-process body: analyse one rank trace (through the content-hash cache when present)."""
+    try:
+        from ai4s_graph.tools import trace_cache  # per-rank content-hash cache
+    except ImportError:
+        trace_cache = None  # type: ignore[assignment]
+    if trace_cache is not None and hasattr(trace_cache, "analyze_rank"):
+        return trace_cache.analyze_rank(path, rank, cache_dir)
+    from ai4s_graph.tools import tracelens
+
+    return tracelens.analyze_trace(path).model_dump()
+
+
+@node("trace_rank")
+def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key)."""
+    req = RunRequest.model_validate(task["request"])
+    workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
+    cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
+    rank, path = task["rank"], task["path"]
+    try:
+        res = _pool(workers).submit(_analyze_one, path, rank, cache_dir).result()
+    except NoGpuEventsError as e:
+        return ({"rank_results": [{"rank": rank, "path": path, "error": str(e), "no_gpu_events": True}]},
+                StatusLine.make(Outcome.partial, f"rank {rank}: {e}"))
+    except Ai4sError as e:
+        return ({"rank_results": [{"rank": rank, "path": path, "error": str(e)}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {e}"))
+    res = dict(res)
+    if res.get("rank") is None:
+        res["rank"] = rank
+    res["path"] = path
+    return ({"rank_results": [res]},
+            StatusLine.make(Outcome.ok, f"rank {rank}: {res.get('backend', '?')} backend, "
+                                        f"{res.get('kernel_count', 0)} kernels"))
+
+
+def _ev(res: dict[str, Any], query: str, returned: Any) -> Evidence:
+    return Evidence(tool="tracelens.analyze_trace", query=f"{Path(res['path']).name}: {query}",
+                    returned=returned, args={"path": res["path"], "rank": res.get("rank")},
+                    backend=res.get("backend"))
+
+
+def claims_for_rank(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The deterministic claims about one analysed rank trace (see the module docstring)."""
+    r = res.get("rank", 0)
+    tl = res.get("timeline") or {}
+    out: list[dict[str, Any]] = []
+
+    def row(name: str) -> tuple[float, float]:
+        v = tl[name]
+        return float(v["time_ms"]), float(v["percent"])
+
+    total_ms = row("total_time")[0]
+    for name, label in [("idle_time", "idle"), ("computation_time", "computing"),
+                        ("exposed_comm_time", "in exposed communication"),
+                        ("exposed_memcpy_time", "in exposed memcpy")]:
+        ms, pct = row(name)
+        if name in ("exposed_comm_time", "exposed_memcpy_time") and pct < 1.0:
+            continue
+        out.append(claim(f"tl.r{r}.{name}", ANALYST,
+                         f"Rank {r}: the GPU is {label} {pct:.1f}% of the profiled window ({ms:.2f} of {total_ms:.2f} ms).",
+                         f"gpu_timeline.{name}.percent", round(pct, 4), "%",
+                         [_ev(res, f"gpu_timeline.{name}.percent", round(pct, 4))]))
+    launch = res.get("launch") or {}
+    if launch.get("mean_kernel_us"):
+        mk = round(float(launch["mean_kernel_us"]), 3)
+        out.append(claim(f"tl.r{r}.mean_kernel_us", ANALYST,
+                         f"Rank {r}: the mean GPU kernel lasts {mk:.1f} µs over {res.get('kernel_count')} kernels.",
+                         "kernels.mean_kernel_us", mk, "µs", [_ev(res, "launch.mean_kernel_us", mk)]))
+    sk = res.get("short_kernels") or {}
+    if res.get("kernel_count"):
+        n_short = int(sk.get("count", 0))
+        frac = round(100.0 * n_short / int(res["kernel_count"]), 3)
+        out.append(claim(f"tl.r{r}.short_kernel_pct", ANALYST,
+                         f"Rank {r}: {frac:.1f}% of kernels ({n_short} of {res['kernel_count']}) are shorter than "
+                         f"{sk.get('threshold_us', 10):g} µs.",
+                         "kernels.short_kernel_count_pct", frac, "%",
+                         [_ev(res, "short_kernels.count / kernel_count",
+                              {"short": n_short, "kernels": res["kernel_count"], "percent": frac})]))
+    if res.get("n_steps"):
+        kps = round(float(res.get("kernels_per_step") or res["kernel_count"] / res["n_steps"]), 3)
+        out.append(claim(f"tl.r{r}.kernels_per_step", ANALYST,
+                         f"Rank {r}: {kps:.0f} kernels are launched per step.", "kernels.kernels_per_step", kps,
+                         "kernels/step", [_ev(res, "kernel_count / n_steps", kps)]))
+    ops = res.get("ops_by_category") or []
+    if ops:
+        top = max(ops, key=lambda o: float(o.get("kernel_time_ms") or 0))
+        pct = round(float(top.get("percent") or 0.0), 3)
+        out.append(claim(f"tl.r{r}.top_op_category", ANALYST,
+                         f"Rank {r}: {top['category']} ops take {pct:.1f}% of GPU kernel time.",
+                         f"ops_by_category.{top['category']}.percent", pct, "%",
+                         [_ev(res, f"ops_by_category[{top['category']}].percent", pct)], confidence=0.8))
+    if res.get("step_time_ms") and res.get("dataloader_ms_per_step") is not None:
+        share = round(100.0 * float(res["dataloader_ms_per_step"]) / float(res["step_time_ms"]), 3)
+        out.append(claim(f"tl.r{r}.dataloader_share", ANALYST,
+                         f"Rank {r}: the DataLoader takes {share:.1f}% of each profiled step on the CPU "
+                         f"({res['dataloader_ms_per_step']:.2f} of {res['step_time_ms']:.2f} ms).",
+                         "cpu.dataloader_step_share_pct", share, "%",
+                         [_ev(res, "dataloader_ms_per_step / step_time_ms * 100",
+                              {"dataloader_ms_per_step": res["dataloader_ms_per_step"],
+                               "step_time_ms": res["step_time_ms"], "percent": share})], confidence=0.8))
+    d = classify_trace(res)
+    out.append(claim(f"tl.r{r}.bottleneck", ANALYST,
+                     f"Rank {r}: the trace says {d.klass.value}: {d.rule}.", "diagnosis.trace_bottleneck_class",
+                     d.klass.value, "class",
+                     [Evidence(tool="diagnosis.classify_trace", query=f"rank {r} rules", returned=d.klass.value,
+                               args={"rank": r, "path": res["path"], "inputs": d.inputs, "rule": d.rule})],
+                     confidence=d.confidence))
+    return out
+
+
+@node(ANALYST)
+def tracelens_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
+    results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
+    if not results:
+        return ({"missing": ["tracelens_analyst: no rank traces to analyse"], "findings": {"trace": None}},
+                StatusLine.make(Outcome.fail, "no rank traces in the run directory"))
+    good = [r for r in results if "error" not in r]
+    bad = [r for r in results if "error" in r]
+    missing = [f"tracelens_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    claims: list[dict[str, Any]] = []
+    for res in good:
+        claims.extend(claims_for_rank(res))
+    findings = {"trace": {"ranks": good, "errors": bad}}
+    if len(good) > 1:
+        findings["trace"]["multi_rank"] = _multi_rank(state, good)
+        claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
+    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
+    if not good:
+        if all(r.get("no_gpu_events") for r in bad):
+            st = StatusLine.make(Outcome.partial, "no GPU events in the trace (CPU-only run): no GPU timeline")
+        else:
+            st = StatusLine.make(Outcome.fail, bad[0]["error"])
+        return update, st
+    req = state["request"]
+    if req.get("llm", "none") != "none":
+        from ai4s_graph.graph import llm
+
+        res = llm.analyst_pass(ANALYST, req, {"manifest": state.get("manifest"), "findings": findings}, claims)
+        update["usage"] = {ANALYST: res.usage.model_dump()}
+        if res.claims is not None:
+            update["claims"] = res.claims
+        if res.prose:
+            update["findings"]["trace"]["prose"] = res.prose
+        if res.status.status is not Outcome.ok:
+            return update, res.status
+    if bad:
+        return update, StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces analysed; "
+                                                        f"{bad[0]['error']}")
+    primary = good[0]
+    d = classify_trace(primary)
+    return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
+                                              f"{d.klass.value}, {len(claims)} claims")
+
+
+def _multi_rank(state: dict[str, Any], good: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank table, slowest rank and collective findings (tools/collectives.py when present)."""
+    table = [{"rank": r.get("rank"), **{k: (r["timeline"][k]["percent"]) for k in
+                                        ("computation_time", "exposed_comm_time", "idle_time")}} for r in good]
+    out: dict[str, Any] = {"per_rank": table, "claims": []}
+    try:
+        from ai4s_graph.tools import collectives
+    except ImportError:
+        return out
+    try:
+        rep = collectives.analyze_collectives({int(r.get("rank", i)): Path(r["path"]) for i, r in enumerate(good)})
+    except Ai4sError as e:
+        out["collectives_error"] = str(e)
+        return out
+    out["collectives"] = rep.model_dump() if hasattr(rep, "model_dump") else rep
+    if hasattr(collectives, "claims_from_report"):
+        out["claims"] = collectives.claims_from_report(rep, ANALYST)
+    return out

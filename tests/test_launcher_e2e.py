@@ -1,0 +1,177 @@
+"""End to end through the CLI against the real local SLURM (issue 4's "Done when"):
+
+- ``ai4s-graph run --submit`` on 2 nodes -> COMPLETED, and the report lists node1, node2 from SLURM;
+- a mount-health probe failing on node1 -> known_bad_nodes.txt, ONE re-submission with
+  ``--exclude=node1``, the second job completes on node2;
+- ``ai4s-graph`` killed while the job runs -> the same command adopts the same job id, submits nothing;
+- a job that outlives ``--wait-timeout`` -> ``state=TIMEOUT_WAITING`` in manifest.json, a
+  ``STATUS=fail`` line, and the graph stops there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph import REPO_ROOT
+from ai4s_graph.tools import health, slurm
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def _config(tmp_path: Path, **extra) -> Path:
+    cfg = {"partition": "debug", "shared_dir": str(tmp_path / "shared"), "victoria_metrics_url": "http://127.0.0.1:18428",
+           **extra}
+    p = tmp_path / "cluster.yaml"
+    p.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in cfg.items()))
+    return p
+
+
+def _cmd(tmp_path: Path, model: str, nodes: int, workload_args: list[str], wait_timeout: float = 240,
+         **cfg) -> list[str]:
+    argv = [sys.executable, "-m", "ai4s_graph.cli", "run", "--submit", "--workload", "cpu-toy", "--app-model", model,
+            "--nodes", str(nodes), "--cluster-config", str(_config(tmp_path, **cfg)), "--env", "OMP_NUM_THREADS=1",
+            "--wait-timeout", str(wait_timeout), "--out", str(tmp_path / "out"), "--llm", "none"]
+    for a in workload_args:
+        argv.append(f"--script-arg={a}")
+    return argv
+
+
+def _env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), e.get("PYTHONPATH")]))
+    e.pop("ANTHROPIC_API_KEY", None)
+    return e
+
+
+def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _jobs_named(name: str) -> list[str]:
+    cp = subprocess.run(["sacct", "-X", "-n", "-P", f"--name={name}", "-S", "now-1days", "-o", "JobID"],
+                        capture_output=True, text=True)
+    return [j for j in cp.stdout.split() if j]
+
+
+SHORT = ["--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10", "--batch-size", "8"]
+
+
+def test_submit_two_nodes_completes_and_report_lists_slurm_nodes(local_cluster, tmp_path):
+    model = f"e2e2n{uuid.uuid4().hex[:6]}"
+    cp = _run(_cmd(tmp_path, model, 2, SHORT), tmp_path)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    assert "wait_for_job" in cp.stdout and "COMPLETED" in cp.stdout
+    last = cp.stdout.strip().splitlines()[-1]
+    assert last.startswith("STATUS=partial")  # CPU-only trace: no GPU events -> partial, report still written
+    out = tmp_path / "out"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["state"] == "COMPLETED" and man["nodes_list"] == ["node1", "node2"] and man["exit_code"] == "0:0"
+    assert list(man)[:3] == ["jobid", "state", "nodes_list"]
+    jid = man["jobid"]
+    rec = slurm.sacct(jid)
+    assert rec is not None and rec.state == "COMPLETED" and rec.nodelist == ["node1", "node2"]
+    run_dir = tmp_path / "shared" / "models" / model / "perf-runs" / jid
+    assert json.loads((run_dir / "manifest.json").read_text())["nodes_list"] == ["node1", "node2"]
+    assert sorted(p.name for p in (run_dir / "traces").iterdir()) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
+    report = (out / "report.md").read_text()
+    assert "node1" in report and "node2" in report
+    rep = json.loads((out / "report.json").read_text())
+    assert "node1" in json.dumps(rep) and "node2" in json.dumps(rep)
+    assert "no GPU" in report  # the trace analyst said so, and the FOM is still there
+    assert "throughput" in report.lower()
+
+
+def test_probe_failure_resubmits_once_with_exclude(local_cluster, tmp_path):
+    model = f"e2eprobe{uuid.uuid4().hex[:6]}"
+    (tmp_path / "scratch" / "node2").mkdir(parents=True)  # node1's per-node mount is missing
+    argv = _cmd(tmp_path, model, 1, SHORT, probe_paths=[str(tmp_path / "scratch" / "{node}")])
+    cp = _run(argv, tmp_path)
+    out = tmp_path / "out"
+    jobs = _jobs_named(f"ai4s-{model}")
+    assert len(jobs) == 2, (jobs, cp.stdout[-3000:])
+    first, second = jobs
+    r1, r2 = slurm.sacct(first), slurm.sacct(second)
+    if r1.nodelist != ["node1"]:
+        pytest.fail(f"SLURM placed the first job on {r1.nodelist}, not node1; the probe could not fail there")
+    assert r1.state == "FAILED" and r1.exit_code == "42:0"
+    assert r2.state == "COMPLETED" and r2.nodelist == ["node2"]
+    assert health.read_known_bad(out / "known_bad_nodes.txt") == ["node1"]
+    probe1 = health.parse_probe_file(tmp_path / "shared" / "models" / model / "perf-runs" / first / health.PROBE_FILE)
+    assert probe1.bad_nodes == ["node1"]
+    script2 = next((out / "jobs" / "attempt2").glob("*.sbatch")).read_text()
+    assert "#SBATCH --exclude=node1\n" in script2
+    assert "#SBATCH --exclude" not in next((out / "jobs" / "attempt1").glob("*.sbatch")).read_text()
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["jobid"] == second and man["nodes_list"] == ["node2"] and man["state"] == "COMPLETED"
+    assert man["excluded_nodes"] == ["node1"] and man["previous_jobids"] == [first]
+    assert "re-submitting with --exclude=node1" in cp.stdout.replace("\n", " ").replace("  ", " ") or \
+        "--exclude=node1" in cp.stdout
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+
+
+def test_killed_run_adopts_the_same_job(local_cluster, tmp_path):
+    model = f"e2ekill{uuid.uuid4().hex[:6]}"
+    args = ["--model", "mlp", "--epochs", "1", "--steps-per-epoch", "40", "--batch-size", "8",
+            "--data-latency-ms", "200"]
+    argv = _cmd(tmp_path, model, 1, args)
+    marker = tmp_path / "out" / ".ai4s-graph" / "submitted.json"
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        jid = None
+        while time.monotonic() < deadline:
+            if marker.is_file():
+                jid = json.loads(marker.read_text())["jobid"]
+                rec = slurm.sacct(jid)
+                if rec is not None and rec.state == "RUNNING":
+                    break
+            time.sleep(0.3)
+        assert jid is not None, "the job was never submitted"
+        assert proc.poll() is None, "ai4s-graph ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)  # no cleanup, no goodbye
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert slurm.sacct(jid).state == "RUNNING"  # the job outlives its launcher
+    cp = _run(argv, tmp_path)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    assert "resuming at wait_for_job" in cp.stdout
+    assert _jobs_named(f"ai4s-{model}") == [jid]  # nothing new submitted
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert man["jobid"] == jid and man["state"] == "COMPLETED"
+    assert [p.name for p in (tmp_path / "out" / "jobs").iterdir()] == ["attempt1"]
+
+
+def test_wait_bound_gives_timeout_waiting_and_stops(local_cluster, tmp_path):
+    model = f"e2ewait{uuid.uuid4().hex[:6]}"
+    args = ["--model", "mlp", "--epochs", "1", "--steps-per-epoch", "400", "--data-latency-ms", "500"]
+    cp = _run(_cmd(tmp_path, model, 1, args, wait_timeout=3), tmp_path)
+    jobs = _jobs_named(f"ai4s-{model}")
+    try:
+        assert cp.returncode == 1
+        lines = cp.stdout.strip().splitlines()
+        assert lines[-1].startswith("STATUS=fail") and "TIMEOUT_WAITING" in lines[-1]
+        assert any("wait_for_job" in ln and "STATUS=fail" in ln for ln in lines)
+        out = tmp_path / "out"
+        man = json.loads((out / "manifest.json").read_text())
+        assert man["state"] == "TIMEOUT_WAITING" and man["jobid"] == jobs[0]
+        assert man["slurm_state"] in ("PENDING", "RUNNING")
+        assert f"JobId={jobs[0]}" in (out / "scontrol_show_job.txt").read_text()
+        run_dir = tmp_path / "shared" / "models" / model / "perf-runs" / jobs[0]
+        assert json.loads((run_dir / "manifest.json").read_text())["state"] == "TIMEOUT_WAITING"
+        assert not (out / "report.md").exists()  # the graph stopped at the launcher
+        assert len(jobs) == 1
+    finally:
+        for j in jobs:
+            slurm.scancel(j)

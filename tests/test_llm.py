@@ -1,0 +1,161 @@
+"""Unit tests of the LLM runner's deterministic guards (no API, no cassette): the evidence guard
+``is_supported``, the prose-number guard, the verdict merge rules, prices, the token budget, and
+the StructuredTools over the real 91003 inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ai4s_graph.graph import llm
+from ai4s_graph.state import Evidence, Tolerance, Verdict, VerifiedClaim
+from ai4s_graph.state.claims import Claim
+from ai4s_graph.state.status import Outcome
+
+
+def _claim(value, returned, cid="tl.r0.idle_time", metric="gpu_timeline.idle_time.percent", unit="%"):
+    return Claim(id=cid, analyst="tracelens_analyst", statement="s", metric=metric, value=value, unit=unit,
+                 evidence=[Evidence(tool="tracelens.analyze_trace", query="q", returned=returned)]).model_dump()
+
+
+def test_is_supported_numbers_strings_bools():
+    nested = {"timeline": {"idle_time": {"percent": 8.050771920243083}}, "rows": [1, 2, "92.1"]}
+    assert llm.is_supported(_claim(8.05, nested))                 # rounded, within 1 %
+    assert llm.is_supported(_claim(92.1, nested))                 # numeric string in the result
+    assert not llm.is_supported(_claim(55.5, nested))              # a number no tool returned
+    assert not llm.is_supported(_claim(8.3, nested))               # 3 % off: beyond the 1 % default
+    assert llm.is_supported(_claim(8.3, nested), Tolerance(rel=0.05))
+    assert llm.is_supported(_claim("compute-bound", "compute-bound", metric="diagnosis.x", unit="class"))
+    assert not llm.is_supported(_claim("dispatch-bound", {"k": "compute-bound"}, metric="diagnosis.x", unit="class"))
+    assert llm.is_supported(_claim(True, {"supports": True}, metric="t.b", unit="bool"))
+    assert not llm.is_supported(_claim(True, {"supports": False, "n": 1}, metric="t.b", unit="bool"))
+    assert not llm.is_supported({"value": 1.0, "evidence": []})
+    # agrees with the lead's claimkit guard on the same inputs
+    from ai4s_graph.graph import claimkit
+
+    for c in (_claim(8.05, nested), _claim(55.5, nested)):
+        assert llm.is_supported(c) == claimkit.is_supported(c)
+
+
+def test_numbers_in_prose_skips_names_and_keeps_units():
+    got = [w for w, _ in llm.numbers_in_prose("Job 91003 on H200 in bf16: idle 8.05%, step 0.0564s, "
+                                               "num_workers_8 and `tl.r0.idle_time`, 1,134 samples/s")]
+    assert got == ["91003", "8.05", "0.0564", "1,134"]
+
+
+def test_prose_guard_accepts_rounding_and_percent_and_rejects_inventions():
+    rep = {"jobid": "91003", "claims": [
+        {"claim": {"value": 90.83155}, "rederived_value": 90.8},
+        {"claim": {"value": 0.0564}, "rederived_value": None},
+        {"claim": {"value": 0.918}, "rederived_value": None},
+        {"claim": {"value": 1134.75}, "rederived_value": None}]}
+    ok, bad = llm.prose_numbers_supported("Job 91003 computes 90.8% (91%) of the time; step 0.0564 s; "
+                                          "busy 91.8%; 1135 samples/s.", rep)
+    assert ok, bad
+    ok, bad = llm.prose_numbers_supported("It would be 2.3x faster with 40% fewer kernels.", rep)
+    assert not ok and bad == ["2.3", "40"]
+
+
+def _vc(claim, verdict, rederived=None, tol=Tolerance(abs=1.0)):
+    return VerifiedClaim(claim=Claim.model_validate(claim), verdict=verdict, verifier="tracelens_verifier",
+                         rederived_value=rederived, tolerance=tol, method="kineto re-derivation").model_dump()
+
+
+def test_merge_verdicts_never_upgrades_and_needs_backing():
+    good = _claim(90.83, {"percent": 90.83}, cid="tl.r0.computation_time", metric="gpu_timeline.computation_time.percent")
+    wrong = _claim(40.0, {"percent": 40.0}, cid="tl.r0.planted", metric="gpu_timeline.computation_time.percent")
+    invented = _claim(55.5, {"percent": 8.05})
+    det = [_vc(good, Verdict.confirmed, 90.8), _vc(wrong, Verdict.refuted, 90.8), _vc(invented, Verdict.confirmed, 8.05),
+           _vc(wrong | {"id": "tl.r0.planted2"}, Verdict.inconclusive)]
+    records = {"ev1": {"tool": "tracelens.analyze_trace", "query": "q", "args": {},
+                       "returned": {"gpu_timeline.computation_time.percent": 90.8316}}}
+    reviews = [
+        {"claim_id": "tl.r0.planted", "verdict": "confirmed", "evidence_ids": ["ev1"], "note": "looks fine"},
+        {"claim_id": "tl.r0.idle_time", "verdict": "confirmed", "evidence_ids": [], "note": "trust me"},
+        {"claim_id": "tl.r0.computation_time", "verdict": "refuted", "rederived_value": 12.0, "evidence_ids": ["ev1"]},
+        {"claim_id": "tl.r0.planted2", "verdict": "refuted", "rederived_value": 90.8316, "evidence_ids": ["ev1"],
+         "note": "tool says 90.8"},
+    ]
+    merged, ignored = llm.merge_verdicts(det, reviews, "tracelens_verifier", records)
+    by = {v.claim.id: v for v in merged}
+    assert by["tl.r0.planted"].verdict is Verdict.refuted            # never upgraded
+    assert by["tl.r0.idle_time"].verdict is Verdict.unsupported       # 55.5 matches no tool result
+    assert by["tl.r0.computation_time"].verdict is Verdict.confirmed  # 12.0 is not what ev1 returned
+    assert by["tl.r0.planted2"].verdict is Verdict.refuted            # backed, disagreeing refutation
+    assert by["tl.r0.planted2"].rederived_value == pytest.approx(90.8316)
+    assert any(e.tool == "tracelens.analyze_trace" for e in by["tl.r0.planted2"].evidence)
+    assert "looks fine" in by["tl.r0.planted"].note
+    assert len(ignored) == 3
+
+
+def test_prices_and_cost():
+    assert llm.price_for("claude-sonnet-4-5-20250929") == (3.0, 15.0)
+    assert llm.price_for("claude-haiku-4-5") == (1.0, 5.0)
+    assert llm.price_for("some-other-model") is None
+    assert llm.cost_usd("claude-sonnet-4-5", 1_000_000, 100_000) == pytest.approx(4.5)
+    assert llm.cost_usd("unknown", 10, 10) == 0.0
+    assert llm.PRICE_SOURCE.startswith("https://")
+
+
+def test_budget_spent_stops_before_any_call(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-budget")
+
+    def no_model(*a, **k):  # the budget check must come before any API call
+        raise AssertionError("model must not be called")
+
+    monkeypatch.setattr(llm, "MODEL_FACTORY", lambda m, n: type("M", (), {"bind_tools": lambda s, *a, **k: s,
+                                                                          "invoke": no_model})())
+    req = {"out_dir": str(tmp_path), "max_tokens_total": 0, "llm": "anthropic"}
+    res = llm.synthesizer_pass(req, {"jobid": "1", "executive_summary": "deterministic summary", "claims": []})
+    assert res.status.status is Outcome.partial and "budget" in res.status.reason
+    assert res.prose == "deterministic summary"
+
+
+def test_no_key_means_partial_with_deterministic_result(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    res = llm.synthesizer_pass({"out_dir": str(tmp_path)}, {"jobid": "1", "executive_summary": "kept"})
+    assert res.status.status is Outcome.partial and "ANTHROPIC_API_KEY" in res.status.reason
+    assert res.prose == "kept" and res.usage.input_tokens == 0
+
+
+def test_every_agent_prompt_has_the_contract():
+    for agent in ("launcher", "tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier",
+                  "synthesizer", "lever_picker"):
+        text = llm.load_prompt(agent)
+        assert text.startswith(f"# {agent}\n")
+        for section in ("## Inputs", "## Outputs", "STATUS=ok|partial|fail; reason=<short>"):
+            assert section in text, (agent, section)
+    assert "lesson 20" in llm.load_prompt("tracelens_analyst")    # windowing artifact is not evidence
+    assert "lesson 4" in llm.load_prompt("omnistat_analyst")      # burst vs time-averaged never compared
+    assert "stays in the report" in llm.load_prompt("tracelens_verifier")
+
+
+def test_scrub_makes_paths_relative_and_drops_urls(tmp_path):
+    req = {"perf_run": str(tmp_path / "run"), "out_dir": str(tmp_path / "out")}
+    got = llm.scrub({"path": f"{tmp_path}/run/traces/t.json.gz", "url": "http://127.0.0.1:4321",
+                     "q": "at http://127.0.0.1:4321/api", "series": [1, 2]}, req)
+    assert got == {"path": "traces/t.json.gz", "q": "at <tsdb>/api"}
+
+
+def test_trace_tools_record_evidence(shared_data):
+    from ai4s_graph.tools import agent_tools
+
+    run = shared_data / "perf-runs" / "91003"
+    man = json.loads((run / "manifest.json").read_text())
+    man["artifacts"] = {"traces": ["traces/trace_rank0.json.gz"]}
+    rec = agent_tools.Recorder()
+    with agent_tools.toolset("trace", {"perf_run": str(run), "out_dir": "/tmp"}, {"manifest": man}, rec) as tools:
+        t = {x.name: x for x in tools}
+        assert set(t) == set(agent_tools.TRACE_TOOLS)
+        top = t["trace_top_kernels"].invoke({"category": "GEMM", "n": 2})
+        ops = t["trace_ops_for_kernel"].invoke({"kernel_substring": top["result"]["kernels"][0]["name"][:30]})
+        bad = t["trace_top_kernels"].invoke({"category": "no-such-category"})
+    assert top["evidence_id"] == "ev1" and len(top["result"]["kernels"]) == 2
+    # the H200 ViT run: GEMM kernels are cuBLAS nvjet kernels launched by aten::mm / aten::addmm
+    assert top["result"]["kernels"][0]["name"].startswith("nvjet")
+    assert 20 < top["result"]["category_percent_of_kernel_time"] < 60
+    assert {o["op"] for o in ops["result"]["ops"]} <= {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"}
+    assert "error" in bad and "categories" in bad["error"]
+    assert [r["id"] for r in rec.dump()] == ["ev1", "ev2"]           # errors are not evidence
+    assert rec.dump()[0]["query"].startswith("traces/trace_rank0.json.gz")

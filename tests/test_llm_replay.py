@@ -1,0 +1,264 @@
+"""The LLM agents replayed from cassettes (Anthropic Messages API wire format) on the real 91003 run.
+
+CI replays (``--record-mode=none``, pytest-recording's default). The committed cassettes were
+synthesized by ``tests/cassettes/generate.py`` (see tests/cassettes/README.md); with a real
+``ANTHROPIC_API_KEY``, ``pytest tests/test_llm_replay.py --record-mode=rewrite`` re-records them
+from Claude and the assertions below still hold (they check properties, not scripted text)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tenacity import wait_none
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "cassettes"))
+import harness  # noqa: E402
+
+from ai4s_graph.graph import llm  # noqa: E402
+from ai4s_graph.state import Claim, Evidence, Tolerance, Verdict, VerifiedClaim  # noqa: E402
+from ai4s_graph.state.status import Outcome  # noqa: E402
+
+
+@pytest.fixture
+def record_mode(request) -> str:
+    return request.config.getoption("--record-mode", default="none") or "none"
+
+
+@pytest.fixture
+def run91003(shared_data) -> dict:
+    run = shared_data / "perf-runs" / "91003"
+    man = json.loads((run / "manifest.json").read_text())
+    man["artifacts"] = {"traces": ["traces/trace_rank0.json.gz"], "telemetry": ["telemetry/export.jsonl"],
+                        "train_log": "train.log"}
+    return {"dir": run, "manifest": man}
+
+
+@pytest.fixture(scope="module")
+def trace91003(shared_data) -> dict:
+    from ai4s_graph.tools import tracelens
+
+    p = shared_data / "perf-runs" / "91003" / "traces" / "trace_rank0.json.gz"
+    a = tracelens.analyze_trace(p).model_dump(mode="json")
+    a["rank"], a["path"] = 0, str(p)
+    return a
+
+
+def _req(run: dict, out: Path, **kw) -> dict:
+    return {"perf_run": str(run["dir"]), "out_dir": str(out), "llm": "anthropic", "llm_model": llm.DEFAULT_MODEL,
+            "jobid": "91003", **kw}
+
+
+def _trace_claims(a: dict) -> list[dict]:
+    """Deterministic trace claims of the kind the analyst node makes (numbers from the analysis)."""
+    out = []
+    for row in ("idle_time", "computation_time"):
+        pct = round(a["timeline"][row]["percent"], 4)
+        out.append(Claim(id=f"tl.r0.{row}", analyst="tracelens_analyst",
+                         statement=f"Rank 0: {row.replace('_', ' ')} is {pct:.1f}% of the profiled window.",
+                         metric=f"gpu_timeline.{row}.percent", value=pct, unit="%",
+                         evidence=[Evidence(tool="tracelens.analyze_trace", query=f"trace_rank0.json.gz: {row}",
+                                            returned=pct, args={"path": a["path"], "rank": 0})]).model_dump())
+    return out
+
+
+def _assert_new_claims_supported(res: llm.LlmResult, det_ids: list[str], tools: set[str]) -> list[dict]:
+    ids = [c["id"] for c in res.claims]
+    assert ids[: len(det_ids)] == det_ids                       # deterministic claims kept, in order
+    new = [c for c in res.claims if c["id"] not in det_ids]
+    assert new, "the analyst added no claim of its own"
+    for c in new:
+        Claim.model_validate(c)
+        assert c["id"].startswith("llm.")
+        assert llm.is_supported(c), c                           # its number came from a cited tool result
+        assert {e["tool"] for e in c["evidence"]} <= tools | {"tracelens.analyze_trace", "promql.job_stat",
+                                                              "fom.parse_log", "diagnosis.classify_trace"}
+    return new
+
+
+def test_tracelens_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+    det = _trace_claims(trace91003)
+    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+    with harness.anthropic_cassette("tracelens_analyst", record_mode, monkeypatch) as cass:
+        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path), ctx, det)
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.tool_calls >= 2 and res.llm_calls >= 2
+    assert cass.play_count == res.llm_calls or cass.play_count == 0  # 0 while recording
+    _assert_new_claims_supported(res, [c["id"] for c in det], {"kineto.kernel_stats", "kineto.ops_for_kernel"})
+    assert len(res.prose) > 40
+    assert res.usage.input_tokens > 0 and res.usage.output_tokens > 0 and res.usage.cost_usd > 0
+    assert len(res.evidence) == res.tool_calls
+    # the ledger holds the tokens of every call, for the per-run budget
+    assert llm.tokens_used(tmp_path) == res.usage.input_tokens + res.usage.output_tokens
+
+
+@pytest.mark.vm
+def test_omnistat_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monkeypatch, record_mode):
+    from ai4s_graph.tools import fom, promql
+    from ai4s_graph.tools.victoria import VictoriaMetrics
+
+    m = run91003["manifest"]
+    with VictoriaMetrics() as vm:
+        vm.import_jsonl(run91003["dir"] / "telemetry" / "export.jsonl")
+        pq = promql.PromQL(vm.url)
+        window = pq.job_window("91003", hint=(m["start_unix"], m["end_unix"]))
+        st = pq.job_stat("gpu_util", "91003", window, "avg")
+    f = fom.parse_log(run91003["dir"] / "train.log", global_batch_size=64)
+    det = [Claim(id="om.tel.gpu_util.avg", analyst="omnistat_analyst", statement="mean GPU utilization",
+                 metric="telemetry.gpu_util.avg", value=round(st.value, 6), unit="%",
+                 evidence=[Evidence(**st.evidence())]).model_dump(),
+           Claim(id="om.fom.steady_step_time_s", analyst="omnistat_analyst", statement="steady step time",
+                 metric="fom.steady_step_time_s", value=f.steady_step_time_s, unit="s",
+                 evidence=[Evidence(tool="fom.parse_log", query="train.log", returned=f.steady_step_time_s)]).model_dump()]
+    ctx = {"manifest": m, "findings": {"telemetry": {"window": list(window), "url": vm.url},
+                                       "fom": {"steady_step_time_s": f.steady_step_time_s}}}
+    with harness.anthropic_cassette("omnistat_analyst", record_mode, monkeypatch):
+        res = llm.analyst_pass("omnistat_analyst", _req(run91003, tmp_path), ctx, det)
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.tool_calls >= 2
+    new = _assert_new_claims_supported(res, [c["id"] for c in det], {"promql.job_stat", "fom.parse_log"})
+    # telemetry evidence carries the PromQL with the rmsjob_info join (seed 000 lesson 5)
+    tel = [e for c in new for e in c["evidence"] if e["tool"] == "promql.job_stat"]
+    assert tel and all('rmsjob_info{jobid="91003"}' in e["query"] for e in tel)
+
+
+def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+    good = _trace_claims(trace91003)
+    comp = trace91003["timeline"]["computation_time"]["percent"]
+    # planted: a mis-transcribed figure (its "evidence" says 40 %) that the code could not re-derive
+    planted = Claim(id="tl.r0.planted_computation", analyst="tracelens_analyst",
+                    statement="Rank 0: the GPU computes only 40% of the profiled window.",
+                    metric="gpu_timeline.computation_time.percent", value=40.0, unit="%",
+                    evidence=[Evidence(tool="tracelens.analyze_trace", query="stale copy", returned=40.0)])
+    # an invented number: no tool returned 55.5
+    invented = Claim(id="tl.r0.invented_idle", analyst="tracelens_analyst", statement="Rank 0: idle 55.5%.",
+                     metric="gpu_timeline.idle_time.percent", value=55.5, unit="%",
+                     evidence=[Evidence(tool="tracelens.analyze_trace", query="idle",
+                                        returned=trace91003["timeline"]["idle_time"]["percent"])])
+    tol = Tolerance(abs=1.0)
+    verdicts = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="tracelens_verifier",
+                              rederived_value=c["value"], tolerance=tol, method="kineto").model_dump() for c in good]
+    verdicts += [VerifiedClaim(claim=planted, verdict=Verdict.inconclusive, verifier="tracelens_verifier",
+                               tolerance=tol, method="no independent path").model_dump(),
+                 VerifiedClaim(claim=invented, verdict=Verdict.confirmed, verifier="tracelens_verifier",
+                               tolerance=tol, method="kineto").model_dump()]
+    ctx = {"manifest": run91003["manifest"], "findings": {"ranks": [trace91003]}}
+    with harness.anthropic_cassette("tracelens_verifier", record_mode, monkeypatch):
+        res = llm.verifier_pass("tracelens_verifier", _req(run91003, tmp_path), ctx, verdicts)
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.tool_calls >= 1
+    by = {v["claim"]["id"]: v for v in res.verdicts}
+    assert by["tl.r0.planted_computation"]["verdict"] == "refuted"
+    assert by["tl.r0.planted_computation"]["rederived_value"] == pytest.approx(comp, rel=0.01)
+    assert any(e["tool"] == "tracelens.analyze_trace" and e["query"].startswith("traces/")
+               for e in by["tl.r0.planted_computation"]["evidence"])
+    assert by["tl.r0.invented_idle"]["verdict"] == "unsupported"          # never confirmed
+    for c in good:
+        assert by[c["id"]]["verdict"] == "confirmed"
+
+
+def _report(trace: dict) -> dict:
+    claims = _trace_claims(trace)
+    vcs = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="tracelens_verifier",
+                         rederived_value=round(c["value"], 2), tolerance=Tolerance(abs=1.0), method="kineto").model_dump(mode="json")
+           for c in claims]
+    return {"jobid": "91003", "model": "vit", "state": "COMPLETED", "nodes_list": ["vm"],
+            "bottleneck": {"klass": "compute-bound", "rationale": "GPU computing most of the window",
+                           "supporting_claims": [c["id"] for c in claims], "confidence": 0.8},
+            "claims": vcs, "levers": [{"name": "bigger_effective_batch", "why": "compute-bound", "claims": []}],
+            "missing": [], "executive_summary": "Job 91003 is compute-bound (deterministic summary)."}
+
+
+def test_synthesizer_writes_guarded_summary(trace91003, run91003, tmp_path, monkeypatch, record_mode):
+    rep = _report(trace91003)
+    with harness.anthropic_cassette("synthesizer", record_mode, monkeypatch):
+        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.prose and res.prose != rep["executive_summary"]
+    assert "compute-bound" in res.prose
+    ok, bad = llm.prose_numbers_supported(res.prose, rep)
+    assert ok, bad
+    assert set(res.levers) <= {"bigger_effective_batch"}
+
+
+def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+    det = _trace_claims(trace91003)
+    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+    with harness.anthropic_cassette("tracelens_analyst_malformed", record_mode, monkeypatch,
+                                    fault="malformed-once") as cass:
+        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path), ctx, det)
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.malformed_retries == 1
+    # the rejection went back to the model as an error tool_result
+    last = json.loads(cass.requests[-1].body)
+    results = [b for m in last["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert any(b.get("is_error") for b in results)
+    _assert_new_claims_supported(res, [c["id"] for c in det], {"kineto.kernel_stats", "kineto.ops_for_kernel"})
+
+
+def test_overload_529_is_retried_with_backoff(trace91003, run91003, tmp_path, monkeypatch, record_mode):
+    monkeypatch.setattr(llm, "RETRY_WAIT", wait_none())
+    rep = _report(trace91003)
+    with harness.anthropic_cassette("synthesizer_overloaded", record_mode, monkeypatch, fault="overload-once") as cass:
+        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        statuses = [r["status"]["code"] for r in cass.responses]
+    assert statuses[:2] == [529, 200]
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.llm_calls == 1 and res.prose
+
+
+def test_budget_stops_the_llm_path_cleanly(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+    """A budget smaller than one call: the first call runs (from the analyst cassette), then the
+    pass stops with STATUS=partial and the deterministic claims are kept."""
+    if record_mode != "none":
+        pytest.skip("replays the first exchange of the tracelens_analyst cassette")
+    det = _trace_claims(trace91003)
+    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+    with harness.anthropic_cassette("tracelens_analyst", record_mode, monkeypatch):
+        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path, max_tokens_total=100), ctx, det)
+    assert res.status.status is Outcome.partial and "budget" in res.status.reason
+    assert res.claims is None and res.llm_calls == 1
+
+
+def test_cassettes_are_wire_format_and_hold_no_key(record_mode):
+    files = sorted(harness.HERE.glob("*.yaml"))
+    assert {f.stem for f in files} >= {"tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "synthesizer",
+                                       "tracelens_analyst_malformed", "synthesizer_overloaded"}
+    kinds = set()
+    for f in files:
+        text = f.read_text()
+        assert harness.FAKE_KEY not in text and "sk-ant-" not in text
+        assert "x-api-key" not in text.lower() and "authorization" not in text.lower()
+        for it in yaml.safe_load(text)["interactions"]:
+            rq, rs = it["request"], it["response"]
+            assert rq["method"] == "POST" and rq["uri"] == "https://api.anthropic.com/v1/messages"
+            body = json.loads(rq["body"])
+            assert {"model", "max_tokens", "system", "messages"} <= set(body)
+            out = json.loads(rs["body"]["string"])
+            if rs["status"]["code"] == 200:
+                assert out["type"] == "message" and out["role"] == "assistant"
+                assert out["stop_reason"] in ("tool_use", "end_turn")
+                assert {"input_tokens", "output_tokens"} <= set(out["usage"])
+                kinds |= {b["type"] for b in out["content"]}
+            else:
+                assert out["type"] == "error"
+            kinds |= {b["type"] for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]}
+    assert {"text", "tool_use", "tool_result"} <= kinds
+
+
+def test_key_absent_from_logs(trace91003, run91003, tmp_path, monkeypatch, record_mode, caplog):
+    caplog.set_level(logging.DEBUG)
+    rep = _report(trace91003)
+    with harness.anthropic_cassette("synthesizer", record_mode, monkeypatch):
+        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+    import os
+
+    key = os.environ["ANTHROPIC_API_KEY"]  # the fake key in replay, the real one while re-recording
+    assert key not in caplog.text
+    assert key not in res.model_dump_json()
+    assert harness.files_containing(tmp_path, key) == []

@@ -1,0 +1,152 @@
+"""tools/plots.py on real inputs: TraceLens gpu_timeline CSVs, the 91003 telemetry export, and FOMs
+parsed from the real training logs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ai4s_graph.tools import fom, plots
+from ai4s_graph.tools.errors import InputError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG's IHDR chunk; asserts the file is a PNG."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def assert_sane_png(path: Path) -> tuple[int, int]:
+    assert path.is_file()
+    w, h = png_size(path)
+    assert 300 <= w <= 5000 and 200 <= h <= 5000, (w, h)
+    assert path.stat().st_size > 5_000  # a real drawing, not an empty canvas
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".plot-")]
+    return w, h
+
+
+def timeline_from_csv(csv: Path) -> dict[str, dict[str, float]]:
+    df = pd.read_csv(csv)
+    return {row.type: {"time_ms": float(row["time ms"]), "percent": float(row.percent)} for _, row in df.iterrows()}
+
+
+def tracelens_timelines(shared_data: Path) -> list[tuple[str, dict]]:
+    root = shared_data / "traces" / "tracelens-h100"
+    return [(d.name.removesuffix("_perf_report_csvs"), timeline_from_csv(d / "gpu_timeline.csv"))
+            for d in sorted(root.glob("*_csvs"))]
+
+
+# --------------------------------------------------------------------------- gpu breakdown
+def test_gpu_breakdown_single(tmp_path, shared_data):
+    name, tl = next(t for t in tracelens_timelines(shared_data) if t[0].startswith("google_owlv2"))
+    # the real numbers: 51.2% computation, 1.35% exposed memcpy, 47.4% idle
+    assert tl["computation_time"]["percent"] == pytest.approx(51.21, abs=0.01)
+    out = plots.plot_gpu_breakdown(tl, tmp_path / "breakdown.png", title=name)
+    assert out == tmp_path / "breakdown.png"
+    assert_sane_png(out)
+
+
+def test_gpu_breakdown_per_rank(tmp_path, shared_data):
+    tls = tracelens_timelines(shared_data)
+    assert len(tls) == 5
+    out_list = plots.plot_gpu_breakdown([tl for _, tl in tls], tmp_path / "ranks.png")
+    w_list, _ = assert_sane_png(out_list)
+    out_map = plots.plot_gpu_breakdown({n[:12]: tl for n, tl in tls}, tmp_path / "named.png")
+    assert_sane_png(out_map)
+    # percent left out: derived from total_time
+    no_pct = {k: {"time_ms": v["time_ms"]} for k, v in tls[0][1].items()}
+    assert_sane_png(plots.plot_gpu_breakdown(no_pct, tmp_path / "nopct.png"))
+    single_w, _ = png_size(plots.plot_gpu_breakdown(tls[0][1], tmp_path / "one.png"))
+    assert w_list > single_w  # five bars take more room than one
+
+
+def test_gpu_breakdown_bad_input(tmp_path):
+    for bad in ({}, [], [{}], {"computation_time": {"percent": 3.0}},
+                {"computation_time": {"time_ms": 0.0}, "idle_time": {"time_ms": 0.0}},
+                {"computation_time": {"time_ms": float("nan")}}):
+        with pytest.raises(InputError) as ei:
+            plots.plot_gpu_breakdown(bad, tmp_path / "bad.png")
+        assert "\n" not in str(ei.value)
+    assert not (tmp_path / "bad.png").exists()
+
+
+# --------------------------------------------------------------------------- telemetry
+def telemetry_91003(shared_data: Path) -> tuple[dict, tuple[float, float]]:
+    series: dict[str, list[tuple[float, float]]] = {}
+    window = None
+    for line in (shared_data / "perf-runs/91003/telemetry/export.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        name = rec["metric"]["__name__"]
+        pts = [(t / 1000.0, v) for t, v in zip(rec["timestamps"], rec["values"])]
+        if name == "rmsjob_info":  # Omnistat's job marker: value 1 while job 91003 ran
+            on = [t for t, v in pts if v == 1]
+            window = (min(on), max(on))
+        else:
+            series[name] = pts
+    return series, window
+
+
+def test_telemetry_91003(tmp_path, shared_data):
+    series, window = telemetry_91003(shared_data)
+    man = json.loads((shared_data / "perf-runs/91003/manifest.json").read_text())
+    assert man["start_unix"] <= window[0] < window[1] <= man["end_unix"] + 1
+    units = {"DCGM_FI_DEV_GPU_UTIL": "%", "DCGM_FI_DEV_POWER_USAGE": "W", "DCGM_FI_DEV_SM_CLOCK": "MHz",
+             "DCGM_FI_DEV_FB_USED": "MiB", "DCGM_FI_DEV_FB_FREE": "MiB", "DCGM_FI_DEV_GPU_TEMP": "C",
+             "DCGM_FI_DEV_MEM_COPY_UTIL": "%"}
+    out = plots.plot_telemetry(series, units, (man["start_unix"], man["end_unix"]), tmp_path / "tel.png",
+                               title="job 91003")
+    _, h_all = assert_sane_png(out)
+    two = {k: series[k] for k in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")}
+    _, h_two = assert_sane_png(plots.plot_telemetry(two, units, window, tmp_path / "tel2.png"))
+    assert h_all > h_two  # one panel per metric
+    # raw VictoriaMetrics millisecond timestamps are accepted as well, and window=None spans the data
+    ms = {"DCGM_FI_DEV_GPU_UTIL": [(t * 1000.0, v) for t, v in series["DCGM_FI_DEV_GPU_UTIL"]]}
+    assert_sane_png(plots.plot_telemetry(ms, units, None, tmp_path / "tel3.png"))
+
+
+def test_telemetry_bad_input(tmp_path, shared_data):
+    series, window = telemetry_91003(shared_data)
+    cases = [
+        ({}, window),
+        ({"DCGM_FI_DEV_GPU_UTIL": []}, window),
+        ({"DCGM_FI_DEV_GPU_UTIL": series["DCGM_FI_DEV_GPU_UTIL"]}, (window[1] + 100, window[1] + 200)),
+        ({"DCGM_FI_DEV_GPU_UTIL": series["DCGM_FI_DEV_GPU_UTIL"]}, (window[1], window[0])),
+    ]
+    for s, w in cases:
+        with pytest.raises(InputError) as ei:
+            plots.plot_telemetry(s, {}, w, tmp_path / "bad.png")
+        assert "\n" not in str(ei.value)
+    assert not (tmp_path / "bad.png").exists()
+
+
+# --------------------------------------------------------------------------- FOM iterations
+def test_fom_iterations(tmp_path, shared_data):
+    # real FOMs: the three real runs' epoch times as if they were loop iterations
+    foms = {j: fom.parse_log(shared_data / "perf-runs" / j / "train.log", fom_kind="latency")
+            for j in ("91001", "91002", "91003")}
+    records = [
+        {"iteration": 0, "lever": "baseline", "fom": foms["91001"].epoch_time_s, "decision": "baseline"},
+        {"iteration": 1, "lever": "precision_fp64", "fom": foms["91002"].epoch_time_s, "decision": "reverted"},
+        {"iteration": 2, "lever": "torch_compile", "fom": None, "decision": "failed"},
+        {"iteration": 3, "lever": "vit_swap", "fom": foms["91003"].epoch_time_s, "decision": "revert"},
+        {"iteration": 4, "lever": "rccl_high_priority", "fom": foms["91001"].epoch_time_s * 0.987,
+         "decision": "accepted"},
+    ]
+    out = plots.plot_fom_iterations(records, "epoch_time_s", tmp_path / "loop.png", higher_is_better=False)
+    assert_sane_png(out)
+
+
+def test_fom_iterations_bad_input(tmp_path):
+    for bad in ([], [{"lever": "x", "fom": 1.0}], [{"iteration": 0, "fom": None, "decision": "failed"}]):
+        with pytest.raises(InputError) as ei:
+            plots.plot_fom_iterations(bad, "epoch_time_s", tmp_path / "bad.png")
+        assert "\n" not in str(ei.value)
+    assert not (tmp_path / "bad.png").exists()
