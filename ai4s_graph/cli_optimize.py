@@ -32,7 +32,9 @@ def optimize(
     resume: Optional[str] = typer.Option(None, "--resume", help="Resume loop-<uuid> (a path or a name under --loop-root)."),
     loop_root: Path = typer.Option(Path("ai4s-loops"), "--loop-root", help="Where loop-<uuid>/ directories go."),
     baseline_runs: int = typer.Option(2, "--baseline-runs", min=2, help="Baseline repetitions (>= 2: the noise band)."),
-    wait_timeout: float = typer.Option(900.0, "--wait-timeout", help="Seconds to wait for one job before stopping."),
+    wait_timeout: Optional[float] = typer.Option(
+        None, "--wait-timeout", help="Seconds to wait for one job before stopping (default 900; on --resume "
+                                     "it replaces the saved value for a loop that stopped on TIMEOUT_WAITING)."),
 ) -> None:
     """Run the perf-optimizer loop on the local/remote SLURM cluster."""
     from ai4s_graph.graph import optimize as O
@@ -45,6 +47,8 @@ def optimize(
         if resume:
             d = O.find_loop(resume, loop_root)
             req = O.load_request(d)
+            if wait_timeout is not None:
+                req = req.model_copy(update={"wait_timeout_s": wait_timeout})
             typer.echo(f"resuming loop {req.loop_id} in {d}")
         else:
             if not model:
@@ -53,7 +57,7 @@ def optimize(
             req = O.new_loop(model=model, catalog_path=cat, loop_root=loop_root, iterations=iterations,
                              node_hours=node_hours, cluster_config=str(cluster_config) if cluster_config else None,
                              report=str(report) if report else None, baseline_runs=baseline_runs,
-                             wait_timeout_s=wait_timeout)
+                             wait_timeout_s=wait_timeout if wait_timeout is not None else 900.0)
             typer.echo(f"loop {req.loop_id} in {req.loop_dir}")
         final = O.run_loop(req, on_status=show, resume=bool(resume))
     except Ai4sError as e:

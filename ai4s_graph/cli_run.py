@@ -78,7 +78,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         inputs = None if snap.next else {"request": req.model_dump()}
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
-        for chunk in graph.stream(inputs, cfg, stream_mode="updates"):
+        for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
             for node_name, update in chunk.items():
                 if isinstance(update, dict):
                     for n, line in (update.get("statuses") or {}).items():

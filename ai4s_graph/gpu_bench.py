@@ -551,7 +551,7 @@ def mamf_search(device: int, dims: list[int], tel: Telemetry, iters: int = 10, b
     torch.cuda.empty_cache()
     results.sort(key=lambda r: -r["tflops"])
     return {"tried": len(results), "dims": dims, "iters": iters, "best": results[0] if results else None,
-            "top": results[:10], "truncated": truncated}
+            "top": results[:10], "all": results, "truncated": truncated}
 
 
 def sustained_matmul(device: int, shape: list[int], tel: Telemetry, seconds: float) -> dict[str, Any]:
@@ -874,6 +874,20 @@ def env_dump(paths: list[str] | None = None) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
+def dcgm_diag(level: int = 2, timeout_s: float = 1200) -> dict[str, Any]:
+    """``dcgmi diag -r <level>`` (seed 003 "Hardware health": level 2 checks GPU memory, memory
+    bandwidth and PCIe/NVLink, about 10 minutes on 8 GPUs). ``{"ran": False, "reason"}`` when
+    dcgmi is not installed; else ``{"ran": True, "rc", "failed": [lines with Fail], "output"}``."""
+    if not shutil.which("dcgmi"):
+        return {"ran": False, "reason": "dcgmi is not installed on this node"}
+    if shutil.which("nv-hostengine"):
+        _run(["nv-hostengine"], timeout=30)
+    rc, out = _run(["dcgmi", "diag", "-r", str(level)], timeout=timeout_s)
+    failed = [ln.strip() for ln in out.splitlines() if "fail" in ln.lower()]
+    return {"ran": rc == 0 or bool(failed), "rc": rc, "level": level, "failed": failed, "output": out[-20000:],
+            **({} if rc == 0 or failed else {"reason": f"dcgmi diag exited {rc}: {out.splitlines()[-1] if out else ''}"})}
+
+
 def probe_gpus(allreduce: bool = True, ar_max_bytes: int = 256 << 20) -> dict[str, Any]:
     """GPU parts of the node probe: launch latency and D2D copy per GPU, and the single-node
     all-reduce. ``{"skipped": reason}`` when no GPU is visible."""
@@ -919,7 +933,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
         try:
             dims = [int(x) for x in args.mamf_dims.split(",")]
             comp["mamf"] = mamf_search(0, dims, tel, iters=args.mamf_iters, budget_s=args.mamf_budget)
-            big = [r["shape"] for r in comp["mamf"]["top"] if min(r["shape"]) >= args.msmf_min_dim]
+            big = [r["shape"] for r in comp["mamf"]["all"] if min(r["shape"]) >= args.msmf_min_dim]
             extra = [[d, d, d] for d in (8192, 16384)]
             cands = []
             for s in big[: args.msmf_candidates] + extra:
@@ -932,6 +946,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
             comp["lemon"] = lemon(n, passes=3)
         except Exception as e:  # noqa: BLE001
             res["gaps"].append(f"compute: lemon GEMM failed: {type(e).__name__}: {e}")
+        comp["dcgm"] = dcgm_diag(args.dcgm_level) if args.dcgm_level else {"ran": False, "reason": "not requested (--dcgm-level 0)"}
     res["compute"] = comp
     net: dict[str, Any] = {}
     if n:
@@ -972,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--msmf-min-dim", type=int, default=8192)
     e.add_argument("--msmf-seconds", type=float, default=10.0)
     e.add_argument("--ar-max", default="4GiB")
+    e.add_argument("--dcgm-level", type=int, default=2, help="dcgmi diag level; 0 skips it")
     d = sub.add_parser("allreduce", help="multi-node all-reduce rank (under srun/torchrun)")
     d.add_argument("--json", default="-")
     d.add_argument("--ar-max", default="4GiB")

@@ -65,13 +65,14 @@ def make_rank_trace(source_data: dict[str, Any], out: Path, *, rank: int, world_
     head = orjson.dumps(header)[:-1] + b',"traceEvents":['
     out.parent.mkdir(parents=True, exist_ok=True)
     written, copies, n = 0, 0, 0
+    n_copies = None  # decided after the first copy: the number of copies closest to target_bytes
     with open(out, "wb") as fh:
         fh.write(head)
         first = True
         for e in untimed:
             fh.write(orjson.dumps(e) if first else b"," + orjson.dumps(e))
             first = False
-        while copies == 0 or written < target_bytes:
+        while n_copies is None or copies < n_copies:
             shift = copies * span
             for e in timed:
                 e2 = dict(e)
@@ -101,6 +102,8 @@ def make_rank_trace(source_data: dict[str, Any], out: Path, *, rank: int, world_
                 written += len(b) + 1
                 n += 1
             copies += 1
+            if n_copies is None:
+                n_copies = max(1, round(target_bytes / max(written, 1)))
         tail = {k: header[k] for k in ("traceName", "displayTimeUnit", "baseTimeNanoseconds") if k in header}
         fh.write(b"]" + (b"," + orjson.dumps(tail)[1:] if tail else b"}"))
     return {"path": str(out), "bytes": out.stat().st_size, "copies": copies, "events": n + len(untimed)}

@@ -39,6 +39,8 @@ def route_after_launcher(state: dict[str, Any]) -> Any:
     """Stop (END) when the launcher says so; wait for a submitted job; else analyse."""
     if state.get("stop"):
         return END
+    if not state.get("manifest") and not state.get("request", {}).get("submit"):
+        return "synthesizer"  # the launcher failed (unknown job id, bad manifest): report what is missing
     if state.get("request", {}).get("submit") and not state.get("manifest"):
         return "wait_for_job"
     return _analyze(state)
@@ -72,9 +74,9 @@ def build_analysis_graph() -> StateGraph:
 
         g.add_conditional_edges("wait_for_job", route_after_wait, ["launcher", "trace_rank", "tracelens_analyst",
                                                                    "omnistat_analyst", END])
-        targets = ["wait_for_job", "trace_rank", "tracelens_analyst", "omnistat_analyst", END]
+        targets = ["wait_for_job", "trace_rank", "tracelens_analyst", "omnistat_analyst", "synthesizer", END]
     else:
-        targets = ["trace_rank", "tracelens_analyst", "omnistat_analyst", END]
+        targets = ["trace_rank", "tracelens_analyst", "omnistat_analyst", "synthesizer", END]
     g.add_conditional_edges("launcher", route_after_launcher, targets)
     g.add_edge("trace_rank", "tracelens_analyst")
     g.add_edge("tracelens_analyst", "tracelens_verifier")

@@ -518,6 +518,11 @@ def run_agent(
         except anthropic.APIStatusError as e:
             return partial(f"Anthropic API error {e.status_code} ({type(e).__name__})")
         except anthropic.APIConnectionError as e:
+            c = e.__cause__
+            while c is not None and c.__cause__ is not None:
+                c = c.__cause__
+            log.warning("%s: Anthropic API call failed: %s: %s", agent, type(c or e).__name__,
+                        " ".join(str(c or e).split())[:300])
             return partial(f"Anthropic API unreachable ({type(e).__name__})")
         messages.append(ai)
         calls = list(getattr(ai, "tool_calls", None) or [])
@@ -812,7 +817,7 @@ def synthesizer_pass(request: dict[str, Any], report: dict[str, Any]) -> LlmResu
         return None
 
     user = _dumps({"task": "synthesizer: write the executive summary and lever explanations; answer with submit_summary.",
-                   "report": _compact(scrub(_report_view(report), request))})
+                   "report": _compact(scrub(_report_view(report), request), max_list=80)})
     o = run_agent(agent, request, user, [], "submit_summary", SynthAnswer, validate,
                   "Submit the executive summary (markdown) and one explanation per recommended lever.")
     if o.answer is None:
@@ -824,13 +829,16 @@ def synthesizer_pass(request: dict[str, Any], report: dict[str, Any]) -> LlmResu
 
 
 def _report_view(report: dict[str, Any]) -> dict[str, Any]:
-    """What the synthesizer sees: the report without plots, statuses and usage."""
+    """What the synthesizer sees: the report without plots, statuses and usage; claims sorted by id."""
     keep = ("jobid", "model", "state", "nodes_list", "bottleneck", "levers", "missing", "executive_summary")
     view = {k: report.get(k) for k in keep if k in report}
     view["claims"] = [{"id": vc["claim"]["id"], "statement": vc["claim"]["statement"], "metric": vc["claim"]["metric"],
                        "value": vc["claim"]["value"], "unit": vc["claim"]["unit"], "verdict": vc["verdict"],
                        "rederived_value": vc.get("rederived_value"), "note": vc.get("note", "")}
-                      for vc in report.get("claims") or []]
+                      for vc in sorted(report.get("claims") or [], key=lambda vc: vc["claim"]["id"])]
+    # the two branches' claims and problems arrive in thread-finishing order: sort for a stable prompt
+    if view.get("missing"):
+        view["missing"] = sorted(view["missing"])
     return view
 
 
@@ -865,7 +873,8 @@ def scrub(obj: Any, request: dict[str, Any]) -> Any:
 
 def _compact(obj: Any, max_list: int = 15, depth: int = 0) -> Any:
     """A bounded copy of ``obj`` for the prompt: lists cut to ``max_list`` items (with a note),
-    floats to 6 significant digits, depth at most 6."""
+    floats to 6 significant digits (1e6 and above, e.g. unix times, to 3 decimals), depth at
+    most 6."""
     if depth > 6:
         return "…"
     if isinstance(obj, BaseModel):
@@ -878,5 +887,7 @@ def _compact(obj: Any, max_list: int = 15, depth: int = 0) -> Any:
             items.append(f"… {len(obj) - max_list} more")
         return items
     if isinstance(obj, float):
-        return float(f"{obj:.6g}") if math.isfinite(obj) else None
+        if not math.isfinite(obj):
+            return None
+        return float(f"{obj:.6g}") if abs(obj) < 1e6 else round(obj, 3)
     return obj

@@ -20,7 +20,6 @@ narrow window between sbatch returning and the checkpoint). The node bodies are 
 from __future__ import annotations
 
 import json
-import operator
 import sqlite3
 import uuid
 from contextlib import contextmanager
@@ -55,7 +54,8 @@ class OptimizeState(TypedDict, total=False):
     - ``current``: the iteration in flight (kind, lever, change, runs, pending ``job_id``,
       ``attempt``, infra retries, guards, the record once decided) or None;
     - ``route``: where the last node sends the loop; ``stop``: why the loop stops;
-    - ``statuses``: node -> its last STATUS line; ``missing``: errors of nodes that failed.
+    - ``statuses``: node -> its last STATUS line; ``missing``: the error of the node that stopped
+      the loop (an :class:`~ai4s_graph.tools.errors.Ai4sError` turned into ``STATUS=fail``).
     """
 
     request: dict[str, Any]
@@ -71,7 +71,7 @@ class OptimizeState(TypedDict, total=False):
     route: str
     stop: str | None
     statuses: Annotated[dict[str, str], merge_dicts]
-    missing: Annotated[list[str], operator.add]
+    missing: list[str]  # last write wins: a resume clears it
 
 
 def _route(state: dict[str, Any]) -> str:
@@ -199,12 +199,23 @@ def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,
 
     ``on_status(node, status_line)`` is called as each node ends (the CLI prints it). On
     ``resume`` the graph continues from its last checkpoint: finished iterations are not re-run
-    and a submitted job is waited for, not submitted again; a loop that already finished only
-    re-writes its report."""
+    and a submitted job is waited for, not submitted again; a loop that stopped on
+    ``TIMEOUT_WAITING`` waits for the same job again (with ``req``'s wait timeout, so the caller
+    may raise it); a loop that already finished does nothing."""
     cfg = {"configurable": {"thread_id": req.loop_id}, "recursion_limit": RECURSION_LIMIT}
     with compiled(req.loop_dir, picker) as app:
         snap = app.get_state(cfg)
         started = bool(snap.values)
+        vals = snap.values or {}
+        cur = vals.get("current") or {}
+        if resume and started and not snap.next and cur.get("job_id"):
+            # the loop stopped while a job was in flight (TIMEOUT_WAITING -- the seed says surface
+            # it and stop -- or sacct unreachable): a resume waits for that same job again, never
+            # a new submission
+            app.update_state(cfg, {"stop": None, "route": "wait", "missing": [],
+                                   "request": {**req.model_dump(mode="json"), "out_dir": req.loop_dir}},
+                             as_node="submit")
+            snap = app.get_state(cfg)
         if resume and started and not snap.next:
             inp = None  # finished: nothing to do
         elif started:
@@ -212,7 +223,7 @@ def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,
         else:
             inp = {"request": {**req.model_dump(mode="json"), "out_dir": req.loop_dir}, "statuses": {}, "missing": []}
         if inp is not None or snap.next:
-            for chunk in app.stream(inp, cfg, stream_mode="updates"):
+            for chunk in app.stream(inp, cfg, stream_mode="updates", durability="sync"):
                 for name, upd in chunk.items():
                     if on_status and isinstance(upd, dict) and name in (upd.get("statuses") or {}):
                         on_status(name, upd["statuses"][name])

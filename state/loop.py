@@ -50,18 +50,16 @@ def check_value(where: str, value: Any) -> Scalar:
             raise ValueError(f"{where}: value {value!r} is not finite")
         return value
     if isinstance(value, str):
-        if not SAFE_VALUE.match(value):
-            raise ValueError(
-                f"{where}: value {value!r} has characters outside [A-Za-z0-9_.,:/=@+%-] "
-                "(shell metacharacters are refused)"
-            )
+        if not SAFE_VALUE.fullmatch(value):
+            bad = next(c for c in value if not SAFE_VALUE.fullmatch(c))
+            raise ValueError(f"{where}: value {value!r} refused: character {bad!r} is not in [A-Za-z0-9_.,:/=@+%-]")
         return value
     raise ValueError(f"{where}: value {value!r} must be a bool, number or string")
 
 
 def _check_map(kind: str, pattern: re.Pattern[str], d: dict[str, Any]) -> dict[str, Any]:
     for k, v in d.items():
-        if not pattern.match(str(k)):
+        if not pattern.fullmatch(str(k)):
             raise ValueError(f"{kind} name {k!r} is not allowed (must match {pattern.pattern})")
         check_value(f"{kind} {k}", v)
     return d
@@ -172,7 +170,7 @@ class Lever(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not LEVER_NAME.match(v):
+        if not LEVER_NAME.fullmatch(v):
             raise ValueError(f"lever name {v!r} must match {LEVER_NAME.pattern}")
         return v
 
@@ -264,7 +262,7 @@ class Catalog(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if not LEVER_NAME.match(v):
+        if not LEVER_NAME.fullmatch(v):
             raise ValueError(f"model name {v!r} must match {LEVER_NAME.pattern}")
         return v
 

@@ -39,7 +39,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -296,6 +296,31 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     }
 
 
+def _rank_params(path: Path, single_trace: bool, stream_threshold_bytes: int) -> dict[str, Any]:
+    size = path.stat().st_size if path.is_file() else 0
+    return {"single_trace": bool(single_trace and 0 < size < stream_threshold_bytes)}
+
+
+def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool) -> dict[str, Any]:
+    rec = dict(rec)
+    rec["rank"] = int(rank)
+    rec["sha256"] = file_sha256(path)
+    rec["from_cache"] = hit
+    return rec
+
+
+def cached_rank(path: str, rank: int, cache_dir: str | None = None, *,
+                stream_threshold_bytes: int = STREAM_THRESHOLD_BYTES, single_trace: bool = True) -> dict[str, Any] | None:
+    """:func:`analyze_rank`'s result if it is already in the cache (the trace is hashed, not
+    parsed), else None. Lets the graph skip the fan-out for ranks analysed in an earlier run."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    params = _rank_params(p, single_trace, stream_threshold_bytes)
+    rec = TraceCache(cache_dir).get("rank", file_sha256(p), ANALYSIS_VERSION, params)
+    return _label(rec, p, rank, True) if rec is not None else None
+
+
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *,
                  stream_threshold_bytes: int = STREAM_THRESHOLD_BYTES,
                  single_trace: bool = True) -> dict[str, Any]:
@@ -308,21 +333,20 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *,
     ``"single_trace"``; a failure there is recorded in ``"single_trace_error"``, not raised.
 
     The result is cached under ``cache_dir`` (default: trace_cache.default_cache_dir()) keyed by
-    the sha256 of the trace bytes and ANALYSIS_VERSION; ``"from_cache"`` says whether it was.
-    Picklable arguments and result: safe to run in a ProcessPoolExecutor or a SLURM array task.
+    the sha256 of the trace bytes, ANALYSIS_VERSION and whether single_trace ran; ``"from_cache"``
+    says whether it was served from there. Picklable arguments and result: safe to run in a
+    ProcessPoolExecutor or a SLURM array task.
 
     Returns a JSON-able dict: rank, path, sha256, timeline (TraceLens rows, ms and percent),
     timeline_us, hta (temporal breakdown µs, comm_comp_overlap_pct), steps, comm (columnar
     communication kernels), top_kernels, from_cache. Raises InputError / NoGpuEventsError."""
     p = Path(path)
-    size = p.stat().st_size if p.is_file() else 0
-    use_single = single_trace and 0 < size < stream_threshold_bytes
-    params = {"single_trace": use_single}
+    params = _rank_params(p, single_trace, stream_threshold_bytes)
     cache = TraceCache(cache_dir)
 
     def compute() -> dict[str, Any]:
         rec = rank_record(ts_mod.scan_trace(p), rank)
-        if use_single:
+        if params["single_trace"]:
             try:
                 from ai4s_graph.tools import tracelens
 
@@ -332,11 +356,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *,
         return rec
 
     rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params)
-    rec = dict(rec)
-    rec["rank"] = int(rank)
-    rec["sha256"] = file_sha256(p)
-    rec["from_cache"] = hit
-    return rec
+    return _label(rec, p, rank, hit)
 
 
 def _analyze_rank_star(args: tuple) -> dict[str, Any]:
@@ -354,11 +374,20 @@ def analyze_ranks(rank_traces: dict[int, str | os.PathLike], cache_dir: str | No
     from concurrent.futures import ProcessPoolExecutor
 
     jobs = [(str(p), int(r), cache_dir, single_trace) for r, p in sorted(rank_traces.items())]
-    n = workers or min(len(jobs), os.cpu_count() or 1)
-    if n <= 1 or len(jobs) <= 1:
-        return [_analyze_rank_star(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(_analyze_rank_star, jobs))
+    done: dict[int, dict[str, Any]] = {}
+    for path, rank, _, single in jobs:  # ranks already analysed: no worker process at all
+        hit = cached_rank(path, rank, cache_dir, single_trace=single)
+        if hit is not None:
+            done[rank] = hit
+    todo = [j for j in jobs if j[1] not in done]
+    n = workers or min(len(todo), os.cpu_count() or 1)
+    if n <= 1 or len(todo) <= 1:
+        fresh = [_analyze_rank_star(j) for j in todo]
+    else:
+        with ProcessPoolExecutor(max_workers=n) as pool:
+            fresh = list(pool.map(_analyze_rank_star, todo))
+    done.update({r["rank"]: r for r in fresh})
+    return [done[j[1]] for j in jobs]
 
 
 # ============================================================================ cross-rank (reduce)

@@ -92,13 +92,13 @@ def load_catalog(path: str | os.PathLike[str]) -> Catalog:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise InputError(f"lever catalog {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return parse_catalog(data, str(p))
+    return parse_catalog(data, p.name)
 
 
 def dump_catalog(catalog: Catalog, path: str | os.PathLike[str]) -> Path:
     """Write ``catalog`` as YAML (atomically: a temp file renamed over ``path``)."""
     p = Path(path)
-    data = catalog.model_dump(mode="json", exclude_defaults=False)
+    data = catalog.model_dump(mode="json", exclude_none=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
     tmp.write_text(yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True))
     tmp.replace(p)

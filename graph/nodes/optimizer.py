@@ -45,14 +45,17 @@ LOG_TAIL_LINES = 15
 
 
 def req_of(state: dict[str, Any]) -> LoopRequest:
+    """The loop request of a state (``state["request"]``)."""
     return LoopRequest.model_validate(state["request"])
 
 
 def catalog_of(state: dict[str, Any]) -> Catalog:
+    """The working catalog copy of a state."""
     return Catalog.model_validate(state["catalog"])
 
 
 def loop_dir(state: dict[str, Any]) -> Path:
+    """``loop-<uuid>/`` of a state."""
     return Path(state["request"]["loop_dir"])
 
 
@@ -197,10 +200,16 @@ def submit_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         cur["job_id"] = known
         return {"current": cur, "route": "wait"}, StatusLine.make(
             Outcome.ok, f"job {known} was submitted before the loop stopped; not submitting again")
+    name = _job_name(req, cur["iteration"], cur["attempt"])
+    found = job_by_name(name)  # killed between sbatch and the ledger write: SLURM still knows the name
+    if found:
+        L.record_submission(d, key, found, lever=cur.get("lever"), exclude=bad, adopted=True)
+        cur["job_id"] = found
+        return {"current": cur, "route": "wait"}, StatusLine.make(
+            Outcome.ok, f"job {found} ({name}) already exists in SLURM; adopted, not submitted again")
     cat = catalog_of(state)
     change = LeverChange.model_validate(cur["change"])
-    spec = build_spec(cat, change, job_name=_job_name(req, cur["iteration"], cur["attempt"]), exclude=bad,
-                      extra_env=req.extra_env)
+    spec = build_spec(cat, change, job_name=name, exclude=bad, extra_env=req.extra_env)
     from ai4s_graph.tools.jobscript import write_script
 
     cluster = _cluster(req)
@@ -214,6 +223,27 @@ def submit_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     return {"current": cur, "route": "wait"}, StatusLine.make(
         Outcome.ok, f"submitted job {job_id}: {what} run {run_no}/{cur['runs_needed']}"
                     f"{' excluding ' + ','.join(bad) if bad else ''}")
+
+
+def job_by_name(name: str) -> str | None:
+    """The id of a job called ``name`` that SLURM knows (``squeue`` first: it is immediate;
+    then ``sacct`` over the last 7 days), or None. Job names of the loop are unique per loop,
+    iteration and submission (``ai4s-<loop>-i<n>-s<k>``), so a hit is this loop's own job."""
+    import shutil
+    import subprocess
+
+    for argv in (["squeue", "-h", "-n", name, "-o", "%i"],
+                 ["sacct", "-X", "-n", "-P", "-S", "now-7days", f"--name={name}", "-o", "JobID"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            cp = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            continue
+        ids = [x.strip() for x in cp.stdout.split() if x.strip().isdigit()]
+        if cp.returncode == 0 and ids:
+            return ids[0]
+    return None
 
 
 def _known_bad(d: Path) -> list[str]:
@@ -236,13 +266,21 @@ def log_tail(perf_run: Path, job_id: str, n: int = LOG_TAIL_LINES) -> str:
     return f"(no output file for job {job_id})"
 
 
+_LAUNCHER_PREFIXES = ("srun:", "slurmstepd:", "ai4s:", "sbatch:")
+
+
 def _error_line(tail: str) -> str:
-    """The most telling line of a log tail: the last line naming an error, else the last line."""
-    lines = tail.splitlines()
-    for ln in reversed(lines):
-        if any(w in ln for w in ("Error", "error", "Exception", "Traceback", "fault", "Killed")):
-            return ln.strip()
-    return lines[-1].strip() if lines else ""
+    """The most telling line of a log tail: the last line naming an error written by the
+    workload itself (srun/slurmstepd/wrapper lines only when nothing else names one), else the
+    last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    words = ("Error", "error", "Exception", "Traceback", "fault", "Killed", "NaN")
+    own = [ln for ln in lines if not ln.startswith(_LAUNCHER_PREFIXES)]
+    for pool in (own, lines):
+        for ln in reversed(pool):
+            if any(w in ln for w in words):
+                return ln
+    return lines[-1] if lines else ""
 
 
 def wait_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:

@@ -237,6 +237,8 @@ def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
             rep.executive_summary = res.prose
         if res.status.status is not Outcome.ok:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
+    if not state.get("manifest"):
+        outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
         f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"

@@ -5,6 +5,7 @@ kernels and the data loader. Claims are MADE here; ``tracelens_verifier`` checks
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,9 +29,27 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     so peak memory is bounded by ``workers`` traces, never all ranks at once)."""
     global _POOL, _POOL_SIZE
     if _POOL is None or _POOL_SIZE != workers:
-        _POOL = ProcessPoolExecutor(max_workers=workers)
+        # spawn, not fork: LangGraph runs nodes in threads, and forking a threaded process can
+        # deadlock the child on a lock another thread held (seen here as a hung trace_rank).
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_die_with_parent, initargs=(os.getpid(),))
         _POOL_SIZE = workers
     return _POOL
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit when the parent process is gone (killed with SIGKILL, say), so no
+    orphaned worker outlives an interrupted run."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
@@ -53,16 +72,22 @@ def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
 
 
 def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
-    """Worker-process body: analyse one rank trace (through the content-hash cache when present)."""
-    try:
-        from ai4s_graph.tools import trace_cache  # per-rank content-hash cache
-    except ImportError:
-        trace_cache = None  # type: ignore[assignment]
-    if trace_cache is not None and hasattr(trace_cache, "analyze_rank"):
-        return trace_cache.analyze_rank(path, rank, cache_dir)
-    from ai4s_graph.tools import tracelens
+    """Worker-process body: analyse one rank trace through the content-hash cache
+    (:func:`ai4s_graph.tools.collectives.analyze_rank`: a bounded-memory streaming pass, plus the
+    full single-trace analysis of :mod:`ai4s_graph.tools.tracelens` for traces small enough).
+    Returns the ``TraceAnalysis`` fields at the top level and the streaming record under ``stream``."""
+    from ai4s_graph.tools import collectives
 
-    return tracelens.analyze_trace(path).model_dump()
+    rec = collectives.analyze_rank(path, rank, cache_dir)
+    single = rec.pop("single_trace", None)
+    if single:
+        out = dict(single)
+    else:
+        out = {"timeline": rec.get("timeline"), "backend": "streaming",
+               "single_trace_error": rec.get("single_trace_error")}
+    out["stream"] = rec
+    out["from_cache"] = rec.get("from_cache", False)
+    return out
 
 
 @node("trace_rank")
@@ -81,6 +106,9 @@ def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         return ({"rank_results": [{"rank": rank, "path": path, "error": str(e)}]},
                 StatusLine.make(Outcome.fail, f"rank {rank}: {e}"))
     res = dict(res)
+    if res.get("single_trace_error") and not res.get("timeline"):
+        return ({"rank_results": [{"rank": rank, "path": path, "error": res["single_trace_error"]}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {res['single_trace_error']}"))
     if res.get("rank") is None:
         res["rank"] = rank
     res["path"] = path
@@ -210,20 +238,35 @@ def tracelens_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine
 
 
 def _multi_rank(state: dict[str, Any], good: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-rank table, slowest rank and collective findings (tools/collectives.py when present)."""
+    """Per-rank table, collectives (bus bandwidth per collective and message size) and the
+    straggler finding, from the ranks' streaming records (:mod:`ai4s_graph.tools.collectives`)."""
+    from ai4s_graph.tools import collectives
+
     table = [{"rank": r.get("rank"), **{k: (r["timeline"][k]["percent"]) for k in
                                         ("computation_time", "exposed_comm_time", "idle_time")}} for r in good]
     out: dict[str, Any] = {"per_rank": table, "claims": []}
     try:
-        from ai4s_graph.tools import collectives
-    except ImportError:
-        return out
-    try:
-        rep = collectives.analyze_collectives({int(r.get("rank", i)): Path(r["path"]) for i, r in enumerate(good)})
-    except Ai4sError as e:
+        rep = collectives.build_report([r["stream"] for r in good if r.get("stream")])
+    except (Ai4sError, KeyError, ValueError) as e:
         out["collectives_error"] = str(e)
         return out
-    out["collectives"] = rep.model_dump() if hasattr(rep, "model_dump") else rep
-    if hasattr(collectives, "claims_from_report"):
-        out["claims"] = collectives.claims_from_report(rep, ANALYST)
+    d = rep.model_dump(mode="json")
+    out["collectives"] = d
+    ev = lambda q, ret: Evidence(tool="collectives.build_report", query=q, returned=ret,  # noqa: E731
+                                 args={"ranks": rep.ranks})
+    sc = rep.stragglers.claim
+    if sc is not None:
+        out["claims"].append(claim("tl.multi.straggler", ANALYST, sc.statement, "collectives.straggler_rank",
+                                   sc.rank, "rank", [ev("stragglers.claim", sc.model_dump(mode="json"))],
+                                   confidence=0.7))
+    for g in sorted(rep.groups, key=lambda g: -g.total_latency_us)[:3]:
+        gd = g.model_dump(mode="json")
+        if gd.get("busbw_gbps") is None:
+            continue
+        key = f"{gd.get('collective', gd.get('name', 'collective'))}.{gd.get('msg_bytes', gd.get('size_bytes', 'n'))}"
+        cid = "tl.multi.busbw." + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in key.lower())
+        out["claims"].append(claim(cid, ANALYST, f"{key}: achieved bus bandwidth {gd['busbw_gbps']:.2f} GB/s "
+                                   "(mean over instances; nccl-tests busbw factors).", f"collectives.{key}.busbw_gbps",
+                                   round(float(gd["busbw_gbps"]), 6), "GB/s", [ev(f"groups[{key}].busbw_gbps", gd)],
+                                   confidence=0.7))
     return out

@@ -1,0 +1,99 @@
+"""eval-cluster: the H200 report rebuilt from the device run's JSON, a real CPU-node eval with
+Debian's fio, and the lemon-GEMM judgement."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph import gpu_bench as G
+from ai4s_graph.tools import evalcluster as E
+from ai4s_graph.tools.errors import InputError
+from ai4s_graph.tools.report_check import check_file, check_report
+
+REPO = Path(__file__).resolve().parent.parent
+RAW = REPO / "reports" / "raw-2026-11-29" / "eval-vm.json"
+
+
+def test_h200_report_rebuilds_from_raw_and_passes(tmp_path):
+    path, viol = E.write_report(E.load_results([RAW]), tmp_path, date="2026-11-29", access="device tool")
+    assert viol == []
+    text = path.read_text()
+    assert path.name == "eval-h200-2026-11-29.md"
+    assert text.startswith("# Cluster eval: 1 node of 1× H200")
+    # the H200 run's real numbers: MSMF 698 TFLOPS at the 700 W limit, lemon 680-683, 132 SMs
+    assert "**698 TFLOPS** (70.6% of spec) at 10240×16384×10240, 691 W / 1470 MHz" in text
+    assert "| `vm` | 2 | 680 | 680 (gpu0) | 680 |" in text
+    assert "62 full waves and a tail of 8 CTAs, 99.9% wave efficiency" in text
+    assert "**TLDR: no under-performing or dead GPUs**" in text
+    assert "Inter-node" not in text  # one node: no inter-node section, not even "skipped" (seed 003)
+    assert check_file(REPO / "reports" / "eval-h200-2026-11-29.md") == []
+
+
+def test_committed_report_passes_checker():
+    committed = (REPO / "reports" / "eval-h200-2026-11-29.md").read_text()
+    assert "## Findings" in committed and check_report(committed) == []
+
+
+def test_sm_coverage_from_this_gpu():
+    assert G.sm_coverage(132) == {"sms": 132, "ctas": 8192, "waves": 62, "tail": 8, "wave_efficiency": 0.999}
+    assert G.sm_coverage(304)["tail"] == 8192 % 304
+
+
+def test_lemon_needs_three_passes_to_call_a_gpu_slow():
+    # GPU3 is >2% under the median in only two passes: not slow. GPU5 in all three: slow.
+    passes = [[700, 702, 699, 680, 701, 680], [701, 700, 702, 700, 699, 681], [699, 701, 700, 681, 702, 682]]
+    j = G.judge_lemon(passes)
+    assert j["slow"] == [5] and j["dead"] == []
+    assert G.judge_lemon([[700, None], [701, None], [699, None]])["dead"] == [1]
+
+
+def test_load_results_rejects_non_eval(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"kind": "probe"}))
+    with pytest.raises(InputError, match="not a gpu_bench eval result"):
+        E.load_results([p])
+    with pytest.raises(InputError, match="no eval result"):
+        E.load_results([tmp_path / "missing.json"])
+
+
+def test_parse_iec():
+    assert G.parse_iec("16KiB") == 16384 and G.parse_iec("1 GiB") == 1 << 30
+    with pytest.raises(ValueError):
+        G.parse_iec("16k")
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="Debian fio not installed")
+def test_cpu_node_eval_with_real_fio_writes_checked_report(tmp_path):
+    scan = tmp_path / "scan"
+    scan.mkdir()
+    reports = tmp_path / "reports"
+    r = subprocess.run(
+        [sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--nodes", "localhost", "--reports", str(reports),
+         "--local-dir", str(scan), "--fio-sizes", "16KiB,1MiB", "--fio-runtime", "1", "--fio-jobs", "2",
+         "--date", "2026-01-01"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = reports / "eval-cpu-2026-01-01.md"
+    text = rep.read_text()
+    assert check_report(text) == []
+    raw = json.loads(next((reports / "raw-2026-01-01").glob("eval-*.json")).read_text())
+    rows = raw["storage"]["local"][0]["rows"]
+    assert [(x["size"], x["rw"]) for x in rows] == [("16 KiB", "read"), ("16 KiB", "write"), ("1 MiB", "read"), ("1 MiB", "write")]
+    assert all(x["bw_mibps"] > 0 and x["iops_m"] > 0 for x in rows)
+    assert list(scan.iterdir()) == []  # scratch cleaned up
+    assert "### Local disk IO benchmark" in text and "| 16 KiB | read |" in text
+    assert "no GPU visible to torch" in text  # Compute gap, stated once with its reason
+    assert "check: STATUS=ok" in r.stderr
+
+
+def test_check_cli_fails_on_broken_report(tmp_path):
+    bad = tmp_path / "bad.md"
+    bad.write_text((REPO / "reports" / "eval-h200-2026-11-29.md").read_text().replace("| ---: | --- |", "| --- | --- |"))
+    r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(bad)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 1 and "numeric_align" in r.stdout and "STATUS=fail" in r.stdout

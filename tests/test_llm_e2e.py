@@ -1,0 +1,74 @@
+"""End to end: ``ai4s-graph run --job 91003 --perf-run ../shared/data/perf-runs/91003 --llm anthropic``
+with the Anthropic calls replayed from ``tests/cassettes/e2e_91003.yaml``, against the same command
+with ``--llm none``: same bottleneck class, same deterministic claims and verdicts, prose from the
+LLM, usage in the report footer, and no trace of the API key in any file the run wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "cassettes"))
+import harness  # noqa: E402
+
+pytestmark = pytest.mark.vm
+
+
+@pytest.fixture
+def record_mode(request) -> str:
+    return request.config.getoption("--record-mode", default="none") or "none"
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    from ai4s_graph.cli import app
+
+    r = CliRunner().invoke(app, args)
+    return r.exit_code, r.output
+
+
+def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monkeypatch, record_mode):
+    run = shared_data / "perf-runs" / "91003"
+    ck = tmp_path / "checkpoints.sqlite"
+    base = ["run", "--job", "91003", "--perf-run", str(run), "--checkpoint", str(ck), "--workers", "1"]
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    code, out = _run(base + ["--out", str(tmp_path / "det"), "--llm", "none"])
+    assert code == 0, out
+    det = json.loads((tmp_path / "det" / "report.json").read_text())
+
+    with harness.anthropic_cassette("e2e_91003", record_mode, monkeypatch) as cass:
+        code, out = _run(base + ["--out", str(tmp_path / "llm"), "--llm", "anthropic",
+                                 "--model", "claude-sonnet-4-5", "--max-tokens-total", "400000"])
+    assert code == 0, out
+    key = os.environ["ANTHROPIC_API_KEY"]
+    rep = json.loads((tmp_path / "llm" / "report.json").read_text())
+
+    assert rep["llm"] == "anthropic" and det["llm"] == "none"
+    assert rep["bottleneck"]["klass"] == det["bottleneck"]["klass"] == "compute-bound"
+    by_llm = {v["claim"]["id"]: v for v in rep["claims"]}
+    for v in det["claims"]:                       # every deterministic claim, same value and verdict
+        got = by_llm[v["claim"]["id"]]
+        assert got["claim"]["value"] == v["claim"]["value"]
+        assert got["verdict"] == v["verdict"], v["claim"]["id"]
+    extra = [v for cid, v in by_llm.items() if cid.startswith("llm.")]
+    assert extra, "the LLM analysts added no claim"
+    assert all(v["verdict"] in ("confirmed", "inconclusive", "unsupported", "refuted") for v in extra)
+    assert all(v["verdict"] != "confirmed" or v["evidence"] or v["claim"]["evidence"] for v in extra)
+    # the prose is the LLM's, and passes the number guard
+    from ai4s_graph.graph import llm
+
+    assert rep["executive_summary"] != det["executive_summary"]
+    assert llm.prose_numbers_supported(rep["executive_summary"], rep)[0]
+    for agent in ("tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier", "synthesizer"):
+        u = rep["usage"][agent]
+        assert u["input_tokens"] > 0 and u["output_tokens"] > 0 and u["cost_usd"] > 0, agent
+    assert "LLM usage:" in (tmp_path / "llm" / "report.md").read_text()
+    assert rep["statuses"]["synthesizer"].startswith("STATUS=ok")
+    # the key is in no cassette, report, log, journal, ledger or checkpoint
+    assert harness.files_containing(tmp_path, key) == []
+    assert harness.files_containing(harness.HERE, key) == []
+    assert key not in out
