@@ -56,10 +56,18 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _jobs_named(name: str) -> list[str]:
-    cp = subprocess.run(["sacct", "-X", "-n", "-P", f"--name={name}", "-S", "now-1days", "-o", "JobID"],
-                        capture_output=True, text=True)
-    return [j for j in cp.stdout.split() if j]
+def _jobs_named(name: str, settle_s: float = 10.0) -> list[str]:
+    """Job ids SLURM has under ``name``: sacct's rows plus squeue's (accounting of a just-submitted
+    job is asynchronous), polled until one shows up or ``settle_s`` passes."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        cp = subprocess.run(["sacct", "-X", "-n", "-P", f"--name={name}", "-S", "now-1days", "-o", "JobID"],
+                            capture_output=True, text=True)
+        sq = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
+        ids = sorted({j for j in (cp.stdout + " " + sq.stdout).split() if j}, key=int)
+        if ids or time.monotonic() >= deadline:
+            return ids
+        time.sleep(0.5)
 
 
 SHORT = ["--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10", "--batch-size", "8"]

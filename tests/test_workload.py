@@ -97,7 +97,10 @@ def test_sampler_pushes_rmsjob_info_to_victoriametrics(vm_server, tmp_path, monk
     time.sleep(1.0)
     path = s.stop()
     assert s.push_errors == 0 and s.pushed_samples > 0
-    r = requests.get(vm_server.url + "/api/v1/export", params={"match[]": 'rmsjob_info{jobid="777"}'}, timeout=10)
+    vm_server.flush()
+    # /api/v1/export without `end` misses the newest second of samples on VictoriaMetrics 1.79
+    r = requests.get(vm_server.url + "/api/v1/export",
+                     params={"match[]": 'rmsjob_info{jobid="777"}', "end": time.time() + 3600}, timeout=10)
     got = [json.loads(ln) for ln in r.text.splitlines() if ln.strip()]
     assert len(got) == 1 and got[0]["metric"]["instance"] == "node7"
     local = next(json.loads(ln) for ln in path.read_text().splitlines() if '"rmsjob_info"' in ln)

@@ -266,19 +266,30 @@ def _parse_elapsed(s: str) -> float:
 
 
 def sacct(jobid: str | int) -> SacctRecord | None:
-    """The job's allocation row: ``sacct -X -P -n -j ID -o JobID,State,ExitCode,NodeList,Start,End,Elapsed``.
+    """The job's allocation row: ``sacct -X -P -n -j ID -o JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes``.
 
     Returns None when sacct has no row yet (right after submit, or an id SLURM never had -- the
     caller decides which by waiting). Raises :class:`InputError` for a malformed id,
     :class:`ToolUnavailableError` when sacct is missing or the accounting daemon does not answer."""
     jid = _check_jobid(jobid)
-    cp = _run(["sacct", "-X", "-P", "-n", "-j", jid, "-o", "JobID,State,ExitCode,NodeList,Start,End,Elapsed"])
+    cp = _run(["sacct", "-X", "-P", "-n", "-j", jid, "-o",
+               "JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes"])
     for line in cp.stdout.splitlines():
         cols = line.split("|")
-        if len(cols) < 7 or cols[0] != jid:
+        if len(cols) < 8 or cols[0] != jid:
             continue
+        nodes = expand_hostlist(cols[3])
+        alloc = int(cols[7]) if cols[7].strip().isdigit() else 0
+        if alloc > len(nodes):
+            # Accounting is asynchronous: right after a job ends, the allocation row can still carry
+            # the batch host alone (seen here: NodeList=node1 with AllocNodes=2 for ~1 s). While
+            # slurmctld still knows the job (MinJobAge), its NodeList is authoritative.
+            ctl = scontrol_show_job_text(jid)
+            m = re.search(r"\bNodeList=(\S+)", ctl)
+            if m and m.group(1) != "(null)":
+                nodes = expand_hostlist(m.group(1))
         return SacctRecord(jobid=cols[0], state=cols[1].strip(), exit_code=cols[2].strip(),
-                           nodelist=expand_hostlist(cols[3]), start=_parse_time(cols[4]),
+                           nodelist=nodes, start=_parse_time(cols[4]),
                            end=_parse_time(cols[5]), elapsed_s=_parse_elapsed(cols[6]))
     return None
 

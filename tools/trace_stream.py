@@ -42,6 +42,7 @@ from typing import Any, Iterator, Literal
 import numpy as np
 
 from ai4s_graph.tools.errors import InputError, NoGpuEventsError
+from ai4s_graph.tools.kineto import _COMM_RE, TIMELINE_ROWS
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
@@ -65,7 +66,7 @@ CLS_COMP, CLS_COMM, CLS_MEMCPY = 0, 1, 2
 
 #: Communication kernels: TraceLens ``COMMUNICATION_KEYS`` (``nccl``, ``rccl``, substring, any case)
 #: plus its default custom collective ``cross_device_reduce`` (vLLM).
-COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
+COMM_RE = _COMM_RE  # the same rule as the single-trace path
 #: ROCm 7.1 legacy copy / fill kernels that TraceLens re-routes (memcpy / computation).
 ROCM_LEGACY_MEMCPY_RE = re.compile(
     r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
@@ -88,16 +89,7 @@ COLLECTIVE_ARG_KEYS = (
 
 _STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 
-GPU_TIMELINE_ROWS = (
-    "computation_time",
-    "exposed_comm_time",
-    "exposed_memcpy_time",
-    "busy_time",
-    "idle_time",
-    "total_time",
-    "total_comm_time",
-    "total_memcpy_time",
-)
+GPU_TIMELINE_ROWS = TIMELINE_ROWS  # TraceLens gpu_timeline.csv row names, in its order
 
 LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
 

@@ -198,7 +198,7 @@ def omnistat_analyst(req: dict) -> list[dict]:
         w = r["result"]["window_s"]
         name = key.split(".", 1)[1].replace(".", "_") + ("_first_half" if w[0] == 0 and "sm_clock" in key else "")
         claims.append({"name": name, "statement": f"{key} over seconds {_fmt(w[0])}-{_fmt(w[1])} of the job is "
-                       f"{_fmt(v)} {r['result']['unit']} (time-averaged, not a burst rate).",
+                       f"{_fmt(v)} {r['result']['unit']} (a {key.rsplit('.', 1)[1]} over 1 s samples, not a burst rate).",
                        "metric": key + (".first_half" if "sm_clock" in key else ""), "value": v,
                        "unit": r["result"]["unit"], "evidence_ids": [r["evidence_id"]], "confidence": 0.75})
         bits.append(f"{key} {_fmt(v)} {r['result']['unit']}")
@@ -314,7 +314,7 @@ def synthesizer(req: dict) -> list[dict]:
     lines = [f"The job ran on {', '.join(rep.get('nodes_list') or ['unknown nodes'])} and is **{klass}**."]
     for c in support[:4]:
         if isinstance(c["value"], (int, float)) and not isinstance(c["value"], bool):
-            lines.append(f"`{c['id']}`: {c['statement'].split(':')[0]} — {_fmt(c['value'])} {c['unit']}.")
+            lines.append(f"`{c['id']}` ({_fmt(c['value'])} {c['unit']}): {c['statement']}")
     if bad:
         lines.append("Not findings: " + ", ".join(f"`{c['id']}` ({c['verdict']})" for c in bad[:5]) + ".")
     if rep.get("missing"):

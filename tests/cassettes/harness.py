@@ -102,6 +102,11 @@ def make_vcr(record_mode: str) -> vcr.VCR:
         before_record_request=_scrub_request,
         before_record_response=_scrub_response,
         decode_compressed_response=True,
+        # Only httpx2 (the anthropic SDK's HTTP client) is patched. vcrpy's http.client/urllib3
+        # stubs un-patch every library for a moment (force_reset) whenever they pass a request to
+        # a real server; with the telemetry tools talking to VictoriaMetrics in one graph branch
+        # while the other branch calls the API, that race let API calls slip past the cassette.
+        skip_patchers=("httplib", "requests", "boto3", "urllib3", "httplib2", "tornado", "aiohttp", "httpx"),
     )
     v.register_matcher("anthropic_body", body_matcher)
     return v
