@@ -31,6 +31,7 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:  # pragma: no cover - entry point
+    """Run the ``ai4s-graph`` command line."""
     app()
 
 

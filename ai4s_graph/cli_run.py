@@ -39,7 +39,7 @@ def thread_id(req: RunRequest) -> str:
     parameters) plus a short hash of the arguments that change the analysis, so the same command
     resumes and a different one starts its own thread."""
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
-                                  "submit", "submit_params"})
+                                  "submit", "submit_params", "slurm_array"})
     h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
@@ -87,6 +87,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to ``app``."""
     @app.command("run")
     def run(
         job: Optional[str] = typer.Option(None, "--job", "-j", help="SLURM job id of a profiled run to analyse."),
@@ -106,6 +107,8 @@ def register(app: typer.Typer) -> None:
         checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="SQLite file or postgresql:// URL "
                                                  "(default $AI4S_STATE_DIR/checkpoints.sqlite)."),
         workers: int = typer.Option(0, "--workers", help="Rank-trace worker processes (0: automatic)."),
+        slurm_array: bool = typer.Option(False, "--slurm-array", help="Analyse the rank traces as a SLURM job "
+                                         "array on the cluster (automatic from 64 ranks with --cluster-config)."),
         submit: bool = typer.Option(False, "--submit", help="Submit the profiled job with sbatch, wait, then analyse."),
         workload: str = typer.Option("cpu-toy", "--workload", help="With --submit: job template "
                                      "(cpu-toy | generic | hydragnn | orbit2)."),
@@ -142,7 +145,7 @@ def register(app: typer.Typer) -> None:
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
                          llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
-                         wait_timeout_s=wait_timeout, workers=workers)
+                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array)
 
         def printer(node: str, line: str) -> None:
             st = StatusLine.parse(line).status.value

@@ -5,6 +5,8 @@
                ├─ Send × rank ─→ trace_rank ─→ tracelens_analyst → tracelens_verifier ─┐
                └──────────────→ omnistat_analyst ─────────────→ omnistat_verifier ────┴→ synthesizer → END
 
+With ``--slurm-array`` (or ≥ 64 ranks and a cluster config) one ``trace_array`` task replaces the
+per-rank tasks: the ranks are analysed as a SLURM job array on the cluster and gathered back.
 The two analyst branches run in parallel (one LangGraph superstep, a thread each; the rank traces
 in worker processes), as do the two verifiers; the synthesizer waits for both verifiers.
 Where a claim is made: ``graph/nodes/*_analyst.py``; checked: ``graph/nodes/*_verifier.py``;
@@ -22,7 +24,7 @@ from ai4s_graph.graph.nodes.launcher import launcher
 from ai4s_graph.graph.nodes.omnistat_analyst import omnistat_analyst
 from ai4s_graph.graph.nodes.omnistat_verifier import omnistat_verifier
 from ai4s_graph.graph.nodes.synthesizer import synthesizer
-from ai4s_graph.graph.nodes.tracelens_analyst import fan_out_ranks, trace_rank, tracelens_analyst
+from ai4s_graph.graph.nodes.tracelens_analyst import fan_out_ranks, trace_array, trace_rank, tracelens_analyst
 from ai4s_graph.graph.nodes.tracelens_verifier import tracelens_verifier
 from ai4s_graph.graph.state import AnalysisState
 
@@ -51,6 +53,7 @@ def build_analysis_graph() -> StateGraph:
     g = StateGraph(AnalysisState)
     g.add_node("launcher", launcher)
     g.add_node("trace_rank", trace_rank)
+    g.add_node("trace_array", trace_array)
     g.add_node("tracelens_analyst", tracelens_analyst)
     g.add_node("omnistat_analyst", omnistat_analyst)
     g.add_node("tracelens_verifier", tracelens_verifier)
@@ -72,13 +75,15 @@ def build_analysis_graph() -> StateGraph:
                 return END
             return _analyze(state)
 
-        g.add_conditional_edges("wait_for_job", route_after_wait, ["launcher", "trace_rank", "tracelens_analyst",
-                                                                   "omnistat_analyst", END])
-        targets = ["wait_for_job", "trace_rank", "tracelens_analyst", "omnistat_analyst", "synthesizer", END]
+        g.add_conditional_edges("wait_for_job", route_after_wait, ["launcher", "trace_rank", "trace_array",
+                                                                   "tracelens_analyst", "omnistat_analyst", END])
+        targets = ["wait_for_job", "trace_rank", "trace_array", "tracelens_analyst", "omnistat_analyst",
+                   "synthesizer", END]
     else:
-        targets = ["trace_rank", "tracelens_analyst", "omnistat_analyst", "synthesizer", END]
+        targets = ["trace_rank", "trace_array", "tracelens_analyst", "omnistat_analyst", "synthesizer", END]
     g.add_conditional_edges("launcher", route_after_launcher, targets)
     g.add_edge("trace_rank", "tracelens_analyst")
+    g.add_edge("trace_array", "tracelens_analyst")
     g.add_edge("tracelens_analyst", "tracelens_verifier")
     g.add_edge("omnistat_analyst", "omnistat_verifier")
     g.add_edge(["tracelens_verifier", "omnistat_verifier"], "synthesizer")

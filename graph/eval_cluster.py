@@ -37,6 +37,7 @@ class EvalState(TypedDict, total=False):
 
 @node("measure")
 def measure_node(state: EvalState):
+    """Measure every node (environment, MAMF/MSMF, 16384³ matmul ×3, intra-node all-reduce, fio), or load the results from ``--from-json``."""
     r = state["request"]
     if r.get("from_json"):
         res = E.load_results(r["from_json"])
@@ -51,6 +52,7 @@ def measure_node(state: EvalState):
 
 @node("inter_node")
 def inter_node(state: EvalState):
+    """Inter-node all-reduce bus bandwidth over payload sizes with ≥ 2 nodes; with one node there is no inter-node section (seed 003)."""
     r = state["request"]
     res = state.get("results") or []
     if len(res) < 2 or r.get("from_json"):
@@ -63,6 +65,7 @@ def inter_node(state: EvalState):
 
 @node("report")
 def report_node(state: EvalState):
+    """Write the dated markdown report (seed 003 report rules). Raises InputError when nothing was measured."""
     r = state["request"]
     if not state.get("results"):
         raise InputError("no eval results to report")
@@ -74,6 +77,7 @@ def report_node(state: EvalState):
 
 @node("check")
 def check_node(state: EvalState):
+    """Run the report checker (tools/report_check.py); STATUS=fail names the first violated rule."""
     v = state.get("violations", [])
     if v:
         return {}, StatusLine.make(Outcome.fail, f"{len(v)} report rule violation(s); first: {v[0]}")

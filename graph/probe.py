@@ -40,6 +40,7 @@ class ProbeState(TypedDict, total=False):
 
 @node("mounts")
 def mounts_node(state: ProbeState):
+    """Write, read back and remove a file on each mount (home, shared dir, container image path); a failure names the mount (seed 000 lessons 1, 19)."""
     r = state["request"]
     res = [P.probe_mount(label, path, r["node"]) for label, path in r["mounts"]]
     bad = [m["label"] for m in res if not m["ok"]]
@@ -50,6 +51,7 @@ def mounts_node(state: ProbeState):
 
 @node("host_memory")
 def host_memory_node(state: ProbeState):
+    """STREAM-style host memory bandwidth (GB/s) per NUMA domain and across all (seed 000 lesson 19: dual-NUMA degradation)."""
     r = state["request"]
     doms, notes = P.stream_domains(r.get("stream_elems", 1 << 25), r.get("stream_ntimes", 6))
     triad = ", ".join(f"{d} {v['triad']:.1f}" for d, v in doms.items())
@@ -58,6 +60,7 @@ def host_memory_node(state: ProbeState):
 
 @node("gpu")
 def gpu_node(state: ProbeState):
+    """GPU kernel launch latency (µs per empty launch), device-to-device copy (GB/s) and a single-node all-reduce; skipped with a stated reason when there is no GPU or one GPU."""
     r = state["request"]
     if not r.get("gpu", True):
         return {"skipped": ["gpu: --no-gpu given"]}, StatusLine.make(Outcome.ok, "GPU checks not requested")
@@ -71,6 +74,7 @@ def gpu_node(state: ProbeState):
 
 @node("gather")
 def gather_node(state: ProbeState):
+    """Write this node's part, merge the parts of every node probed together, judge each against their median, and write node_health_probe.txt (exit code 42 names the bad nodes)."""
     r = state["request"]
     if not r.get("gather_only"):
         part = {"schema": "ai4s-probe/1", "node": r["node"], "started_utc": r.get("started_utc"),

@@ -38,6 +38,7 @@ class RunRequest(BaseModel):
     cluster_config: str | None = None
     wait_timeout_s: float = 3600.0
     workers: int = 0  # rank-trace worker processes (0 = automatic)
+    slurm_array: bool = False  # analyse the rank traces as a SLURM job array
 
 
 def journal_path(out_dir: str | Path) -> Path:

@@ -182,6 +182,9 @@ class StragglerClaim(BaseModel):
 
 
 class StragglerReport(BaseModel):
+    """Straggler findings: TraceLens-style per-rank rows (arrival order and wait at each matched
+    collective), the rank that arrives last most often, HTA's potential stragglers, and the claim."""
+
     rows: list[StragglerRow]
     straggler_rank: int | None = Field(description="rank that arrives last most often")
     hta_potential_stragglers: list[int] = Field(default_factory=list)

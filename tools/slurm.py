@@ -340,6 +340,31 @@ def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -
         time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))
 
 
+def wait_for_array(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> list[SacctRecord]:
+    """Poll sacct until every task of job array ``jobid`` is terminal; return one row per task
+    (``JobID`` like ``164_0``). sacct lists an array's pending tasks as one ``164_[0-3]`` row, which
+    is not terminal. Raises :class:`WaitTimeout` after ``timeout_s`` seconds."""
+    jid = _check_jobid(jobid)
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    last: list[SacctRecord] = []
+    while True:
+        cp = _run(["sacct", "-X", "-P", "-n", "-j", jid, "-o", "JobID,State,ExitCode,NodeList,Start,End,Elapsed"])
+        rows = []
+        for line in cp.stdout.splitlines():
+            cols = line.split("|")
+            if len(cols) >= 7 and cols[0].startswith(jid + "_"):
+                rows.append(SacctRecord(jobid=cols[0], state=cols[1].strip(), exit_code=cols[2].strip(),
+                                        nodelist=expand_hostlist(cols[3]), start=_parse_time(cols[4]),
+                                        end=_parse_time(cols[5]), elapsed_s=_parse_elapsed(cols[6])))
+        if rows:
+            last = rows
+            if all(r.is_terminal and "[" not in r.jobid for r in rows):
+                return rows
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(jid, timeout_s, last[0] if last else None, scontrol_show_job_text(jid))
+        time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))
+
+
 def srun_probe(argv: list[str], cluster: ClusterConfig, *, timeout_s: float = 330,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The verifiers' one interactive probe: ``srun -N1 --time=00:05:00 [-p P] [-A A] argv...``

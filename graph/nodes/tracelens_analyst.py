@@ -63,12 +63,42 @@ def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+# A world larger than this is analysed as a SLURM job array when a cluster config is given.
+SLURM_ARRAY_MIN_RANKS = 64
+
+
+def use_slurm_array(state: dict[str, Any]) -> bool:
+    """``--slurm-array``, or a world of at least :data:`SLURM_ARRAY_MIN_RANKS` ranks with a cluster
+    config (``--cluster-config``) to submit the array to."""
+    req = state["request"]
+    if req.get("slurm_array"):
+        return True
+    return bool(req.get("cluster_config")) and len(rank_traces(state)) >= SLURM_ARRAY_MIN_RANKS
+
+
 def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
-    """One ``Send('trace_rank', ...)`` per rank trace; straight to the analyst when there is none."""
+    """One ``Send('trace_rank', ...)`` per rank trace (worker processes on this machine), or one
+    ``trace_array`` task that analyses them as a SLURM job array; straight to the analyst when
+    there is no trace."""
     traces = rank_traces(state)
     if not traces:
         return [Send(ANALYST, state)]
+    if use_slurm_array(state):
+        return [Send("trace_array", state)]
     return [Send("trace_rank", {"request": state["request"], "rank": r, "path": p}) for r, p in traces]
+
+
+def _as_rank_result(rec: dict[str, Any]) -> dict[str, Any]:
+    """An ``analyze_rank`` record in the shape the analyst reads (TraceAnalysis fields on top)."""
+    rec = dict(rec)
+    single = rec.pop("single_trace", None)
+    out = dict(single) if single else {"timeline": rec.get("timeline"), "backend": "streaming",
+                                       "single_trace_error": rec.get("single_trace_error")}
+    out["stream"] = rec
+    out["from_cache"] = rec.get("from_cache", False)
+    out["rank"] = rec.get("rank") if out.get("rank") is None else out["rank"]
+    out["path"] = rec.get("path")
+    return out
 
 
 def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
@@ -78,16 +108,7 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
     Returns the ``TraceAnalysis`` fields at the top level and the streaming record under ``stream``."""
     from ai4s_graph.tools import collectives
 
-    rec = collectives.analyze_rank(path, rank, cache_dir)
-    single = rec.pop("single_trace", None)
-    if single:
-        out = dict(single)
-    else:
-        out = {"timeline": rec.get("timeline"), "backend": "streaming",
-               "single_trace_error": rec.get("single_trace_error")}
-    out["stream"] = rec
-    out["from_cache"] = rec.get("from_cache", False)
-    return out
+    return _as_rank_result(collectives.analyze_rank(path, rank, cache_dir))
 
 
 @node("trace_rank")
@@ -115,6 +136,47 @@ def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     return ({"rank_results": [res]},
             StatusLine.make(Outcome.ok, f"rank {rank}: {res.get('backend', '?')} backend, "
                                         f"{res.get('kernel_count', 0)} kernels"))
+
+
+@node("trace_array")
+def trace_array(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Analyse every rank trace as a SLURM job array (one task per rank, on the cluster itself),
+    then gather the per-rank results. The array job id is recorded in
+    ``<out>/.ai4s-graph/rank-array/submitted.json`` as soon as sbatch answers, so a resumed run
+    waits for the same array instead of submitting another."""
+    import json
+
+    from ai4s_graph.tools import collectives, slurm
+
+    req = RunRequest.model_validate(state["request"])
+    work = Path(req.out_dir) / ".ai4s-graph" / "rank-array"
+    marker = work / "submitted.json"
+    if marker.exists():
+        jobid = json.loads(marker.read_text())["jobid"]
+    else:
+        cfg = slurm.load_cluster_config(req.cluster_config) if req.cluster_config else None
+        script = collectives.render_slurm_array(
+            {r: p for r, p in rank_traces(state)}, work, mem=None,
+            partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
+            cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
+        jobid = slurm.sbatch(script)
+        work.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"jobid": jobid, "script": str(script)}))
+    journal(req.out_dir, "trace_array", "submitted", jobid=jobid)
+    try:
+        tasks = slurm.wait_for_array(jobid, timeout_s=req.wait_timeout_s)
+    except slurm.WaitTimeout as e:
+        return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
+    try:
+        results = [_as_rank_result(r) for r in collectives.gather_rank_results(work)]
+    except Ai4sError as e:
+        states = ",".join(sorted({t.base_state for t in tasks}))
+        return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},
+                StatusLine.make(Outcome.fail, f"array job {jobid} ({states}): {e}"))
+    nodes = sorted({n for t in tasks for n in t.nodelist})
+    return ({"rank_results": results},
+            StatusLine.make(Outcome.ok, f"array job {jobid}: {len(results)} rank traces analysed on "
+                                        f"{','.join(nodes) or '?'}"))
 
 
 def _ev(res: dict[str, Any], query: str, returned: Any) -> Evidence:
@@ -197,8 +259,8 @@ def tracelens_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
     results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
     if not results:
-        return ({"missing": ["tracelens_analyst: no rank traces to analyse"], "findings": {"trace": None}},
-                StatusLine.make(Outcome.fail, "no rank traces in the run directory"))
+        return ({"missing": ["tracelens_analyst: no rank trace was analysed"], "findings": {"trace": None}},
+                StatusLine.make(Outcome.fail, "no rank trace was analysed"))
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
     missing = [f"tracelens_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
