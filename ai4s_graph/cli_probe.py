@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from ai4s_graph.tools.errors import InputError
 from rich.console import Console
 
 err = Console(stderr=True)
@@ -65,8 +67,14 @@ def register(app: typer.Typer) -> None:
         if check is not None:
             if not check.is_file():
                 err.print(f"no report at {check}")
+                typer.echo(f"STATUS=fail; reason=no report at {check}")
                 raise typer.Exit(2)
-            bad = check_file(check)
+            try:
+                bad = check_file(check)
+            except InputError as e:
+                err.print(f"error: {e}")
+                typer.echo(f"STATUS=fail; reason={e}")
+                raise typer.Exit(2)
             for v in bad:
                 typer.echo(str(v))
             typer.echo(f"STATUS={'fail' if bad else 'ok'}; reason={len(bad)} rule violation(s) in {check.name}")

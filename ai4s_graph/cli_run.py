@@ -11,17 +11,21 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ai4s_graph.graph.runtime import RunRequest
 from ai4s_graph.state import StatusLine
 from ai4s_graph.tools.errors import Ai4sError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 def _writable(d: Path) -> bool:
-    return d.is_dir() and os.access(d, os.W_OK)
+    """A directory we may write reports into: ``os.access`` says so AND its mode grants a write bit.
+    (For root ``os.access`` is always true; a ``dr-xr-xr-x`` archive of runs is read-only by intent.)"""
+    return d.is_dir() and os.access(d, os.W_OK) and bool(d.stat().st_mode & 0o222)
 
 
 def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None) -> Path:
@@ -43,6 +47,15 @@ def thread_id(req: RunRequest) -> str:
     h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
+
+
+def _first_error(e: ValueError) -> str:
+    """One line from a (pydantic) ValueError: the first error's message."""
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        first = errs()[0]
+        return f"{'.'.join(str(x) for x in first.get('loc', ())) or 'value'}: {first['msg'].removeprefix('Value error, ')}"
+    return " ".join(str(e).split())
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -72,9 +85,18 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             saver.delete_thread(cfg["configurable"]["thread_id"])
         snap = graph.get_state(cfg)
         if snap.values and not snap.next:
+            values = dict(snap.values)
+            out_dir = Path(values.get("request", {}).get("out_dir", req.out_dir))
+            if values.get("report") and not (out_dir / "report.md").exists():
+                from ai4s_graph.graph.nodes.synthesizer import synthesizer
+
+                printer("graph", "STATUS=partial; reason=complete, but report.md is gone: writing it again")
+                values.update(synthesizer(values))
+                printer("synthesizer", values["statuses"]["synthesizer"])
+                return values
             printer("graph", f"STATUS=ok; reason=already complete (thread {cfg['configurable']['thread_id']}); "
                              "use --fresh to run again")
-            return dict(snap.values)
+            return values
         inputs = None if snap.next else {"request": req.model_dump()}
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
@@ -141,16 +163,22 @@ def register(app: typer.Typer) -> None:
                              "gpus_per_node": gpus_per_node, "time_limit": time_limit, "env": _parse_env(env),
                              "script_args": list(script_arg),
                              "cluster_config": str(cluster_config) if cluster_config else None}
-        req = RunRequest(jobid=job, perf_run=str(perf_run.resolve()) if perf_run else None, out_dir=str(out_dir),
+        try:
+            req = RunRequest(jobid=job, perf_run=str(perf_run.resolve()) if perf_run else None, out_dir=str(out_dir),
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
                          llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
                          wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array)
+        except ValueError as e:
+            msg = _first_error(e)
+            err_console.print(f"error: {msg}")
+            print(f"STATUS=fail; reason={msg}")
+            raise typer.Exit(2)
 
         def printer(node: str, line: str) -> None:
             st = StatusLine.parse(line).status.value
             color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]
-            console.print(f"[bold]{node:<20}[/bold] [{color}]{line}[/{color}]")
+            console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
 
         try:
             final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
@@ -171,7 +199,7 @@ def register(app: typer.Typer) -> None:
             print("STATUS=fail; reason=no report written")
             raise typer.Exit(1)
         out_final = Path(final["request"]["out_dir"])
-        console.print(f"\n[bold]{rep['bottleneck']['klass']}[/bold] — {rep['executive_summary']}\n")
+        console.print(Text.assemble("\n", (rep["bottleneck"]["klass"], "bold"), " — ", rep["executive_summary"], "\n"))
         console.print(f"report: {out_final / 'report.md'}")
         print(rep["statuses"]["synthesizer"])
         if rep["statuses"]["synthesizer"].startswith("STATUS=fail"):

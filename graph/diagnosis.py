@@ -115,16 +115,39 @@ def classify_trace(trace: dict[str, Any]) -> Diagnosis:
                      f"GPU computing {comp:.1f}%, idle {idle:.1f}%: no rule fired", inputs, 0.3)
 
 
+# Board limits (W, boost SM/GFX clock MHz), from the vendors' datasheets: NVIDIA H100 SXM and H200 SXM
+# (700 W, 1980 MHz), A100 SXM (400 W, 1410 MHz); AMD Instinct MI300X (750 W, 2100 MHz) and MI355X
+# (1400 W, 2400 MHz). Matched on the GPU name in the manifest (``gpu``) or telemetry.
+BOARD_LIMITS: dict[str, tuple[float, float]] = {
+    "H200": (700.0, 1980.0), "H100": (700.0, 1980.0), "A100": (400.0, 1410.0),
+    "MI355X": (1400.0, 2400.0), "MI300X": (750.0, 2100.0),
+}
+
+
+def board_limits(gpu_name: str | None) -> tuple[float, float] | None:
+    """(power limit W, boost clock MHz) of a known board from its name, else None."""
+    name = (gpu_name or "").upper().replace(" ", "")
+    for key, lim in BOARD_LIMITS.items():
+        if key in name:
+            return lim
+    return None
+
+
 def telemetry_supports_compute(gpu_util: float | None, sm_clock: float | None, sm_clock_max: float | None,
-                               power: float | None, power_max: float | None) -> bool | None:
+                               power: float | None, power_max: float | None,
+                               gpu_name: str | None = None) -> bool | None:
     """Seed 001 T2: high utilization counts only with a high SM clock and high power.
 
-    Returns True/False, or None when the inputs are missing. Clock and power are compared to the
-    maxima observed in the same job (the board's limits are not always exported)."""
-    if gpu_util is None or sm_clock is None or not sm_clock_max:
+    Clock and power are compared with the board's datasheet limits (:data:`BOARD_LIMITS`) when the
+    GPU is known, else with the maxima observed in the same job. Returns True/False, or None when
+    the inputs are missing."""
+    lim = board_limits(gpu_name)
+    clock_ref = lim[1] if lim else sm_clock_max
+    power_ref = lim[0] if lim else power_max
+    if gpu_util is None or sm_clock is None or not clock_ref:
         return None
-    clock_ok = sm_clock >= SM_CLOCK_HIGH_FRAC * sm_clock_max
-    power_ok = True if (power is None or not power_max) else power >= 0.5 * power_max
+    clock_ok = sm_clock >= SM_CLOCK_HIGH_FRAC * clock_ref
+    power_ok = True if (power is None or not power_ref) else power >= 0.5 * power_ref
     return gpu_util >= 80.0 and clock_ok and power_ok
 
 
@@ -137,8 +160,8 @@ LEVERS: dict[BottleneckClass, list[tuple[str, str]]] = {
         ("fuse_small_kernels", "fewer, larger kernels: upstream fusion or mega-kernels (lesson 13)"),
         ("larger_batch_per_launch", "more work per launch amortizes launch latency (seed 001 T18); re-check the "
          "batch-size guards (lessons 23, 31)"),
-        ("rccl_high_priority", "TORCH_NCCL_HIGH_PRIORITY=1 GPU_MAX_HW_QUEUES=2: the one accepted HydraGNN lever "
-         "(lesson 17)"),
+        ("rccl_high_priority", "TORCH_NCCL_HIGH_PRIORITY=1 GPU_MAX_HW_QUEUES=2 (ROCm): the one accepted HydraGNN "
+         "lever (lesson 17)"),
     ],
     BottleneckClass.compute: [
         ("precision_bf16", "bf16/TF32 tensor-core math (seed 001 T9, T13; lesson 22: 2.38× on ORBIT-2)"),
@@ -166,3 +189,16 @@ LEVERS: dict[BottleneckClass, list[tuple[str, str]]] = {
     ],
     BottleneckClass.unknown: [],
 }
+
+
+def lever_applies(name: str, *, precision: str | None, vendor: str | None, ranks: int) -> bool:
+    """Whether a lever of :data:`LEVERS` fits the job: no precision lever for a job already at
+    bf16/fp16/fp8, the ROCm-only ``rccl_high_priority`` only on AMD GPUs, no communication lever
+    for a single rank."""
+    if name == "precision_bf16" and (precision or "").lower() in ("bf16", "fp16", "fp8"):
+        return False
+    if name == "rccl_high_priority" and vendor != "amd":
+        return False
+    if name in ("ddp_bucket_cap_mb", "fsdp_prefetch", "nccl_env") and ranks < 2:
+        return False
+    return True

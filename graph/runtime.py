@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, Field, field_validator
 
 from ai4s_graph.state import Outcome, StatusLine
 from ai4s_graph.tools.errors import Ai4sError
@@ -37,8 +39,18 @@ class RunRequest(BaseModel):
     submit_params: dict[str, Any] = Field(default_factory=dict)
     cluster_config: str | None = None
     wait_timeout_s: float = 3600.0
-    workers: int = 0  # rank-trace worker processes (0 = automatic)
+    workers: int = Field(0, ge=0)  # rank-trace worker processes (0 = automatic)
     slurm_array: bool = False  # analyse the rank traces as a SLURM job array
+
+    @field_validator("tsdb_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        u = urlparse(v)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"--tsdb-url must be an http(s)://host:port URL, not {v!r}")
+        return v.rstrip("/")
 
 
 def journal_path(out_dir: str | Path) -> Path:

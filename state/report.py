@@ -47,6 +47,7 @@ class Report(BaseModel):
     bottleneck: Bottleneck = Field(default_factory=Bottleneck)
     claims: list[VerifiedClaim] = Field(default_factory=list)
     levers: list[LeverRecommendation] = Field(default_factory=list)
+    lever_catalog: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that were missing or bad")
     statuses: dict[str, str] = Field(default_factory=dict, description="node -> STATUS line")
     figures: dict[str, Any] = Field(default_factory=dict, description="headline numbers")

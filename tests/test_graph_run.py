@@ -219,3 +219,90 @@ def test_unknown_job_id_is_one_line(tmp_path):
     rep = _report(tmp_path / "o")
     assert rep.statuses["launcher"].startswith("STATUS=fail")
     assert "unknown job id 424242" in rep.statuses["launcher"]
+
+
+def test_malformed_manifest_fails_the_launcher_and_still_reports(shared_data, tmp_path):
+    run = _copy_run(shared_data, "91001", tmp_path)
+    (run / "manifest.json").write_text('{"jobid": "91001", "global_batch_size": "sixteen"}')
+    code, text = _run("--job", "91001", "--perf-run", str(run))
+    rep = _report(run)
+    assert rep.statuses["launcher"].startswith("STATUS=fail; reason=malformed")
+    assert "global_batch_size" in rep.statuses["launcher"]
+    assert code == 1 and rep.statuses["synthesizer"].startswith("STATUS=fail")
+    assert (run / "manifest.json").read_text() == '{"jobid": "91001", "global_batch_size": "sixteen"}'
+
+
+def test_nan_losses_do_not_abort_the_run(shared_data, tmp_path):
+    import re
+
+    run = _copy_run(shared_data, "91001", tmp_path)
+    log = run / "train.log"
+    log.write_text(re.sub(r"loss [0-9.]+", "loss nan", log.read_text()))
+    code, text = _run("--job", "91001", "--perf-run", str(run))
+    assert code == 0, text
+    rep = _report(run)
+    assert _verdict(rep, "om.fom.steady_step_time_s").verdict.value == "confirmed"
+    assert json.loads((run / "foms.json").read_text())["epoch_losses"][0] is None   # NaN written as null
+
+
+def test_trace_with_non_numeric_timestamps_is_one_line(shared_data, tmp_path):
+    import gzip
+
+    run = _copy_run(shared_data, "91001", tmp_path)
+    tr = run / "traces/trace_rank0.json.gz"
+    data = json.loads(gzip.decompress(tr.read_bytes()))
+    k = next(e for e in data["traceEvents"] if e.get("cat") == "kernel")
+    k["ts"] = "abc"
+    tr.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, text = _run("--job", "91001", "--perf-run", str(run))
+    rep = _report(run)
+    assert rep.statuses["trace_rank"].startswith("STATUS=fail")
+    assert any("trace_rank0.json.gz" in m and "\n" not in m for m in rep.missing), rep.missing
+    assert rep.statuses["omnistat_analyst"].startswith("STATUS=ok")
+
+
+def test_broken_telemetry_line_is_named(shared_data, tmp_path):
+    run = _copy_run(shared_data, "91003", tmp_path)
+    exp = run / "telemetry/export.jsonl"
+    lines = exp.read_text().splitlines()
+    lines[2] = lines[2][: len(lines[2]) // 2]
+    exp.write_text("\n".join(lines) + "\n")
+    code, text = _run("--job", "91003", "--perf-run", str(run))
+    rep = _report(run)
+    assert rep.statuses["omnistat_analyst"].startswith("STATUS=partial")
+    assert any("1 malformed JSON line(s) skipped (first: line 3)" in m for m in rep.missing), rep.missing
+
+
+def test_read_only_run_dir_is_never_written(shared_data, tmp_path, monkeypatch):
+    run = _copy_run(shared_data, "91003", tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    run.chmod(0o555)
+    monkeypatch.chdir(tmp_path)
+    try:
+        code, text = _run("--job", "91003", "--perf-run", str(run))
+    finally:
+        run.chmod(0o755)
+    assert code == 0, text
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert (tmp_path / "ai4s-reports/91003/report.md").exists()
+
+
+def test_a_deleted_report_is_written_again(r91001, shared_data):
+    out, _ = r91001
+    (out / "report.md").unlink()
+    code, text = _run("--job", "91001", "--perf-run", str(shared_data / "perf-runs/91001"), "--out", str(out),
+                      "--checkpoint", str(out / "ck.sqlite"))
+    assert code == 0 and "report.md is gone" in text
+    assert "## Bottleneck: dispatch-bound" in (out / "report.md").read_text()
+
+
+def test_usage_errors_end_with_a_status_line():
+    import subprocess
+
+    cp = subprocess.run([sys.executable, "-c", "from ai4s_graph.cli import main; main()", "run", "--bogus"],
+                        capture_output=True, text=True)
+    assert cp.returncode == 2
+    assert cp.stdout.strip().splitlines()[-1].startswith("STATUS=fail; reason=No such option: --bogus")
+    cp = subprocess.run([sys.executable, "-c", "from ai4s_graph.cli import main; main()", "run", "--job", "1",
+                         "--tsdb-url", "garbage"], capture_output=True, text=True)
+    assert cp.returncode == 2 and "must be an http(s)://host:port URL" in cp.stdout

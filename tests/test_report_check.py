@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ai4s_graph.tools import evalcluster as E
-from ai4s_graph.tools.report_check import RULES, anchors, check_report, slug
+from ai4s_graph.tools.errors import InputError
+from ai4s_graph.tools.report_check import RULES, anchors, check_file, check_report, slug
 
 RAW = Path(__file__).resolve().parent.parent / "reports" / "raw-2026-11-29" / "eval-vm.json"
 
@@ -76,8 +77,18 @@ def test_toc_anchor(clean):
     assert v and "#find-underperforming-gpus" in v[0].message
 
 
+def test_structure_empty_or_sectionless_report(tmp_path):
+    assert [v.rule for v in check_report("")] == ["structure"]
+    assert [v.rule for v in check_report("# Title only\n")] == ["structure"]
+    binary = tmp_path / "b.md"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(InputError, match="not UTF-8"):
+        check_file(binary)
+
+
 def test_every_rule_has_a_test():
-    assert set(RULES) == {"acronym", "iec_units", "numeric_align", "times_not_percent", "asserted_absence", "toc_anchor"}
+    assert set(RULES) == {"structure", "acronym", "iec_units", "numeric_align", "times_not_percent",
+                          "asserted_absence", "toc_anchor"}
 
 
 def test_slugs_and_duplicate_anchors():

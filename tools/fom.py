@@ -43,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ai4s_graph.state.claims import BottleneckClass
+from ai4s_graph.tools.files import publish
 from ai4s_graph.tools.errors import InputError
 
 LogFormat = Literal["batch_time", "edm_tic", "hydragnn_tqdm"]
@@ -687,6 +688,18 @@ def _summarise(
 
 
 # ----------------------------------------------------------------------------------------------
+def _finite_or_none(obj: Any) -> Any:
+    """``obj`` with every NaN/inf float replaced by None (JSON has no NaN; a diverged run logs
+    ``loss nan``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
 def write_foms(
     result: FomResult,
     path: str | os.PathLike[str],
@@ -727,9 +740,9 @@ def write_foms(
     fd, tmp = tempfile.mkstemp(prefix=".foms-", suffix=".json", dir=out.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, allow_nan=False)
+            json.dump(_finite_or_none(data), fh, indent=1, allow_nan=False)
             fh.write("\n")
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

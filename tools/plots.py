@@ -20,6 +20,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ai4s_graph.tools.files import publish
 from ai4s_graph.tools.errors import InputError
 
 #: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
@@ -41,7 +42,7 @@ def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -48,7 +48,7 @@ ACRONYMS: dict[str, tuple[str, ...]] = {
 plus the other abbreviations the eval report uses."""
 ACRONYM_WINDOW = 160
 
-RULES = ("acronym", "iec_units", "numeric_align", "times_not_percent", "asserted_absence", "toc_anchor")
+RULES = ("structure", "acronym", "iec_units", "numeric_align", "times_not_percent", "asserted_absence", "toc_anchor")
 
 
 @dataclass(frozen=True)
@@ -249,17 +249,33 @@ def _check_toc(text: str) -> list[Violation]:
     return v
 
 
+def _check_structure(text: str) -> list[Violation]:
+    """A report has a title (``# ...``) and at least one section (``## ...``)."""
+    lines = text.splitlines()
+    if not any(ln.startswith("# ") for ln in lines):
+        return [Violation("structure", 1, "no '# ' title: not a report")]
+    if not any(ln.startswith("## ") for ln in lines):
+        return [Violation("structure", 1, "no '## ' section: not a report")]
+    return []
+
+
 def check_report(text: str) -> list[Violation]:
     """Every mechanical-rule violation in report ``text`` (markdown), in line order.
     An empty list means the report passes."""
-    v = (_check_acronyms(text) + _check_units(text) + _check_tables(text) + _check_absence(text)
-         + _check_toc(text))
+    v = (_check_structure(text) + _check_acronyms(text) + _check_units(text) + _check_tables(text)
+         + _check_absence(text) + _check_toc(text))
     return sorted(v, key=lambda x: (x.line, x.rule))
 
 
 def check_file(path: str | Path) -> list[Violation]:
-    """:func:`check_report` on a file. Raises FileNotFoundError when it does not exist."""
-    return check_report(Path(path).read_text())
+    """:func:`check_report` on a file. Raises FileNotFoundError when it does not exist and
+    :class:`~ai4s_graph.tools.errors.InputError` when it is not UTF-8 text."""
+    try:
+        return check_report(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        from ai4s_graph.tools.errors import InputError
+
+        raise InputError(f"{path}: not UTF-8 text: not a markdown report") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

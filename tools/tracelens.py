@@ -19,6 +19,7 @@ verifier's independent path. With the TraceLens backends, figures TraceLens does
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -512,14 +513,33 @@ def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: f
     :class:`ToolUnavailableError` (a forced backend whose library is not installed)."""
     p = Path(path)
     chosen = _resolve_backend(p, backend)
-    if chosen == "kineto":
-        return _analyze_kineto(p, short_kernel_us)
-    if chosen == "hta":
-        return _analyze_hta(p, short_kernel_us)
-    if chosen == "tracelens-csv":
-        kineto.read_trace_json(p)
-        return _analyze_tracelens_csv(p, short_kernel_us)
-    return _analyze_tracelens(p, short_kernel_us)
+    try:
+        if chosen == "kineto":
+            res = _analyze_kineto(p, short_kernel_us)
+        elif chosen == "hta":
+            res = _analyze_hta(p, short_kernel_us)
+        elif chosen == "tracelens-csv":
+            kineto.read_trace_json(p)
+            res = _analyze_tracelens_csv(p, short_kernel_us)
+        else:
+            res = _analyze_tracelens(p, short_kernel_us)
+    except (ValueError, TypeError, KeyError) as e:  # a field of an event that is not what kineto writes
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"{p.name}: malformed trace event ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
+    check_timeline(res.timeline, p)
+    return res
+
+
+def check_timeline(timeline: dict[str, TimelineRow], path: str | Path) -> None:
+    """Refuse an impossible GPU timeline: a NaN/inf or negative time, or a share outside 0-100%
+    (seen with non-numeric ``ts`` or negative ``dur`` in hand-edited traces). Raises
+    :class:`InputError` naming the first bad row."""
+    for name, row in timeline.items():
+        t, pct = float(row.time_ms), float(row.percent)
+        if not (math.isfinite(t) and math.isfinite(pct)) or t < 0 or pct < -1e-6 or pct > 100.0 + 1e-6:
+            raise InputError(f"{Path(path).name}: impossible GPU timeline ({name} = {t:.4g} ms, {pct:.4g}%): "
+                             "events with non-numeric, missing or negative ts/dur")
 
 
 def _analyze_one(args: tuple) -> TraceAnalysis:

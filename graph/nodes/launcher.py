@@ -63,7 +63,12 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
     missing: list[str] = []
     mpath = run_dir / "manifest.json"
     if mpath.exists():
-        manifest = Manifest.read(mpath)
+        try:
+            manifest = Manifest.read(mpath)
+        except ValueError as e:  # not JSON, or a field of the wrong type (pydantic ValidationError)
+            first = str(e).splitlines()
+            detail = " ".join(first[1:3]) if len(first) > 1 and "validation error" in first[0] else first[0]
+            raise InputError(f"malformed {mpath}: {' '.join(detail.split())[:160]}") from None
         if req.jobid and manifest.jobid != str(req.jobid):
             raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid} in {run_dir}")
     else:
@@ -112,7 +117,9 @@ def launcher(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     manifest, missing = adopt(req)
     out = Path(req.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    manifest.write(out / "manifest.json")
+    run_dir = Path(req.perf_run or default_perf_run(req.jobid or ""))
+    if not ((out / "manifest.json").exists() and out.resolve() == run_dir.resolve()):
+        manifest.write(out / "manifest.json")  # never rewrite the run's own manifest.json
     nodes = ",".join(manifest.nodes_list) or "unknown nodes"
     status = Outcome.ok if not missing else Outcome.partial
     reason = f"adopted job {manifest.jobid} ({manifest.state}) on {nodes}"
@@ -120,6 +127,6 @@ def launcher(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         reason += f"; {len(missing)} input(s) missing"
     return (
         {"manifest": manifest.model_dump(mode="json", by_alias=True), "missing": missing,
-         "request": {**state["request"], "perf_run": str(Path(req.perf_run or default_perf_run(req.jobid or "")))}},
+         "request": {**state["request"], "perf_run": str(run_dir)}},
         StatusLine.make(status, reason),
     )

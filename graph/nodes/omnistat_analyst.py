@@ -7,6 +7,8 @@ Claims are MADE here; ``omnistat_verifier`` checks them.
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -41,6 +43,11 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tupl
         fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes)
     d = res.model_dump()
     q = f"parse_log({log.name}, global_batch_size={manifest.global_batch_size})"
+    bad = [k for k in ("steady_step_time_s", "epoch_time_s") if d.get(k) is not None
+           and not (math.isfinite(d[k]) and d[k] > 0)]
+    if bad:
+        raise InputError(f"{log.name}: {bad[0]} = {d[bad[0]]} is not a positive wall time: the log's step times "
+                         "are malformed")
 
     def ev(field: str) -> Evidence:
         return Evidence(tool="fom.parse_log", query=f"{q}.{field}", returned=d[field], args={"path": str(log)})
@@ -106,11 +113,32 @@ def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tup
     return d, claims
 
 
+def malformed_lines(path: Path) -> list[int]:
+    """1-based numbers of the non-empty lines of a JSON-lines export that are not JSON objects
+    with ``metric``, ``values`` and ``timestamps`` (VictoriaMetrics skips them on import)."""
+    bad = []
+    with path.open("rb") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                ok = isinstance(obj, dict) and {"metric", "values", "timestamps"} <= obj.keys()
+            except ValueError:
+                ok = False
+            if not ok:
+                bad.append(i)
+    return bad
+
+
 @contextlib.contextmanager
-def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest) -> Iterator[tuple[str, str]]:
+def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
+             problems: list[str] | None = None) -> Iterator[tuple[str, str]]:
     """Yield ``(url, source)`` of a TSDB holding the job's telemetry: ``--tsdb-url`` as given, else a
     VictoriaMetrics started on loopback and loaded with the run's ``telemetry/*.jsonl`` (stopped
-    afterwards). Raises :class:`InputError` when neither exists."""
+    afterwards). Malformed export lines are appended to ``problems``. Raises :class:`InputError`
+    when neither exists."""
+    problems = problems if problems is not None else []
     if req.tsdb_url:
         yield req.tsdb_url, "--tsdb-url"
         return
@@ -119,6 +147,10 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest) -> Iterator[tup
         raise InputError(f"no telemetry: no --tsdb-url and no telemetry/*.jsonl in {run_dir}")
     from ai4s_graph.tools.victoria import VictoriaMetrics
 
+    for f in files:
+        bad = malformed_lines(f)
+        if bad:
+            problems.append(f"telemetry: {f.name}: {len(bad)} malformed JSON line(s) skipped (first: line {bad[0]})")
     with VictoriaMetrics() as vm:
         for f in files:
             vm.import_jsonl(f)
@@ -152,9 +184,10 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
                                                  "per_instance": r.per_instance, "sample_count": r.sample_count}
         ev = Evidence(**r.evidence())
         ev.args.update({"url": url, "jobid": manifest.jobid})
+        shown = (f"{r.value / 2**30:.2f} GiB" if r.unit == "bytes" else f"{r.value:.4g} {r.unit}")
         claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
-                            f"Over the job window ({window[1] - window[0]:.0f} s), the {stat} {metric.replace('_', ' ')} "
-                            f"is {r.value:.4g} {r.unit}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
+                            f"Over the job's telemetry window ({window[1] - window[0]:.0f} s of rmsjob_info), the "
+                            f"{stat} {metric.replace('_', ' ')} is {shown}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
                             r.unit, [ev]))
     for metric in PLOT_METRICS:
         try:
@@ -169,18 +202,22 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
     pw, pw_max = (st.get(k, {}).get("value") for k in ("power.avg", "power.max"))
     from ai4s_graph.graph.diagnosis import telemetry_supports_compute
 
-    sup = telemetry_supports_compute(util, clk, clk_max, pw, pw_max)
+    from ai4s_graph.graph.diagnosis import board_limits
+
+    sup = telemetry_supports_compute(util, clk, clk_max, pw, pw_max, gpu_name=manifest.gpu)
     if sup is not None:
         findings["supports_compute"] = sup
+        lim = board_limits(manifest.gpu)
+        ref = (f"the {manifest.gpu}'s {lim[1]:.0f} MHz boost clock and {lim[0]:.0f} W limit (datasheet)" if lim
+               else f"the job's own maxima ({clk_max:.0f} MHz, {pw_max or 0:.0f} W): the board limits are unknown")
         ev = Evidence(tool="diagnosis.telemetry_supports_compute", query="gpu_util.avg, sm_clock.avg/max, power.avg/max",
                       returned=sup, args={"gpu_util": util, "sm_clock": clk, "sm_clock_max": clk_max,
-                                          "power": pw, "power_max": pw_max})
+                                          "power": pw, "power_max": pw_max, "gpu": manifest.gpu})
         claims.append(claim("om.tel.supports_compute", ANALYST,
                             f"Telemetry {'supports' if sup else 'does not support'} a compute-bound reading: utilization "
-                            f"{util:.1f}%, SM clock {clk:.0f} of {clk_max:.0f} MHz"
-                            + (f", power {pw:.0f} of {pw_max:.0f} W" if pw is not None and pw_max else "")
-                            + " (utilization alone lies: seed 001 T2).", "telemetry.supports_compute", sup, "bool",
-                            [ev], confidence=0.7))
+                            f"{util:.1f}%, SM clock {clk:.0f} MHz" + (f", power {pw:.0f} W" if pw is not None else "")
+                            + f", against {ref} (utilization alone lies: seed 001 T2).", "telemetry.supports_compute",
+                            sup, "bool", [ev], confidence=0.7))
     return findings, claims
 
 
@@ -212,11 +249,15 @@ def omnistat_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]
         except (Ai4sError, FileNotFoundError, ValueError) as e:
             missing.append(f"{ANALYST}: --compare: {e}")
             outcomes.append(Outcome.partial)
+    problems: list[str] = []
     try:
-        with tsdb_for(req, run_dir, manifest) as (url, source):
+        with tsdb_for(req, run_dir, manifest, problems) as (url, source):
             findings["telemetry"], c = analyze_telemetry(url, source, manifest)
         claims += c
         parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
+        if problems:
+            missing += [f"{ANALYST}: {p}" for p in problems]
+            outcomes.append(Outcome.partial)
     except Ai4sError as e:
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)

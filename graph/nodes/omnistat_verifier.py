@@ -173,7 +173,7 @@ def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> li
     for c in claims:
         if c["metric"] == "telemetry.supports_compute":
             sup = telemetry_supports_compute(raw.get("gpu_util.avg"), raw.get("sm_clock.avg"), raw.get("sm_clock.max"),
-                                             raw.get("power.avg"), raw.get("power.max"))
+                                             raw.get("power.avg"), raw.get("power.max"), gpu_name=manifest.gpu)
             out.append(verdict(c, VERIFIER, sup, Tolerance(), method + ", same rule on the raw statistics"))
     return out
 

@@ -18,7 +18,17 @@ from ai4s_graph.state import (Bottleneck, BottleneckClass, LeverRecommendation, 
 from ai4s_graph.tools.errors import Ai4sError
 
 SYNTH = "synthesizer"
-_CLASS_METRICS = ("diagnosis.precision_discriminator_class", "diagnosis.trace_bottleneck_class")
+# Which confirmed measurements count as support for each class (the inputs of its rule).
+SUPPORT_METRICS: dict[str, tuple[str, ...]] = {
+    BottleneckClass.dispatch.value: ("gpu_timeline.idle_time", "kernels.", "telemetry.gpu_util", "compare."),
+    BottleneckClass.compute.value: ("gpu_timeline.computation_time", "ops_by_category.", "telemetry.gpu_util",
+                                    "telemetry.sm_clock", "telemetry.power", "telemetry.supports_compute", "compare."),
+    BottleneckClass.memory.value: ("gpu_timeline.computation_time", "ops_by_category.", "telemetry.mem_bw_util",
+                                   "compare."),
+    BottleneckClass.data_loader.value: ("cpu.dataloader_step_share_pct", "gpu_timeline.idle_time",
+                                        "telemetry.gpu_util"),
+    BottleneckClass.communication.value: ("gpu_timeline.exposed_comm_time", "collectives."),
+}
 
 
 def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
@@ -26,7 +36,9 @@ def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
 
     Order of trust: the precision discriminator when it names compute/dispatch/memory (seed 000
     lesson 13 calls it the canonical discriminator) — unless the trace names a communication or
-    data-loader cause, which the discriminator cannot see —, then the trace rules (rank 0, or the
+    data-loader cause, which the discriminator cannot see, or the trace shows a mostly idle GPU
+    (dispatch-bound) while the discriminator says compute- or memory-bound (then the runs' difference
+    is more likely run-to-run variance, lesson 9, and the report says so) —, then the trace rules (rank 0, or the
     class most ranks agree on), then telemetry alone (compute-bound only when utilization, SM
     clock and power are all high, seed 001 T2). ``unknown`` when nothing confirmed decides it."""
     confirmed = [v for v in verdicts if v.verdict is Verdict.confirmed]
@@ -41,12 +53,30 @@ def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
         for v in trace:
             counts[str(v.claim.value)] = counts.get(str(v.claim.value), 0) + 1
         trace_cls = max(counts, key=lambda k: (counts[k], k == str(trace[0].claim.value)))
-    support = [v.claim.id for v in confirmed if v.claim.metric.startswith(("gpu_timeline.", "kernels.", "cpu.",
-                                                                           "telemetry.", "compare."))]
+    support_all = [v for v in confirmed if v.claim.metric.startswith(("gpu_timeline.", "kernels.", "cpu.",
+                                                                      "telemetry.", "compare.", "collectives."))]
+    def support_for(klass: str) -> list[str]:
+        keys = SUPPORT_METRICS.get(klass, ())
+        return [v.claim.id for v in support_all if v.claim.metric.startswith(keys)]
+
     if trace_cls in (BottleneckClass.communication.value, BottleneckClass.data_loader.value):
+        support = support_for(trace_cls)
         t = next(v for v in trace if str(v.claim.value) == trace_cls)
         return Bottleneck(klass=BottleneckClass(trace_cls), rationale=t.claim.statement,
                           supporting_claims=[t.claim.id] + support, confidence=t.claim.confidence)
+    support = support_for(trace_cls or (str(disc[0].claim.value) if disc else ""))
+    if (disc and trace_cls == BottleneckClass.dispatch.value
+            and str(disc[0].claim.value) in (BottleneckClass.compute.value, BottleneckClass.memory.value)):
+        # A GPU idle most of the window can be neither compute- nor memory-bound: the two runs'
+        # difference is more likely run-to-run variance (lesson 9) than precision. Trust the trace.
+        t = next(v for v in trace if str(v.claim.value) == trace_cls)
+        d = disc[0]
+        return Bottleneck(klass=BottleneckClass.dispatch,
+                          rationale=f"{t.claim.statement} The precision discriminator said {d.claim.value} "
+                                    f"({d.claim.statement.split(': ', 1)[-1]}), but a GPU this idle is neither compute- "
+                                    "nor memory-bound: replicate both runs on the same nodes before trusting that "
+                                    "difference (lesson 9).",
+                          supporting_claims=[t.claim.id] + support, confidence=0.6)
     if disc and str(disc[0].claim.value) != BottleneckClass.unknown.value:
         d = disc[0]
         agree = trace_cls == str(d.claim.value)
@@ -63,8 +93,9 @@ def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
         if tel and trace_cls == BottleneckClass.compute.value:
             conf = min(0.95, conf + 0.1) if tel[0].claim.value is True else conf - 0.2
             why += " " + tel[0].claim.statement
+        tel_ids = [x.claim.id for x in tel] if trace_cls == BottleneckClass.compute.value else []
         return Bottleneck(klass=BottleneckClass(trace_cls), rationale=why,
-                          supporting_claims=[t.claim.id] + [x.claim.id for x in tel] + support, confidence=conf)
+                          supporting_claims=[t.claim.id] + tel_ids + support, confidence=conf)
     tel = by_metric.get("telemetry.supports_compute", [])
     if tel and tel[0].claim.value is True:
         return Bottleneck(klass=BottleneckClass.compute, rationale=tel[0].claim.statement + " (no trace verdict)",
@@ -74,25 +105,59 @@ def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
                       supporting_claims=support, confidence=0.0)
 
 
-def recommend_levers(b: Bottleneck, model: str | None) -> list[LeverRecommendation]:
-    """Levers for the class (graph/diagnosis.py ``LEVERS``, in cost order), minus those the
-    model's lever catalog marks blocked (when a catalog for the model exists)."""
-    blocked: set[str] = set()
-    try:
-        from ai4s_graph.tools import levers as lever_tool
+def catalog_for_model(model: str | None) -> str | None:
+    """The bundled lever catalog of a model family (``levers/<name>.yaml``), matched on the
+    manifest's model name: HydraGNN/MLIP → ``hydragnn``, ORBIT-2 → ``orbit2``; None otherwise."""
+    m = (model or "").lower()
+    if "hydra" in m or "mlip" in m:
+        return "hydragnn"
+    if "orbit" in m:
+        return "orbit2"
+    return None
 
-        cat = lever_tool.load_catalog_for_model(model) if hasattr(lever_tool, "load_catalog_for_model") else None
-        if cat is not None:
-            blocked = {lv.name for lv in cat.levers if str(getattr(lv, "status", "")).endswith("blocked")}
-    except (ImportError, Ai4sError, OSError):
-        pass
-    return [LeverRecommendation(name=n, why=w, claims=b.supporting_claims[:3])
-            for n, w in LEVERS.get(b.klass, []) if n not in blocked]
+
+def recommend_levers(b: Bottleneck, manifest: Manifest, vendor: str | None,
+                     ranks: int) -> tuple[list[LeverRecommendation], str | None]:
+    """Levers for the class and the catalog they came from.
+
+    First the model's lever catalog (``levers/<model>.yaml``) levers that target this class and are
+    ``candidate`` or ``experimental`` (never ``blocked`` or ``accepted-baked-in``), in catalog order;
+    then the generic levers of ``graph/diagnosis.py`` (cost order) that fit the job
+    (:func:`~ai4s_graph.graph.diagnosis.lever_applies`) and that the catalog does not block."""
+    from ai4s_graph.graph.diagnosis import lever_applies
+
+    recs: list[LeverRecommendation] = []
+    blocked: set[str] = set()
+    cat_name = catalog_for_model(manifest.model)
+    cat_path = None
+    if cat_name:
+        try:
+            from ai4s_graph.tools import levers as lever_tool
+
+            path = lever_tool.bundled_catalog(cat_name)
+            cat = lever_tool.load_catalog(path)
+            cat_path = f"levers/{path.name}"
+            for lv in cat.levers:
+                status = getattr(lv.status, "value", str(lv.status))
+                if status in ("blocked", "accepted-baked-in"):
+                    blocked.add(lv.name)
+                elif b.klass in lv.targets:
+                    recs.append(LeverRecommendation(name=lv.name, why=f"{lv.description} ({cat_path}, {status})",
+                                                    claims=b.supporting_claims[:3]))
+        except (ImportError, Ai4sError, OSError):
+            cat_path = None
+    for n, w in LEVERS.get(b.klass, []):
+        if n not in blocked and lever_applies(n, precision=manifest.precision, vendor=vendor, ranks=ranks):
+            recs.append(LeverRecommendation(name=n, why=w, claims=b.supporting_claims[:3]))
+    return recs, cat_path
 
 
 def _fmt(v: Any, unit: str = "") -> str:
+    """A value with its unit for the report (bytes shown in GiB)."""
     if isinstance(v, bool) or v is None:
         return str(v)
+    if unit == "bytes" and isinstance(v, (int, float)):
+        return f"{v / 2**30:.3f} GiB"
     if isinstance(v, float):
         a = abs(v)
         s = f"{v:.4g}" if a < 1e5 else f"{v:.4e}"
@@ -159,6 +224,9 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
                 ret = ret[:157] + "…"
             L.append(f"- `{v.claim.id}` ← `{e.tool}`: `{e.query}` returned `{ret}`")
     L += ["", "## Recommended levers", ""]
+    L += [("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
+           "generic rules of `graph/diagnosis.py`, in cost order:") if rep.lever_catalog else
+          "From the generic rules of `graph/diagnosis.py`, in cost order (no lever catalog for this model):", ""]
     if rep.levers:
         L += [f"{i}. `{lv.name}` — {lv.why}" for i, lv in enumerate(rep.levers, 1)]
     else:
@@ -213,6 +281,14 @@ def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
             verdicts.append(VerifiedClaim.model_validate(verdict(c, SYNTH, None, Tolerance(),
                                                                  "not reached by a verifier")))
     b = decide_bottleneck(verdicts)
+    b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
+    findings = state.get("findings") or {}
+    vendor = (findings.get("telemetry") or {}).get("vendor")
+    if vendor in (None, "none"):
+        g = (manifest.gpu or "").upper()
+        vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
+    ranks = max(1, len(manifest.artifacts.traces))
+    levers, catalog = recommend_levers(b, manifest, vendor, ranks)
     window = None
     tel = (state.get("findings") or {}).get("telemetry") or {}
     if tel.get("window"):
@@ -221,7 +297,7 @@ def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         window = (manifest.start, manifest.end)
     plots_, plot_problems = make_plots(state, out_dir, window)
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
-                 bottleneck=b, claims=verdicts, levers=recommend_levers(b, manifest.model),
+                 bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
                  usage={k: Usage.model_validate(v) for k, v in (state.get("usage") or {}).items()}, llm=req.llm)

@@ -123,13 +123,24 @@ def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     except NoGpuEventsError as e:
         return ({"rank_results": [{"rank": rank, "path": path, "error": str(e), "no_gpu_events": True}]},
                 StatusLine.make(Outcome.partial, f"rank {rank}: {e}"))
-    except Ai4sError as e:
-        return ({"rank_results": [{"rank": rank, "path": path, "error": str(e)}]},
-                StatusLine.make(Outcome.fail, f"rank {rank}: {e}"))
+    except (Ai4sError, ValueError, TypeError, KeyError) as e:
+        msg = str(e) if isinstance(e, Ai4sError) else \
+            f"{Path(path).name}: malformed trace event ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+        return ({"rank_results": [{"rank": rank, "path": path, "error": msg}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {msg}"))
     res = dict(res)
-    if res.get("single_trace_error") and not res.get("timeline"):
-        return ({"rank_results": [{"rank": rank, "path": path, "error": res["single_trace_error"]}]},
-                StatusLine.make(Outcome.fail, f"rank {rank}: {res['single_trace_error']}"))
+    err = res.get("single_trace_error")
+    if not err:
+        from ai4s_graph.tools.kineto import TimelineRow
+        from ai4s_graph.tools.tracelens import check_timeline
+
+        try:
+            check_timeline({k: TimelineRow.model_validate(v) for k, v in (res.get("timeline") or {}).items()}, path)
+        except Ai4sError as e:
+            err = str(e)
+    if err:
+        return ({"rank_results": [{"rank": rank, "path": path, "error": err}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {err}"))
     if res.get("rank") is None:
         res["rank"] = rank
     res["path"] = path
