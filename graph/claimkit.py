@@ -25,49 +25,74 @@ def claim(cid: str, analyst: str, statement: str, metric: str, value: Any, unit:
                  evidence=evidence, confidence=confidence).model_dump(mode="json")
 
 
+# Default tolerance of the "is this number in the evidence?" guard: a stated number may be rounded.
+SUPPORT_TOL = Tolerance(abs=1e-6, rel=0.01)
+
+
+def _as_float(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, (int, float)):
+        f = float(x)
+        return f if math.isfinite(f) else None
+    if isinstance(x, str):
+        try:
+            f = float(x.strip().replace(",", ""))
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
 def numbers_in(obj: Any) -> list[float]:
-    """Every finite number found recursively in ``obj`` (dicts, lists, scalars)."""
+    """Every finite number found recursively in ``obj`` (dict values, list items, numeric
+    strings such as ``"92.1"``); booleans are not numbers here."""
     out: list[float] = []
-    if isinstance(obj, bool):
-        return out
-    if isinstance(obj, (int, float)):
-        if math.isfinite(float(obj)):
-            out.append(float(obj))
-    elif isinstance(obj, dict):
+    if isinstance(obj, dict):
         for v in obj.values():
             out.extend(numbers_in(v))
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             out.extend(numbers_in(v))
+    else:
+        f = _as_float(obj)
+        if f is not None:
+            out.append(f)
     return out
 
 
-def strings_in(obj: Any) -> list[str]:
-    """Every string found recursively in ``obj``."""
-    if isinstance(obj, str):
-        return [obj]
+def _leaves(obj: Any) -> list[Any]:
     if isinstance(obj, dict):
-        return [s for v in obj.values() for s in strings_in(v)]
+        return [x for v in obj.values() for x in _leaves(v)]
     if isinstance(obj, (list, tuple)):
-        return [s for v in obj for s in strings_in(v)]
-    return []
+        return [x for v in obj for x in _leaves(v)]
+    return [obj]
 
 
-def is_supported(c: dict[str, Any], tol: Tolerance = Tolerance(abs=1e-6, rel=0.01)) -> bool:
-    """True when the claim's value appears in what its evidence's tool calls returned.
+def is_supported(claim: dict[str, Any] | Claim, tol: Tolerance = SUPPORT_TOL) -> bool:
+    """True when the claim's value was returned by one of the tool calls it cites.
 
-    A numeric value must match some number in ``evidence[*].returned`` within ``tol``; a string
-    value must equal a returned string; a boolean must equal a returned boolean. This guards
-    against a number no tool returned (an LLM's invention): such a claim is ``unsupported``."""
-    v = c.get("value")
-    returned = [e.get("returned") for e in c.get("evidence", [])]
-    if isinstance(v, bool):
-        return any(r is v for r in returned) or any(isinstance(r, dict) and v in r.values() for r in returned)
-    if isinstance(v, (int, float)):
-        return any(tol.agrees(v, n) for n in numbers_in(returned))
-    if isinstance(v, str):
-        return v in strings_in(returned)
-    return False
+    ``claim`` is a :class:`~ai4s_graph.state.Claim` or its dict. A numeric value (int, float, or a
+    numeric string) is supported when some number found recursively in its evidence's
+    ``returned`` values agrees within ``tol`` (default ``abs=1e-6, rel=0.01``). A boolean must
+    equal a returned boolean; any other string must equal a returned string (blanks stripped).
+    A claim with no evidence or a ``None`` value is not supported. Never raises for a well-formed
+    claim dict. Used by both verifiers in both modes: a claim failing it gets verdict
+    ``unsupported`` (issue 3)."""
+    c = claim.model_dump() if isinstance(claim, Claim) else dict(claim)
+    value = c.get("value")
+    evidence = c.get("evidence") or []
+    returned = [(e.model_dump() if isinstance(e, Evidence) else e).get("returned") for e in evidence]
+    if value is None or not returned:
+        return False
+    if isinstance(value, bool):
+        return any(isinstance(x, bool) and x == value for x in _leaves(returned))
+    num = _as_float(value)
+    if num is not None:
+        return any(tol.agrees(num, x) for x in numbers_in(returned))
+    text = str(value).strip()
+    return any(isinstance(x, str) and x.strip() == text for x in _leaves(returned))
+
 
 
 def verdict(c: dict[str, Any], verifier: str, rederived: Any, tol: Tolerance, method: str,

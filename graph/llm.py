@@ -42,6 +42,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from ai4s_graph.graph.claimkit import SUPPORT_TOL, _as_float, _leaves, is_supported, numbers_in  # noqa: F401
 from ai4s_graph.state.claims import Claim, Evidence, Tolerance, Verdict, VerifiedClaim
 from ai4s_graph.state.report import Usage
 from ai4s_graph.state.status import Outcome, StatusLine
@@ -82,7 +83,6 @@ RETRY_STATUSES = frozenset({429, 529})
 
 #: Default tolerance of :func:`is_supported`: a claim's number within 1 % (or 1e-6 absolute) of a
 #: returned number counts as taken from it (rounding to 3 significant digits stays inside it).
-SUPPORT_TOL = Tolerance(abs=1e-6, rel=0.01)
 
 AgentName = Literal[
     "tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier", "synthesizer"
@@ -139,71 +139,6 @@ class LlmResult(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Deterministic guards
 # --------------------------------------------------------------------------------------------
-
-
-def _as_float(x: Any) -> float | None:
-    if isinstance(x, bool) or x is None:
-        return None
-    if isinstance(x, (int, float)):
-        f = float(x)
-        return f if math.isfinite(f) else None
-    if isinstance(x, str):
-        try:
-            f = float(x.strip().replace(",", ""))
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
-    return None
-
-
-def numbers_in(obj: Any) -> list[float]:
-    """Every finite number found recursively in ``obj`` (dict values, list items, numeric
-    strings such as ``"92.1"``); booleans are not numbers here."""
-    out: list[float] = []
-    if isinstance(obj, dict):
-        for v in obj.values():
-            out.extend(numbers_in(v))
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            out.extend(numbers_in(v))
-    else:
-        f = _as_float(obj)
-        if f is not None:
-            out.append(f)
-    return out
-
-
-def _leaves(obj: Any) -> list[Any]:
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in _leaves(v)]
-    if isinstance(obj, (list, tuple)):
-        return [x for v in obj for x in _leaves(v)]
-    return [obj]
-
-
-def is_supported(claim: dict[str, Any] | Claim, tol: Tolerance = SUPPORT_TOL) -> bool:
-    """True when the claim's value was returned by one of the tool calls it cites.
-
-    ``claim`` is a :class:`~ai4s_graph.state.Claim` or its dict. A numeric value (int, float, or a
-    numeric string) is supported when some number found recursively in its evidence's
-    ``returned`` values agrees within ``tol`` (default ``abs=1e-6, rel=0.01``). A boolean must
-    equal a returned boolean; any other string must equal a returned string (blanks stripped).
-    A claim with no evidence or a ``None`` value is not supported. Never raises for a well-formed
-    claim dict. Used by both verifiers in both modes: a claim failing it gets verdict
-    ``unsupported`` (issue 3)."""
-    c = claim.model_dump() if isinstance(claim, BaseModel) else dict(claim)
-    value = c.get("value")
-    evidence = c.get("evidence") or []
-    returned = [(e.model_dump() if isinstance(e, BaseModel) else e).get("returned") for e in evidence]
-    if value is None or not returned:
-        return False
-    if isinstance(value, bool):
-        return any(isinstance(x, bool) and x == value for x in _leaves(returned))
-    num = _as_float(value)
-    if num is not None:
-        return any(tol.agrees(num, x) for x in numbers_in(returned))
-    text = str(value).strip()
-    return any(isinstance(x, str) and x.strip() == text for x in _leaves(returned))
 
 
 _NUM = re.compile(r"(?<![A-Za-z0-9_.\-])(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
