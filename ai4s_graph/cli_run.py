@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -15,7 +16,7 @@ from rich.text import Text
 
 from ai4s_graph.graph.runtime import RunRequest
 from ai4s_graph.state import StatusLine
-from ai4s_graph.tools.errors import Ai4sError
+from ai4s_graph.tools.errors import Ai4sError, ToolUnavailableError
 
 # soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
 console = Console(highlight=False, soft_wrap=True, markup=False)
@@ -81,9 +82,12 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
     with open_checkpointer(checkpoint) as saver:
         graph = build_analysis_graph().compile(checkpointer=saver)
-        if fresh:
-            saver.delete_thread(cfg["configurable"]["thread_id"])
-        snap = graph.get_state(cfg)
+        try:
+            if fresh:
+                saver.delete_thread(cfg["configurable"]["thread_id"])
+            snap = graph.get_state(cfg)
+        except sqlite3.DatabaseError as e:
+            raise ToolUnavailableError(f"checkpoint database {checkpoint or 'default'} is unusable: {e}") from None
         if snap.values and not snap.next:
             values = dict(snap.values)
             out_dir = Path(values.get("request", {}).get("out_dir", req.out_dir))

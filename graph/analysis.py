@@ -41,9 +41,12 @@ def route_after_launcher(state: dict[str, Any]) -> Any:
     """Stop (END) when the launcher says so; wait for a submitted job; else analyse."""
     if state.get("stop"):
         return END
-    if not state.get("manifest") and not state.get("request", {}).get("submit"):
+    submit = state.get("request", {}).get("submit")
+    if not state.get("manifest") and not submit:
         return "synthesizer"  # the launcher failed (unknown job id, bad manifest): report what is missing
-    if state.get("request", {}).get("submit") and not state.get("manifest"):
+    if submit and not state.get("manifest"):
+        if not (state.get("job") or {}).get("jobid"):
+            return "synthesizer"  # nothing was submitted (a refused lever value, no sbatch): report why
         return "wait_for_job"
     return _analyze(state)
 

@@ -167,6 +167,9 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 def executive_summary(rep: Report, manifest: Manifest) -> str:
     """The deterministic executive summary (the LLM synthesizer may rewrite its prose)."""
+    if not rep.claims and rep.missing:
+        return (f"Nothing was analysed for job {rep.jobid}: {rep.missing[0]}. "
+                f"{len(rep.missing)} input(s) missing in all (see 'What was missing').")
     counts: dict[str, int] = {}
     for v in rep.claims:
         counts[v.verdict.value] = counts.get(v.verdict.value, 0) + 1
