@@ -306,3 +306,12 @@ def test_usage_errors_end_with_a_status_line():
     cp = subprocess.run([sys.executable, "-c", "from ai4s_graph.cli import main; main()", "run", "--job", "1",
                          "--tsdb-url", "garbage"], capture_output=True, text=True)
     assert cp.returncode == 2 and "must be an http(s)://host:port URL" in cp.stdout
+
+
+def test_a_rerun_takes_rank_results_from_the_trace_cache(shared_data, tmp_path):
+    args = ("--job", "91003", "--perf-run", str(shared_data / "perf-runs/91003"), "--out", str(tmp_path))
+    code, first = _run(*args)
+    assert code == 0 and "from the trace cache" not in first
+    code, second = _run(*args, "--fresh")
+    assert code == 0 and "rank 0: hta backend, 2805 kernels (from the trace cache: same content hash)" in second
+    assert _report(tmp_path).bottleneck.klass.value == "compute-bound"

@@ -260,9 +260,14 @@ def make_plots(state: dict[str, Any], out_dir: Path, window: tuple[float, float]
             problems.append(f"synthesizer: GPU breakdown plot: {e}")
     tel = (state.get("findings") or {}).get("telemetry") or {}
     series = {m: next(iter(per_inst.values())) for m, per_inst in (tel.get("series") or {}).items() if per_inst}
+    units = dict(tel.get("units") or {})
+    for m, u in list(units.items()):  # device memory reads better in GiB than in bytes
+        if u == "bytes" and m in series:
+            series[m] = [(t, v / 2**30) for t, v in series[m]]
+            units[m] = "GiB"
     if series:
         try:
-            paths.append(str(plots.plot_telemetry(series, tel.get("units") or {}, window, out_dir / "telemetry.png",
+            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png",
                                                   title=f"Telemetry over job {state['manifest']['jobid']}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")

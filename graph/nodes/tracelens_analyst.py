@@ -146,7 +146,8 @@ def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     res["path"] = path
     return ({"rank_results": [res]},
             StatusLine.make(Outcome.ok, f"rank {rank}: {res.get('backend', '?')} backend, "
-                                        f"{res.get('kernel_count', 0)} kernels"))
+                                        f"{res.get('kernel_count', 0)} kernels"
+                                        + (" (from the trace cache: same content hash)" if res.get("from_cache") else "")))
 
 
 @node("trace_array")
