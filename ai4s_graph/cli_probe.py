@@ -12,7 +12,7 @@ import typer
 from ai4s_graph.tools.errors import InputError
 from rich.console import Console
 
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ai4s_graph.state.status import StatusLine
 from ai4s_graph.tools.errors import Ai4sError
@@ -46,7 +47,7 @@ def timeline(
     if as_json:
         typer.echo(json.dumps(analysis.timeline_json(with_totals=totals)))
         return
-    table = Table(title=f"GPU timeline: {trace.name}", caption=f"backend: {analysis.backend}")
+    table = Table(title=Text(f"GPU timeline: {trace.name}"), caption=f"backend: {analysis.backend}")
     table.add_column("row")
     table.add_column("time (ms)", justify="right")
     table.add_column("% of total", justify="right")
