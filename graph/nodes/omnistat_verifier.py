@@ -39,36 +39,37 @@ def reread_log(path: Path) -> dict[str, Any]:
     cur: list[float] = []
     cur_loss: list[float] = []
     edm_epoch = None
+
+    def close_epoch() -> None:
+        nonlocal cur, cur_loss
+        if cur:
+            epochs.append(cur)
+            losses.append(cur_loss)
+            cur, cur_loss = [], []
+
+    def add_loss(line: str) -> None:
+        lm = _LOSS.search(line)
+        if lm:
+            cur_loss.append(float(lm.group(1)))
+
     for line in path.read_text(errors="replace").splitlines():
-        m = _STEP_TIME.search(line)
+        m = _STEP_TIME.search(line) or _TIC.search(line)
         if m:
             steps.append(float(m.group(1)))
             cur.append(float(m.group(1)))
-            lm = _LOSS.search(line)
-            if lm:
-                cur_loss.append(float(lm.group(1)))
+            if m.re is _STEP_TIME:
+                add_loss(line)
             continue
         m = _EDM_EPOCH.search(line)
         if m:
             e = int(m.group(1))
-            if edm_epoch is not None and e != edm_epoch and cur:
-                epochs.append(cur)
-                losses.append(cur_loss)
-                cur, cur_loss = [], []
+            if edm_epoch is not None and e != edm_epoch:
+                close_epoch()
             edm_epoch = e
-            lm = _LOSS.search(line)
-            if lm:
-                cur_loss.append(float(lm.group(1)))
+            add_loss(line)
             continue
-        m = _TIC.search(line)
-        if m:
-            steps.append(float(m.group(1)))
-            cur.append(float(m.group(1)))
-            continue
-        if _EPOCH_END.search(line) and cur:
-            epochs.append(cur)
-            losses.append(cur_loss)
-            cur, cur_loss = [], []
+        if _EPOCH_END.search(line):
+            close_epoch()
     return {"steps": steps, "epochs": epochs,
             "epoch_losses": [sum(x) / len(x) for x in losses if x]}
 
