@@ -43,7 +43,7 @@ TOOLS = ["ai4s", "ai4s-warm", "hta", "tracelens"]
 def _one(tool: str, files: dict[int, str], cache_dir: str, workers: int) -> dict:
     """Run one tool in this (child) process; returns a small summary of what it computed."""
     if tool in ("ai4s", "ai4s-warm"):
-        from ai4s_graph.tools import collectives
+        from ai4s_graph.tools.trace import collectives
 
         rep = collectives.analyze_collectives(files, cache_dir=cache_dir, workers=workers)
         return {"ranks": len(rep.per_rank), "idle_pct_rank0": round(rep.per_rank[0].idle_pct, 3),

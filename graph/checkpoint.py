@@ -11,7 +11,7 @@ from typing import Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from ai4s_graph.tools.errors import ToolUnavailableError
+from ..tools.errors import ToolUnavailableError
 
 
 def state_dir() -> Path:

@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field, field_validator
 
-from ai4s_graph.state import Outcome, StatusLine
-from ai4s_graph.tools.errors import Ai4sError
+from ..state import Outcome, StatusLine
+from ..tools.errors import Ai4sError
 
 
 class RunRequest(BaseModel):

@@ -37,7 +37,7 @@ def vm_server(tmp_path_factory):
     session, with temporary storage; skips with the install hint when the binary is missing.
     Imports are idempotent (``-dedup.minScrapeInterval``), so tests may import the same export."""
     from ai4s_graph.tools.errors import ToolUnavailableError
-    from ai4s_graph.tools.victoria import VictoriaMetrics, find_binary
+    from ai4s_graph.tools.telemetry.victoria import VictoriaMetrics, find_binary
 
     try:
         find_binary()

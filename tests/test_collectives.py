@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.tools import collectives as C
+from ai4s_graph.tools.trace import collectives as C
 from ai4s_graph.tools.errors import InputError
 
 
@@ -158,7 +158,7 @@ def test_slurm_array_render_and_task(shared_data, tmp_path):
     text = script.read_text()
     assert text.startswith("#!/bin/bash")
     assert "#SBATCH --array=0-1%8\n" in text and "#SBATCH --partition=debug\n" in text
-    assert "-m ai4s_graph.tools.collectives rank-task" in text and '--index "$SLURM_ARRAY_TASK_ID"' in text
+    assert "-m ai4s_graph.tools.trace.collectives rank-task" in text and '--index "$SLURM_ARRAY_TASK_ID"' in text
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     with pytest.raises(InputError, match="partition"):

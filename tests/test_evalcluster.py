@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph import gpu_bench as G
-from ai4s_graph.tools import evalcluster as E
+from ai4s_graph.tools.cluster import gpu_bench as G
+from ai4s_graph.tools.cluster import evalcluster as E
 from ai4s_graph.tools.errors import InputError
-from ai4s_graph.tools.report_check import check_file, check_report
+from ai4s_graph.tools.cluster.report_check import check_file, check_report
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "reports" / "raw-2026-11-29" / "eval-vm.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ai4s_graph.state.claims import BottleneckClass
-from ai4s_graph.tools import fom
+from ai4s_graph.tools.trainlog import fom
 from ai4s_graph.tools.errors import InputError
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from ai4s_graph.tools.errors import InputError
-from ai4s_graph.tools.jobscript import TEMPLATES, JobSpec, render, write_script
-from ai4s_graph.tools.slurm import ClusterConfig
+from ai4s_graph.tools.slurm.jobscript import TEMPLATES, JobSpec, render, write_script
+from ai4s_graph.tools.slurm.client import ClusterConfig
 
 CL = ClusterConfig(partition="gpu", account="proj42", shared_dir="/lustre/proj/ai4s", container_image="/images/pt.sif",
                    victoria_metrics_url="http://127.0.0.1:18428")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ai4s_graph.tools import kineto
+from ai4s_graph.tools.trace import kineto
 from ai4s_graph.tools.errors import InputError
 
 
@@ -93,7 +93,7 @@ def test_no_hta_tracelens_or_pandas_needed():
     """The verifier's path must not pull in the libraries it checks."""
     import subprocess
 
-    code = ("import sys; import ai4s_graph.tools.kineto; "
+    code = ("import sys; import ai4s_graph.tools.trace.kineto; "
             "bad=[m for m in ('hta','TraceLens','pandas') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ai4s_graph import REPO_ROOT
-from ai4s_graph.tools import health, slurm
+from ai4s_graph.tools.slurm import health, client as slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -22,11 +22,11 @@ from ai4s_graph.state.loop import (
     RunResult,
     VarianceClass,
 )
-from ai4s_graph.tools import levers as L
+from ai4s_graph.tools.levers import catalog as L
 from ai4s_graph.tools.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
-LEVERS = REPO / "levers"
+LEVERS = REPO / "tools" / "levers" / "catalogs"
 
 
 def cat(name: str) -> Catalog:
@@ -159,9 +159,9 @@ def test_effective_change_and_rendered_arguments():
 
 
 def test_build_spec_renders_a_job_script_with_the_lever(tmp_path):
-    from ai4s_graph.graph.nodes.optimizer import build_spec
-    from ai4s_graph.tools.jobscript import render
-    from ai4s_graph.tools.slurm import ClusterConfig
+    from ai4s_graph.graph.optimize.nodes import build_spec
+    from ai4s_graph.tools.slurm.jobscript import render
+    from ai4s_graph.tools.slurm.client import ClusterConfig
 
     t = cat("cpu-toy")
     spec = build_spec(t, L.effective_change(t, [], "num_workers_2"), job_name="ai4s-test-i1-s0", exclude=["node1"])

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ai4s_graph.graph import llm
+from ai4s_graph.graph.agents import llm
 from ai4s_graph.state import Evidence, Tolerance, Verdict, VerifiedClaim
 from ai4s_graph.state.claims import Claim
 from ai4s_graph.state.status import Outcome
@@ -32,7 +32,7 @@ def test_is_supported_numbers_strings_bools():
     assert not llm.is_supported(_claim(True, {"supports": False, "n": 1}, metric="t.b", unit="bool"))
     assert not llm.is_supported({"value": 1.0, "evidence": []})
     # agrees with the lead's claimkit guard on the same inputs
-    from ai4s_graph.graph import claimkit
+    from ai4s_graph.graph.analysis import claimkit
 
     for c in (_claim(8.05, nested), _claim(55.5, nested)):
         assert llm.is_supported(c) == claimkit.is_supported(c)
@@ -139,7 +139,7 @@ def test_scrub_makes_paths_relative_and_drops_urls(tmp_path):
 
 
 def test_trace_tools_record_evidence(shared_data):
-    from ai4s_graph.tools import agent_tools
+    from ai4s_graph.tools import llm_tools as agent_tools
 
     run = shared_data / "perf-runs" / "91003"
     man = json.loads((run / "manifest.json").read_text())

@@ -59,7 +59,7 @@ def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monk
     assert all(v["verdict"] in ("confirmed", "inconclusive", "unsupported", "refuted") for v in extra)
     assert all(v["verdict"] != "confirmed" or v["evidence"] or v["claim"]["evidence"] for v in extra)
     # the prose is the LLM's, and passes the number guard
-    from ai4s_graph.graph import llm
+    from ai4s_graph.graph.agents import llm
 
     assert rep["executive_summary"] != det["executive_summary"]
     assert llm.prose_numbers_supported(rep["executive_summary"], rep)[0]

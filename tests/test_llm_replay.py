@@ -19,7 +19,7 @@ from tenacity import wait_none
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cassettes"))
 import harness  # noqa: E402
 
-from ai4s_graph.graph import llm  # noqa: E402
+from ai4s_graph.graph.agents import llm  # noqa: E402
 from ai4s_graph.state import Claim, Evidence, Tolerance, Verdict, VerifiedClaim  # noqa: E402
 from ai4s_graph.state.status import Outcome  # noqa: E402
 
@@ -40,7 +40,7 @@ def run91003(shared_data) -> dict:
 
 @pytest.fixture(scope="module")
 def trace91003(shared_data) -> dict:
-    from ai4s_graph.tools import tracelens
+    from ai4s_graph.tools.trace import backends as tracelens
 
     p = shared_data / "perf-runs" / "91003" / "traces" / "trace_rank0.json.gz"
     a = tracelens.analyze_trace(p).model_dump(mode="json")
@@ -98,8 +98,9 @@ def test_tracelens_analyst_calls_tools_and_emits_claims(run91003, trace91003, tm
 
 @pytest.mark.vm
 def test_omnistat_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monkeypatch, record_mode):
-    from ai4s_graph.tools import fom, promql
-    from ai4s_graph.tools.victoria import VictoriaMetrics
+    from ai4s_graph.tools.trainlog import fom
+    from ai4s_graph.tools.telemetry import promql
+    from ai4s_graph.tools.telemetry.victoria import VictoriaMetrics
 
     m = run91003["manifest"]
     with VictoriaMetrics() as vm:

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from ai4s_graph import REPO_ROOT
-from ai4s_graph.graph import optimize as O
-from ai4s_graph.graph.nodes import optimizer as N
+from ai4s_graph.graph.optimize import graph as O
+from ai4s_graph.graph.optimize import nodes as N
 from ai4s_graph.state.loop import RunResult
-from ai4s_graph.tools import levers as L
+from ai4s_graph.tools.levers import catalog as L
 from ai4s_graph.tools.errors import InputError
 
-CATALOG = Path(REPO_ROOT) / "levers" / "cpu-toy.yaml"
+CATALOG = Path(REPO_ROOT) / "tools" / "levers" / "catalogs" / "cpu-toy.yaml"
 
 
 def _state(tmp_path: Path, **kw) -> dict:

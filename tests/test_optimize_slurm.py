@@ -31,12 +31,12 @@ import pytest
 import yaml
 
 from ai4s_graph import REPO_ROOT
-from ai4s_graph.tools import health, slurm
-from ai4s_graph.tools import levers as L
+from ai4s_graph.tools.slurm import health, client as slurm
+from ai4s_graph.tools.levers import catalog as L
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-CATALOG = Path(REPO_ROOT or Path(__file__).resolve().parent.parent) / "levers" / "cpu-toy.yaml"
+CATALOG = Path(REPO_ROOT or Path(__file__).resolve().parent.parent) / "tools" / "levers" / "catalogs" / "cpu-toy.yaml"
 
 
 def _config(tmp_path: Path, **extra) -> Path:
@@ -293,8 +293,8 @@ def test_wait_timeout_stops_then_resume_waits_for_the_same_job_and_node_hours_bu
 
 def test_submit_adopts_a_job_slurm_already_has_under_the_loop_job_name(local_cluster, tmp_path):
     """Killed between sbatch returning and the ledger write: the deterministic job name finds it."""
-    from ai4s_graph.graph import optimize as O
-    from ai4s_graph.graph.nodes import optimizer as N
+    from ai4s_graph.graph.optimize import graph as O
+    from ai4s_graph.graph.optimize import nodes as N
 
     req = O.new_loop(model="cpu-toy", catalog_path=CATALOG, loop_root=tmp_path / "loops",
                      cluster_config=str(_config(tmp_path)))

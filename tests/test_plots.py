@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ai4s_graph.tools import fom, plots
+from ai4s_graph.tools.trainlog import fom
+from ai4s_graph.tools.report import plots
 from ai4s_graph.tools.errors import InputError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.tools import probe as P
-from ai4s_graph.tools.health import BAD_NODE_EXIT_CODE, parse_probe_file
+from ai4s_graph.tools.cluster import node_probe as P
+from ai4s_graph.tools.slurm.health import BAD_NODE_EXIT_CODE, parse_probe_file
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "reports" / "raw-2026-11-29" / "node_health_probe-h200.json"

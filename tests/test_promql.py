@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ai4s_graph.state import Evidence
-from ai4s_graph.tools import promql as P
+from ai4s_graph.tools.telemetry import promql as P
 from ai4s_graph.tools.errors import InputError, ToolUnavailableError
 
 JOBS = ("91001", "91003")

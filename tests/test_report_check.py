@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.tools import evalcluster as E
+from ai4s_graph.tools.cluster import evalcluster as E
 from ai4s_graph.tools.errors import InputError
-from ai4s_graph.tools.report_check import RULES, anchors, check_file, check_report, slug
+from ai4s_graph.tools.cluster.report_check import RULES, anchors, check_file, check_report, slug
 
 RAW = Path(__file__).resolve().parent.parent / "reports" / "raw-2026-11-29" / "eval-vm.json"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.tools import slurm
+from ai4s_graph.tools.slurm import client as slurm
 from ai4s_graph.tools.errors import InputError, ToolUnavailableError
 
 

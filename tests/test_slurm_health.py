@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ai4s_graph.tools import health, slurm
+from ai4s_graph.tools.slurm import health, client as slurm
 from ai4s_graph.tools.errors import InputError
-from ai4s_graph.tools.jobscript import JobSpec, write_script
+from ai4s_graph.tools.slurm.jobscript import JobSpec, write_script
 
 
 def test_format_and_parse_round_trip(tmp_path):

@@ -7,8 +7,8 @@ import gzip
 import hashlib
 import shutil
 
-from ai4s_graph.tools import collectives as C
-from ai4s_graph.tools import trace_cache as TC
+from ai4s_graph.tools.trace import collectives as C
+from ai4s_graph.tools.trace import cache as TC
 
 
 def test_get_or_compute_counts_hits(shared_data, tmp_path):

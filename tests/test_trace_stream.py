@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.tools import trace_stream as T
+from ai4s_graph.tools.trace import stream as T
 from ai4s_graph.tools.errors import InputError, NoGpuEventsError
 
 H100 = [
@@ -73,7 +73,7 @@ def test_kernel_counts_match_tracelens_kernel_summary(shared_data, name):
 
 
 def test_agrees_with_project_kineto_reader(shared_data):
-    kineto = pytest.importorskip("ai4s_graph.tools.kineto")
+    kineto = pytest.importorskip("ai4s_graph.tools.trace.kineto")
     p = shared_data / "perf-runs" / "91003" / "traces" / "trace_rank0.json.gz"
     k = kineto.rederive_timeline(p)
     mine = T.analyze_trace_streaming(p)["timeline_us"]

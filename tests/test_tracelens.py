@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ai4s_graph.tools import tracelens as tl
+from ai4s_graph.tools.trace import backends as tl
 from ai4s_graph.tools.errors import InputError, NoGpuEventsError
 
 H100 = [
@@ -118,7 +118,7 @@ def test_short_kernels_vs_short_kernels_summary(shared_data, analyzed, name, bac
     without one. What matches: its summed count/time equal our count/time of short kernels
     launched under a cpu_op (kineto path), and never exceed our all-kernel count/time.
     Measured: equal on 4 traces; Qwen has 42 short kernels with no parent cpu_op (152 vs 110)."""
-    from ai4s_graph.tools import kineto
+    from ai4s_graph.tools.trace import kineto
 
     d = shared_data / "traces" / "tracelens-h100" / f"{name}_perf_report_csvs"
     rows = _csv(d / "short_kernels_summary.csv")

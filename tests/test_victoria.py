@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from ai4s_graph.tools.errors import InputError, ToolUnavailableError
-from ai4s_graph.tools.victoria import BASE_FLAGS, VictoriaMetrics, find_binary
+from ai4s_graph.tools.telemetry.victoria import BASE_FLAGS, VictoriaMetrics, find_binary
 
 
 def _export_counts(url: str, match: str) -> dict[str, int]:

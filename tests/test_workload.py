@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from ai4s_graph.tools import fom
+from ai4s_graph.tools.trainlog import fom
 
 BATCH = re.compile(r"^Batch (\d+): loss ([0-9.eE+-]+) time ([0-9.]+) seconds samples (\d+)$")
 

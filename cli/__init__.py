@@ -1,0 +1,55 @@
+"""The ``ai4s-graph`` command line (typer).
+
+Each sub-command lives in its own module of this package (``cli/run.py``, ``cli/trace.py``,
+``cli/optimize.py``, ``cli/health.py``, ``cli/cluster.py``) exposing ``register(app)``; this file
+only assembles them. The CLI is the top layer: cli -> graph -> tools -> state, never upward.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="ai4s-graph",
+    help="Find out why a GPU training job is slow, with evidence you can check; then make it faster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+from . import cluster, health, optimize, run, trace  # noqa: E402
+
+for _mod in (run, trace, optimize, health, cluster):
+    _mod.register(app)
+
+
+def main() -> None:
+    """Run the ``ai4s-graph`` command line. A usage error (unknown option, bad value) prints one
+    ``error:`` line and a ``STATUS=fail`` line and exits 2."""
+    try:  # typer ships its own copy of click
+        from typer._click.exceptions import ClickException, UsageError
+    except ImportError:  # pragma: no cover - typer versions that use click itself
+        from click.exceptions import ClickException, UsageError
+
+    try:
+        rv = app(standalone_mode=False)
+    except UsageError as e:
+        msg = " ".join(e.format_message().split()) or "no command given"
+        print(f"error: {msg} (see --help)", file=sys.stderr)
+        print(f"STATUS=fail; reason={msg}")
+        sys.exit(2)
+    except ClickException as e:
+        msg = " ".join(e.format_message().split())
+        print(f"error: {msg}", file=sys.stderr)
+        print(f"STATUS=fail; reason={msg}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("STATUS=fail; reason=interrupted; re-run the same command to resume")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,79 @@
+"""``ai4s-graph optimize``: the perf-optimizer loop (apply a lever, re-run, extract the FOM,
+accept or revert), checkpointed so ``--resume loop-<uuid>`` continues where it stopped.
+
+Prints each node's ``<node>: STATUS=...`` line as it ends, and a last ``STATUS=`` line for the
+whole loop; exits 1 when the loop failed (bad input, baseline not measurable, wait timeout).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..state import StatusLine
+from ..tools.errors import Ai4sError
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    typer.echo(StatusLine.make("fail", msg).format())
+    raise typer.Exit(1)
+
+
+def optimize(
+    model: Optional[str] = typer.Option(None, "--model", help="Model of the catalog (cpu-toy, hydragnn, orbit2)."),
+    catalog: Optional[Path] = typer.Option(None, "--catalog", help="Lever catalog YAML (default: the bundled levers/<model>.yaml)."),
+    iterations: int = typer.Option(3, "--iterations", min=0, help="Lever iterations to run (the baseline is extra)."),
+    node_hours: Optional[float] = typer.Option(None, "--node-hours", help="Stop once this many node-hours are used."),
+    cluster_config: Optional[Path] = typer.Option(None, "--cluster-config", help="Cluster config YAML (.cluster-config.yaml)."),
+    report: Optional[Path] = typer.Option(None, "--report", help="An analysis report.json: its bottleneck class steers the picker."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Resume loop-<uuid> (a path or a name under --loop-root)."),
+    loop_root: Path = typer.Option(Path("ai4s-loops"), "--loop-root", help="Where loop-<uuid>/ directories go."),
+    baseline_runs: int = typer.Option(2, "--baseline-runs", min=2, help="Baseline repetitions (>= 2: the noise band)."),
+    wait_timeout: Optional[float] = typer.Option(
+        None, "--wait-timeout", help="Seconds to wait for one job before stopping (default 900; on --resume "
+                                     "it replaces the saved value for a loop that stopped on TIMEOUT_WAITING)."),
+) -> None:
+    """Run the perf-optimizer loop on the local/remote SLURM cluster."""
+    from ..graph.optimize import graph as O
+    from ..tools.levers.catalog import bundled_catalog
+
+    def show(name: str, line: str) -> None:
+        typer.echo(f"{name}: {line}")
+
+    try:
+        if resume:
+            d = O.find_loop(resume, loop_root)
+            req = O.load_request(d)
+            if wait_timeout is not None:
+                req = req.model_copy(update={"wait_timeout_s": wait_timeout})
+            typer.echo(f"resuming loop {req.loop_id} in {d}")
+        else:
+            if not model:
+                _fail("--model is required (or --resume loop-<uuid>)")
+            cat = catalog or bundled_catalog(model)
+            req = O.new_loop(model=model, catalog_path=cat, loop_root=loop_root, iterations=iterations,
+                             node_hours=node_hours, cluster_config=str(cluster_config) if cluster_config else None,
+                             report=str(report) if report else None, baseline_runs=baseline_runs,
+                             wait_timeout_s=wait_timeout if wait_timeout is not None else 900.0)
+            typer.echo(f"loop {req.loop_id} in {req.loop_dir}")
+        final = O.run_loop(req, on_status=show, resume=bool(resume))
+    except Ai4sError as e:
+        _fail(str(e))
+        return
+    last = (final.get("statuses") or {}).get("report")
+    if last is None:
+        init = (final.get("statuses") or {}).get("init", "")
+        miss = (final.get("missing") or ["loop did not finish"])[-1]
+        _fail(miss if "fail" in init or final.get("missing") else "loop did not finish")
+    typer.echo(f"loop_report: {Path(req.loop_dir) / 'loop_report.md'}")
+    typer.echo(last)
+    if StatusLine.parse(last).status.value == "fail":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``optimize`` to the ``ai4s-graph`` app."""
+    app.command("optimize")(optimize)

@@ -1,0 +1,210 @@
+"""``ai4s-graph run``: the analysis graph over one job, checkpointed so a re-run resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..graph.runtime import RunRequest
+from ..state import StatusLine
+from ..tools.errors import Ai4sError, ToolUnavailableError
+
+# soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+
+def _writable(d: Path) -> bool:
+    """A directory we may write reports into: ``os.access`` says so AND its mode grants a write bit.
+    (For root ``os.access`` is always true; a ``dr-xr-xr-x`` archive of runs is read-only by intent.)"""
+    return d.is_dir() and os.access(d, os.W_OK) and bool(d.stat().st_mode & 0o222)
+
+
+def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None) -> Path:
+    """``--out`` when given; else the perf-run directory when it is writable; else
+    ``./ai4s-reports/<jobid>/`` (a read-only run directory, such as a shared archive)."""
+    if out is not None:
+        return out.resolve()
+    if perf_run is not None and _writable(perf_run):
+        return perf_run.resolve()
+    return (Path.cwd() / "ai4s-reports" / (jobid or (perf_run.name if perf_run else "job"))).resolve()
+
+
+def thread_id(req: RunRequest) -> str:
+    """The checkpoint thread of a run: the job id (or, for ``--submit``, the workload and its
+    parameters) plus a short hash of the arguments that change the analysis, so the same command
+    resumes and a different one starts its own thread."""
+    key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
+                                  "submit", "submit_params", "slurm_array"})
+    h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
+    return f"run:{who}:{h}"
+
+
+def _first_error(e: ValueError) -> str:
+    """One line from a (pydantic) ValueError: the first error's message."""
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        first = errs()[0]
+        return f"{'.'.join(str(x) for x in first.get('loc', ())) or 'value'}: {first['msg'].removeprefix('Value error, ')}"
+    return " ".join(str(e).split())
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise typer.BadParameter(f"--env expects KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        out[k] = v
+    return out
+
+
+def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = None,
+            printer=None) -> dict[str, Any]:
+    """Run (or resume) the analysis graph for ``req`` and return the final state values.
+
+    Each node's STATUS line is passed to ``printer(node, line)`` as the node finishes. A node that
+    raises leaves the checkpoint of the finished nodes: calling again resumes at that node."""
+    from ..graph.analysis.graph import build_analysis_graph
+    from ..graph.checkpoint import open_checkpointer
+
+    printer = printer or (lambda node, line: None)
+    cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
+    with open_checkpointer(checkpoint) as saver:
+        graph = build_analysis_graph().compile(checkpointer=saver)
+        try:
+            if fresh:
+                saver.delete_thread(cfg["configurable"]["thread_id"])
+            snap = graph.get_state(cfg)
+        except sqlite3.DatabaseError as e:
+            raise ToolUnavailableError(f"checkpoint database {checkpoint or 'default'} is unusable: {e}") from None
+        if snap.values and not snap.next:
+            values = dict(snap.values)
+            out_dir = Path(values.get("request", {}).get("out_dir", req.out_dir))
+            if values.get("report") and not (out_dir / "report.md").exists():
+                from ..graph.analysis.nodes.synthesizer import synthesizer
+
+                printer("graph", "STATUS=partial; reason=complete, but report.md is gone: writing it again")
+                values.update(synthesizer(values))
+                printer("synthesizer", values["statuses"]["synthesizer"])
+                return values
+            printer("graph", f"STATUS=ok; reason=already complete (thread {cfg['configurable']['thread_id']}); "
+                             "use --fresh to run again")
+            return values
+        inputs = None if snap.next else {"request": req.model_dump()}
+        if snap.next:
+            printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
+        for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
+            for node_name, update in chunk.items():
+                if isinstance(update, dict):
+                    for n, line in (update.get("statuses") or {}).items():
+                        printer(n, line)
+        return dict(graph.get_state(cfg).values)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to ``app``."""
+    @app.command("run")
+    def run(
+        job: Optional[str] = typer.Option(None, "--job", "-j", help="SLURM job id of a profiled run to analyse."),
+        perf_run: Optional[Path] = typer.Option(
+            None, "--perf-run", help="Run directory (default $AI4S_SHARED_DIR/models/<model>/perf-runs/<job>/)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
+                                           "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only)."),
+        compare: Optional[Path] = typer.Option(None, "--compare", help="A run of the same model at another precision "
+                                               "(the precision discriminator, seed lesson 13)."),
+        tsdb_url: Optional[str] = typer.Option(None, "--tsdb-url", help="VictoriaMetrics/Prometheus URL; default: "
+                                               "start one on loopback loaded with the run's telemetry/*.jsonl."),
+        llm: Optional[str] = typer.Option(None, "--llm", help="none | anthropic (default: anthropic when "
+                                          "ANTHROPIC_API_KEY is set, else none)."),
+        model: Optional[str] = typer.Option(None, "--model", help="LLM model name (with --llm anthropic)."),
+        max_tokens_total: Optional[int] = typer.Option(None, "--max-tokens-total", help="LLM token budget per run."),
+        fresh: bool = typer.Option(False, "--fresh", help="Discard this run's checkpoint and start over."),
+        checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="SQLite file or postgresql:// URL "
+                                                 "(default $AI4S_STATE_DIR/checkpoints.sqlite)."),
+        workers: int = typer.Option(0, "--workers", help="Rank-trace worker processes (0: automatic)."),
+        slurm_array: bool = typer.Option(False, "--slurm-array", help="Analyse the rank traces as a SLURM job "
+                                         "array on the cluster (automatic from 64 ranks with --cluster-config)."),
+        submit: bool = typer.Option(False, "--submit", help="Submit the profiled job with sbatch, wait, then analyse."),
+        workload: str = typer.Option("cpu-toy", "--workload", help="With --submit: job template "
+                                     "(cpu-toy | generic | hydragnn | orbit2)."),
+        app_model: Optional[str] = typer.Option(None, "--app-model", help="With --submit: the model folder name "
+                                                "under $AI4S_SHARED_DIR/models/ (default: the workload)."),
+        nodes: int = typer.Option(1, "--nodes", help="With --submit: nodes."),
+        gpus_per_node: int = typer.Option(0, "--gpus-per-node", help="With --submit: GPUs per node."),
+        time_limit: str = typer.Option("00:10:00", "--time-limit", help="With --submit: SLURM time limit."),
+        env: list[str] = typer.Option([], "--env", help="With --submit: lever KEY=VALUE (repeatable)."),
+        script_arg: list[str] = typer.Option([], "--script-arg", help="With --submit: workload argument (repeatable)."),
+        cluster_config: Optional[Path] = typer.Option(None, "--cluster-config", help="Cluster config YAML "
+                                                      "(partition, account, shared dir)."),
+        wait_timeout: float = typer.Option(3600.0, "--wait-timeout", help="Seconds to wait for sacct to report a "
+                                           "terminal state before TIMEOUT_WAITING."),
+    ) -> None:
+        """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
+        if not submit and not job and not perf_run:
+            err_console.print("error: give --job (and --perf-run), or --submit")
+            print("STATUS=fail; reason=no job given")
+            raise typer.Exit(2)
+        llm_mode = llm or ("anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "none")
+        if llm_mode not in ("none", "anthropic"):
+            err_console.print(f"error: --llm must be none or anthropic, not {llm_mode!r}")
+            print("STATUS=fail; reason=bad --llm")
+            raise typer.Exit(2)
+        out_dir = resolve_out_dir(out, perf_run, job)
+        submit_params: dict[str, Any] = {}
+        if submit:
+            submit_params = {"template": workload, "model": app_model or workload, "nodes": nodes,
+                             "gpus_per_node": gpus_per_node, "time_limit": time_limit, "env": _parse_env(env),
+                             "script_args": list(script_arg),
+                             "cluster_config": str(cluster_config) if cluster_config else None}
+        try:
+            req = RunRequest(jobid=job, perf_run=str(perf_run.resolve()) if perf_run else None, out_dir=str(out_dir),
+                         compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
+                         llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
+                         submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
+                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array)
+        except ValueError as e:
+            msg = _first_error(e)
+            err_console.print(f"error: {msg}")
+            print(f"STATUS=fail; reason={msg}")
+            raise typer.Exit(2)
+
+        def printer(node: str, line: str) -> None:
+            st = StatusLine.parse(line).status.value
+            color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]
+            console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
+
+        try:
+            final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+        except Ai4sError as e:
+            err_console.print(f"error: {e}")
+            print(f"STATUS=fail; reason={e}")
+            raise typer.Exit(1)
+        except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
+            err_console.print(f"error: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+            err_console.print("The finished nodes are checkpointed: re-run the same command to resume.")
+            print(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume")
+            raise typer.Exit(1)
+        rep = final.get("report")
+        if final.get("stop"):
+            print(f"STATUS=fail; reason=stopped: {final['stop']}")
+            raise typer.Exit(1)
+        if not rep:
+            print("STATUS=fail; reason=no report written")
+            raise typer.Exit(1)
+        out_final = Path(final["request"]["out_dir"])
+        console.print(Text.assemble("\n", (rep["bottleneck"]["klass"], "bold"), " — ", rep["executive_summary"], "\n"))
+        console.print(f"report: {out_final / 'report.md'}")
+        print(rep["statuses"]["synthesizer"])
+        if rep["statuses"]["synthesizer"].startswith("STATUS=fail"):
+            raise typer.Exit(1)

@@ -1,0 +1,89 @@
+"""The analysis state machine of ``ai4s-graph run``::
+
+    START → launcher ─(submit)→ wait_for_job ─(exit 42)→ launcher (re-submit once, --exclude)
+               │                     │ (TIMEOUT_WAITING) → END
+               ├─ Send × rank ─→ trace_rank ─→ tracelens_analyst → tracelens_verifier ─┐
+               └──────────────→ omnistat_analyst ─────────────→ omnistat_verifier ────┴→ synthesizer → END
+
+With ``--slurm-array`` (or ≥ 64 ranks and a cluster config) one ``trace_array`` task replaces the
+per-rank tasks: the ranks are analysed as a SLURM job array on the cluster and gathered back.
+The two analyst branches run in parallel (one LangGraph superstep, a thread each; the rank traces
+in worker processes), as do the two verifiers; the synthesizer waits for both verifiers.
+Where a claim is made: ``graph/nodes/*_analyst.py``; checked: ``graph/nodes/*_verifier.py``;
+reported: ``graph/nodes/synthesizer.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+
+from .nodes import launcher_submit
+from .nodes.launcher import launcher
+from .nodes.telemetry_analyst import omnistat_analyst
+from .nodes.telemetry_verifier import omnistat_verifier
+from .nodes.synthesizer import synthesizer
+from .nodes.trace_analyst import fan_out_ranks, trace_array, trace_rank, tracelens_analyst
+from .nodes.trace_verifier import tracelens_verifier
+from .schema import AnalysisState
+
+NODES = ("launcher", "wait_for_job", "trace_rank", "tracelens_analyst", "omnistat_analyst",
+         "tracelens_verifier", "omnistat_verifier", "synthesizer")
+
+
+def _analyze(state: dict[str, Any]) -> list[Send]:
+    """Fan out to both analyst branches: one Send per rank trace plus the omnistat analyst."""
+    return fan_out_ranks(state) + [Send("omnistat_analyst", state)]
+
+
+def route_after_launcher(state: dict[str, Any]) -> Any:
+    """Stop (END) when the launcher says so; wait for a submitted job; else analyse."""
+    if state.get("stop"):
+        return END
+    submit = state.get("request", {}).get("submit")
+    if not state.get("manifest") and not submit:
+        return "synthesizer"  # the launcher failed (unknown job id, bad manifest): report what is missing
+    if submit and not state.get("manifest"):
+        if not (state.get("job") or {}).get("jobid"):
+            return "synthesizer"  # nothing was submitted (a refused lever value, no sbatch): report why
+        return "wait_for_job"
+    return _analyze(state)
+
+
+def build_analysis_graph() -> StateGraph:
+    """The uncompiled graph (compile it with a checkpointer)."""
+    g = StateGraph(AnalysisState)
+    g.add_node("launcher", launcher)
+    g.add_node("trace_rank", trace_rank)
+    g.add_node("trace_array", trace_array)
+    g.add_node("tracelens_analyst", tracelens_analyst)
+    g.add_node("omnistat_analyst", omnistat_analyst)
+    g.add_node("tracelens_verifier", tracelens_verifier)
+    g.add_node("omnistat_verifier", omnistat_verifier)
+    g.add_node("synthesizer", synthesizer)
+    g.add_edge(START, "launcher")
+    # submit mode: wait for the job, re-submit once after exit 42
+    g.add_node("wait_for_job", launcher_submit.wait_for_job)
+
+    def route_after_wait(state: dict[str, Any]) -> Any:
+        r = launcher_submit.route_after_wait(state)
+        if r == "launcher":
+            return "launcher"
+        if r == "stop":
+            return END
+        return _analyze(state)
+
+    g.add_conditional_edges("wait_for_job", route_after_wait, ["launcher", "trace_rank", "trace_array",
+                                                               "tracelens_analyst", "omnistat_analyst", END])
+    targets = ["wait_for_job", "trace_rank", "trace_array", "tracelens_analyst", "omnistat_analyst",
+               "synthesizer", END]
+    g.add_conditional_edges("launcher", route_after_launcher, targets)
+    g.add_edge("trace_rank", "tracelens_analyst")
+    g.add_edge("trace_array", "tracelens_analyst")
+    g.add_edge("tracelens_analyst", "tracelens_verifier")
+    g.add_edge("omnistat_analyst", "omnistat_verifier")
+    g.add_edge(["tracelens_verifier", "omnistat_verifier"], "synthesizer")
+    g.add_edge("synthesizer", END)
+    return g

@@ -1,0 +1,130 @@
+"""The launcher: adopts a finished job's perf-run directory (``--perf-run``), or submits the
+profiled job with sbatch and waits for sacct to report a terminal state (``--submit``), then
+writes ``manifest.json`` (job id, state, nodes list first, artifact paths).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ...runtime import RunRequest, node
+from ....state import Artifacts, Manifest, Outcome, StatusLine
+from ....tools.errors import InputError
+
+
+def shared_dir() -> Path | None:
+    """``$AI4S_SHARED_DIR`` (the cluster's shared project directory), or None when unset."""
+    v = os.environ.get("AI4S_SHARED_DIR")
+    return Path(v) if v else None
+
+
+def default_perf_run(jobid: str, model: str | None = None) -> Path:
+    """``$AI4S_SHARED_DIR/models/<model>/perf-runs/<jobid>/``; with no model, the one model
+    folder that holds that job id. Raises :class:`InputError` when it cannot be found."""
+    base = shared_dir()
+    if base is None:
+        raise InputError(f"no --perf-run given and AI4S_SHARED_DIR is unset: cannot find job {jobid}")
+    if model:
+        return base / "models" / model / "perf-runs" / jobid
+    hits = sorted(base.glob(f"models/*/perf-runs/{jobid}"))
+    if not hits:
+        raise InputError(f"unknown job id {jobid}: no {base}/models/*/perf-runs/{jobid}/ directory")
+    if len(hits) > 1:
+        raise InputError(f"job id {jobid} is in several models ({', '.join(h.parts[-3] for h in hits)}): pass --perf-run")
+    return hits[0]
+
+
+def discover_artifacts(run_dir: Path) -> Artifacts:
+    """The artifact paths present in a perf-run directory (relative to it): ``train.log``,
+    ``traces/*.json[.gz]`` sorted, ``telemetry/*.jsonl``, ``node_health_probe.txt``."""
+    traces = sorted(
+        str(p.relative_to(run_dir))
+        for p in list(run_dir.glob("traces/*.json")) + list(run_dir.glob("traces/*.json.gz"))
+    )
+    telemetry = sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("telemetry/*.jsonl"))
+    return Artifacts(
+        train_log="train.log" if (run_dir / "train.log").exists() else None,
+        traces=traces,
+        telemetry=telemetry,
+        node_health_probe="node_health_probe.txt" if (run_dir / "node_health_probe.txt").exists() else None,
+    )
+
+
+def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
+    """Adopt an existing run: read (or build) its manifest and list its artifacts.
+
+    Returns the manifest and a list of missing-input lines. Raises :class:`InputError` for an
+    unknown job id (no directory) or a manifest whose job id differs from ``--job``."""
+    run_dir = Path(req.perf_run) if req.perf_run else default_perf_run(req.jobid or "")
+    if not run_dir.is_dir():
+        raise InputError(f"unknown job id {req.jobid}: perf-run directory {run_dir} does not exist")
+    missing: list[str] = []
+    mpath = run_dir / "manifest.json"
+    if mpath.exists():
+        try:
+            manifest = Manifest.read(mpath)
+        except ValueError as e:  # not JSON, or a field of the wrong type (pydantic ValidationError)
+            first = str(e).splitlines()
+            detail = " ".join(first[1:3]) if len(first) > 1 and "validation error" in first[0] else first[0]
+            raise InputError(f"malformed {mpath}: {' '.join(detail.split())[:160]}") from None
+        if req.jobid and manifest.jobid != str(req.jobid):
+            raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid} in {run_dir}")
+    else:
+        if not req.jobid:
+            raise InputError(f"{run_dir} has no manifest.json and no --job was given")
+        manifest = _manifest_from_slurm(req.jobid) or Manifest(jobid=req.jobid)
+        missing.append(f"launcher: {run_dir} had no manifest.json; built one from "
+                       + ("sacct" if manifest.state != "UNKNOWN" else "the files alone (state UNKNOWN)"))
+    found = discover_artifacts(run_dir)
+    manifest.artifacts = found
+    if not found.traces:
+        missing.append(f"launcher: no rank traces under {run_dir}/traces/")
+    if not found.telemetry:
+        missing.append(f"launcher: no telemetry export under {run_dir}/telemetry/")
+    if not found.train_log:
+        missing.append(f"launcher: no train.log in {run_dir}")
+    return manifest, missing
+
+
+def _manifest_from_slurm(jobid: str) -> Manifest | None:
+    """A manifest from ``sacct`` when SLURM knows the job, else None."""
+    from ....tools.slurm import client as slurm
+
+    try:
+        rec = slurm.sacct(jobid)
+    except Exception:
+        return None
+    if rec is None:
+        return None
+    return Manifest(jobid=jobid, state=rec.state, nodes_list=rec.nodelist, start_unix=rec.start, end_unix=rec.end,
+                    exit_code=rec.exit_code)
+
+
+@node("launcher")
+def launcher(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Adopt the job's perf-run directory and write ``manifest.json`` into the output directory.
+
+    (Submit mode, ``--submit``, is handled by :mod:`ai4s_graph.graph.analysis.nodes.launcher_submit` when present.)"""
+    req = RunRequest.model_validate(state["request"])
+    if req.submit:
+        from . import launcher_submit  # issue: the real launcher
+
+        return launcher_submit.submit_step(state)
+    manifest, missing = adopt(req)
+    out = Path(req.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(req.perf_run or default_perf_run(req.jobid or ""))
+    if not ((out / "manifest.json").exists() and out.resolve() == run_dir.resolve()):
+        manifest.write(out / "manifest.json")  # never rewrite the run's own manifest.json
+    nodes = ",".join(manifest.nodes_list) or "unknown nodes"
+    status = Outcome.ok if not missing else Outcome.partial
+    reason = f"adopted job {manifest.jobid} ({manifest.state}) on {nodes}"
+    if missing:
+        reason += f"; {len(missing)} input(s) missing"
+    return (
+        {"manifest": manifest.model_dump(mode="json", by_alias=True), "missing": missing,
+         "request": {**state["request"], "perf_run": str(run_dir)}},
+        StatusLine.make(status, reason),
+    )

@@ -1,0 +1,282 @@
+"""The telemetry and figure-of-merit analyst: GPU telemetry from VictoriaMetrics through PromQL
+joined to the job via Omnistat's ``rmsjob_info`` (seed 000 lesson 5), the training log's figure
+of merit, and the precision discriminator when ``--compare`` names a second run (lesson 13).
+Claims are MADE here; ``omnistat_verifier`` checks them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..claimkit import claim
+from ...runtime import RunRequest, node
+from ....state import Evidence, Manifest, Outcome, StatusLine, worst
+from ....tools.errors import Ai4sError, InputError
+
+ANALYST = "omnistat_analyst"
+# Telemetry statistics the analyst claims: (logical metric, statistic).
+TELEMETRY_STATS = [("gpu_util", "avg"), ("sm_clock", "avg"), ("sm_clock", "max"), ("power", "avg"),
+                   ("power", "max"), ("hbm_used", "max")]
+CPU_STATS = [("cpu_util", "avg")]
+PLOT_METRICS = ["gpu_util", "sm_clock", "power", "hbm_used", "cpu_util"]
+
+
+def _fom_kind(model: str | None) -> str:
+    from ....tools.trainlog import fom
+
+    return fom.fom_kind_for_model(model)
+
+
+def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Parse ``train.log`` into figures of merit (writes ``foms.json`` into ``out_dir``) and claims.
+
+    Raises :class:`InputError` (one line) for a missing, empty or unrecognisable log."""
+    from ....tools.trainlog import fom
+
+    log = run_dir / (manifest.artifacts.train_log or "train.log")
+    res = fom.parse_log(log, global_batch_size=manifest.global_batch_size, fom_kind=_fom_kind(manifest.model))
+    if out_dir is not None:
+        fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes)
+    d = res.model_dump()
+    q = f"parse_log({log.name}, global_batch_size={manifest.global_batch_size})"
+    bad = [k for k in ("steady_step_time_s", "epoch_time_s") if d.get(k) is not None
+           and not (math.isfinite(d[k]) and d[k] > 0)]
+    if bad:
+        raise InputError(f"{log.name}: {bad[0]} = {d[bad[0]]} is not a positive wall time: the log's step times "
+                         "are malformed")
+
+    def ev(field: str) -> Evidence:
+        return Evidence(tool="fom.parse_log", query=f"{q}.{field}", returned=d[field], args={"path": str(log)})
+
+    claims = []
+    if res.steady_step_time_s is not None:
+        claims.append(claim("om.fom.steady_step_time_s", ANALYST,
+                            f"The steady-state step takes {res.steady_step_time_s * 1e3:.2f} ms (median of "
+                            f"{res.n_timed_steps - res.warmup_steps_skipped} steps after {res.warmup_steps_skipped} "
+                            "warm-up steps, rank 0).", "fom.steady_step_time_s", res.steady_step_time_s, "s",
+                            [ev("steady_step_time_s")]))
+    if res.epoch_time_s is not None:
+        claims.append(claim("om.fom.epoch_time_s", ANALYST,
+                            f"An epoch takes {res.epoch_time_s:.3f} s ({res.batches_per_epoch} batches per epoch).",
+                            "fom.epoch_time_s", res.epoch_time_s, "s", [ev("epoch_time_s")]))
+    if res.throughput_samples_per_s is not None:
+        claims.append(claim("om.fom.throughput", ANALYST,
+                            f"Throughput is {res.throughput_samples_per_s:.1f} samples/s at global batch "
+                            f"{res.global_batch_size}.", "fom.throughput_samples_per_s", res.throughput_samples_per_s,
+                            "samples/s", [ev("throughput_samples_per_s")]))
+    if res.loss_decreased is not None:
+        claims.append(claim("om.fom.loss_decreased", ANALYST,
+                            f"The epoch loss {'fell' if res.loss_decreased else 'did not fall'} from the first to the "
+                            f"last epoch ({res.epoch_losses[0]:.4g} → {res.epoch_losses[-1]:.4g}); strictly decreasing "
+                            f"every epoch: {res.loss_sanity_pass}.", "fom.loss_decreased", res.loss_decreased, "bool",
+                            [ev("loss_decreased")], confidence=0.9))
+    return d, claims
+
+
+def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The precision discriminator between this run and ``compare_dir`` (same model, another
+    precision), seed 000 lessons 13 and 22. Raises :class:`InputError` when the runs cannot be
+    compared (same precision, different model, missing log)."""
+    from ....tools.trainlog import fom
+
+    other = Manifest.read(compare_dir / "manifest.json")
+    if other.model != manifest.model:
+        raise InputError(f"--compare run {other.jobid} is model {other.model}, not {manifest.model}")
+    order = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+    a, b = (manifest, run_dir), (other, compare_dir)
+    if manifest.precision not in order or other.precision not in order or manifest.precision == other.precision:
+        raise InputError(f"--compare needs two precisions, got {manifest.precision} and {other.precision}")
+    hi, lo = (a, b) if order.index(manifest.precision) < order.index(other.precision) else (b, a)
+    f_hi = fom.parse_log(hi[1] / "train.log", global_batch_size=hi[0].global_batch_size)
+    f_lo = fom.parse_log(lo[1] / "train.log", global_batch_size=lo[0].global_batch_size)
+    v = fom.compare_precision(f_hi, f_lo, hi=hi[0].precision, lo=lo[0].precision)
+    d = v.model_dump(mode="json")
+    d.update({"hi_jobid": hi[0].jobid, "lo_jobid": lo[0].jobid,
+              "hi_warmup": f_hi.warmup_steps_skipped, "lo_warmup": f_lo.warmup_steps_skipped})
+    q = (f"compare_precision(steady_step_time_s of job {hi[0].jobid} ({hi[0].precision}), "
+         f"job {lo[0].jobid} ({lo[0].precision}))")
+    ev = Evidence(tool="fom.compare_precision", query=q, returned=d,
+                  args={"hi_log": str(hi[1] / "train.log"), "lo_log": str(lo[1] / "train.log")})
+    claims = [
+        claim("om.compare.speedup", ANALYST,
+              f"Going from {hi[0].precision} (job {hi[0].jobid}) to {lo[0].precision} (job {lo[0].jobid}) speeds the "
+              f"steady step up {v.speedup:.3f}× ({v.hi_value * 1e3:.2f} → {v.lo_value * 1e3:.2f} ms).",
+              "compare.precision_speedup", round(v.speedup, 6), "×", [ev]),
+        claim("om.compare.bottleneck", ANALYST,
+              f"The precision discriminator says {v.bottleneck_class.value}: {v.rule} ({v.lesson}).",
+              "diagnosis.precision_discriminator_class", v.bottleneck_class.value, "class", [ev], confidence=0.85),
+    ]
+    return d, claims
+
+
+def malformed_lines(path: Path) -> list[int]:
+    """1-based numbers of the non-empty lines of a JSON-lines export that are not JSON objects
+    with ``metric``, ``values`` and ``timestamps`` (VictoriaMetrics skips them on import)."""
+    bad = []
+    with path.open("rb") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                ok = isinstance(obj, dict) and {"metric", "values", "timestamps"} <= obj.keys()
+            except ValueError:
+                ok = False
+            if not ok:
+                bad.append(i)
+    return bad
+
+
+@contextlib.contextmanager
+def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
+             problems: list[str] | None = None) -> Iterator[tuple[str, str]]:
+    """Yield ``(url, source)`` of a TSDB holding the job's telemetry: ``--tsdb-url`` as given, else a
+    VictoriaMetrics started on loopback and loaded with the run's ``telemetry/*.jsonl`` (stopped
+    afterwards). Malformed export lines are appended to ``problems``. Raises :class:`InputError`
+    when neither exists."""
+    problems = problems if problems is not None else []
+    if req.tsdb_url:
+        yield req.tsdb_url, "--tsdb-url"
+        return
+    files = [run_dir / p for p in manifest.artifacts.telemetry]
+    if not files:
+        raise InputError(f"no telemetry: no --tsdb-url and no telemetry/*.jsonl in {run_dir}")
+    from ....tools.telemetry.victoria import VictoriaMetrics
+
+    for f in files:
+        bad = malformed_lines(f)
+        if bad:
+            problems.append(f"telemetry: {f.name}: {len(bad)} malformed JSON line(s) skipped (first: line {bad[0]})")
+    with VictoriaMetrics() as vm:
+        for f in files:
+            vm.import_jsonl(f)
+        yield vm.url, f"VictoriaMetrics on loopback loaded with {', '.join(f.name for f in files)}"
+
+
+def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Telemetry statistics over the job window, each with its PromQL query as evidence.
+
+    Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
+    :class:`InputError` when it holds no ``rmsjob_info`` for the job."""
+    from ....tools.telemetry import promql
+
+    pq = promql.PromQL(url)
+    hint = (manifest.start, manifest.end) if manifest.start and manifest.end else None
+    window = pq.job_window(manifest.jobid, hint=hint)
+    vendor = pq.detect_vendor(manifest.jobid, window)
+    stats = TELEMETRY_STATS if vendor in ("nvidia", "amd") else CPU_STATS
+    findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "vendor": vendor,
+                                "stats": {}, "series": {}, "units": {}}
+    claims: list[dict[str, Any]] = []
+    for metric, stat in stats:
+        try:
+            r = pq.job_stat(metric, manifest.jobid, window, stat=stat)
+        except InputError as e:
+            findings.setdefault("errors", []).append(f"{metric}.{stat}: {e}")
+            continue
+        if r.value is None:
+            continue
+        findings["stats"][f"{metric}.{stat}"] = {"value": r.value, "unit": r.unit, "query": r.query, "time": r.time,
+                                                 "per_instance": r.per_instance, "sample_count": r.sample_count}
+        ev = Evidence(**r.evidence())
+        ev.args.update({"url": url, "jobid": manifest.jobid})
+        shown = (f"{r.value / 2**30:.2f} GiB" if r.unit == "bytes" else f"{r.value:.4g} {r.unit}")
+        claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
+                            f"Over the job's telemetry window ({window[1] - window[0]:.0f} s of rmsjob_info), the "
+                            f"{stat} {metric.replace('_', ' ')} is {shown}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
+                            r.unit, [ev]))
+    for metric in PLOT_METRICS:
+        try:
+            s = pq.job_series(metric, manifest.jobid, window, step_s=1.0)
+        except Ai4sError:
+            continue
+        if s:
+            findings["series"][metric] = s
+            findings["units"][metric] = promql.METRICS[metric].unit
+    st = findings["stats"]
+    util, clk, clk_max = (st.get(k, {}).get("value") for k in ("gpu_util.avg", "sm_clock.avg", "sm_clock.max"))
+    pw, pw_max = (st.get(k, {}).get("value") for k in ("power.avg", "power.max"))
+    from ..diagnosis import telemetry_supports_compute
+
+    from ..diagnosis import board_limits
+
+    sup = telemetry_supports_compute(util, clk, clk_max, pw, pw_max, gpu_name=manifest.gpu)
+    if sup is not None:
+        findings["supports_compute"] = sup
+        lim = board_limits(manifest.gpu)
+        ref = (f"the {manifest.gpu}'s {lim[1]:.0f} MHz boost clock and {lim[0]:.0f} W limit (datasheet)" if lim
+               else f"the job's own maxima ({clk_max:.0f} MHz, {pw_max or 0:.0f} W): the board limits are unknown")
+        ev = Evidence(tool="diagnosis.telemetry_supports_compute", query="gpu_util.avg, sm_clock.avg/max, power.avg/max",
+                      returned=sup, args={"gpu_util": util, "sm_clock": clk, "sm_clock_max": clk_max,
+                                          "power": pw, "power_max": pw_max, "gpu": manifest.gpu})
+        claims.append(claim("om.tel.supports_compute", ANALYST,
+                            f"Telemetry {'supports' if sup else 'does not support'} a compute-bound reading: utilization "
+                            f"{util:.1f}%, SM clock {clk:.0f} MHz" + (f", power {pw:.0f} W" if pw is not None else "")
+                            + f", against {ref} (utilization alone lies: seed 001 T2).", "telemetry.supports_compute",
+                            sup, "bool", [ev], confidence=0.7))
+    return findings, claims
+
+
+@node(ANALYST)
+def omnistat_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Figure of merit, precision discriminator and telemetry claims; each part that fails is
+    named in ``missing`` and makes the node ``partial`` (``fail`` when nothing could be read)."""
+    req = RunRequest.model_validate(state["request"])
+    manifest = Manifest.model_validate(state["manifest"])
+    run_dir, out_dir = Path(req.perf_run or "."), Path(req.out_dir)
+    findings: dict[str, Any] = {}
+    claims: list[dict[str, Any]] = []
+    missing: list[str] = []
+    parts: list[str] = []
+    outcomes = []
+    try:
+        findings["fom"], c = analyze_fom(run_dir, manifest, out_dir)
+        claims += c
+        parts.append(f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
+                     if findings["fom"].get("primary_fom") is not None else "FOM parsed")
+    except Ai4sError as e:
+        missing.append(f"{ANALYST}: training log: {e}")
+        outcomes.append(Outcome.partial)
+    if req.compare:
+        try:
+            findings["compare"], c = analyze_compare(run_dir, manifest, Path(req.compare))
+            claims += c
+            parts.append(f"precision discriminator {findings['compare']['verdict']}")
+        except (Ai4sError, FileNotFoundError, ValueError) as e:
+            missing.append(f"{ANALYST}: --compare: {e}")
+            outcomes.append(Outcome.partial)
+    problems: list[str] = []
+    try:
+        with tsdb_for(req, run_dir, manifest, problems) as (url, source):
+            findings["telemetry"], c = analyze_telemetry(url, source, manifest)
+        claims += c
+        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
+        if problems:
+            missing += [f"{ANALYST}: {p}" for p in problems]
+            outcomes.append(Outcome.partial)
+    except Ai4sError as e:
+        missing.append(f"{ANALYST}: telemetry: {e}")
+        outcomes.append(Outcome.partial)
+    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing}
+    if not claims:
+        return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
+    if req.llm != "none":
+        from ...agents import llm
+
+        res = llm.analyst_pass(ANALYST, state["request"], {"manifest": state.get("manifest"), "findings": findings},
+                               claims)
+        update["usage"] = {ANALYST: res.usage.model_dump()}
+        if res.claims is not None:
+            update["claims"] = res.claims
+        if res.prose:
+            update["findings"]["omnistat_prose"] = res.prose
+        outcomes.append(res.status.status)
+    status = worst(*outcomes)
+    reason = "; ".join(parts)
+    if missing:
+        reason = f"{reason}; missing: {missing[0].split(': ', 1)[1]}" if reason else missing[0]
+    return update, StatusLine.make(status, reason)

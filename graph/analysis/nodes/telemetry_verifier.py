@@ -1,0 +1,216 @@
+"""The telemetry and figure-of-merit verifier. Claims are CHECKED here, by paths independent of
+the analyst's:
+
+- telemetry statistics from the RAW samples (the run's JSON-lines export, or VictoriaMetrics'
+  ``/api/v1/export`` for a live TSDB) inside each instance's ``rmsjob_info`` window, in plain
+  Python — no PromQL, no subquery resampling;
+- figures of merit from a second, minimal reading of ``train.log`` (regular expressions of its
+  own, numpy medians), using the warm-up count the analyst declared;
+- the precision discriminator from those re-read step times.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..claimkit import REL_TOL, TELEMETRY_TOL, verdict
+from ..diagnosis import telemetry_supports_compute
+from ...runtime import RunRequest, node
+from ....state import Evidence, Manifest, Outcome, StatusLine, Tolerance, Verdict
+from ....tools.errors import Ai4sError
+
+VERIFIER = "omnistat_verifier"
+_STEP_TIME = re.compile(r"^\s*(?:0:\s*)?Batch \d+: .*?time ([0-9.eE+-]+) seconds")
+_TIC = re.compile(r"my rank 0\. tic4-tic1 in ([0-9.eE+-]+) seconds")
+_EPOCH_END = re.compile(r"Epoch (\d+) completed")
+_LOSS = re.compile(r"loss (?:tensor\()?([0-9.eE+-]+)")
+_EDM_EPOCH = re.compile(r"^epoch: (\d+) batch_idx \d+")
+
+
+def reread_log(path: Path) -> dict[str, Any]:
+    """Step times (s), epochs (lists of step times) and per-epoch mean losses of rank 0, read
+    with this module's own patterns. Empty lists when nothing matches."""
+    steps: list[float] = []
+    epochs: list[list[float]] = []
+    losses: list[list[float]] = []
+    cur: list[float] = []
+    cur_loss: list[float] = []
+    edm_epoch = None
+
+    def close_epoch() -> None:
+        nonlocal cur, cur_loss
+        if cur:
+            epochs.append(cur)
+            losses.append(cur_loss)
+            cur, cur_loss = [], []
+
+    def add_loss(line: str) -> None:
+        lm = _LOSS.search(line)
+        if lm:
+            cur_loss.append(float(lm.group(1)))
+
+    for line in path.read_text(errors="replace").splitlines():
+        m = _STEP_TIME.search(line) or _TIC.search(line)
+        if m:
+            steps.append(float(m.group(1)))
+            cur.append(float(m.group(1)))
+            if m.re is _STEP_TIME:
+                add_loss(line)
+            continue
+        m = _EDM_EPOCH.search(line)
+        if m:
+            e = int(m.group(1))
+            if edm_epoch is not None and e != edm_epoch:
+                close_epoch()
+            edm_epoch = e
+            add_loss(line)
+            continue
+        if _EPOCH_END.search(line):
+            close_epoch()
+    return {"steps": steps, "epochs": epochs,
+            "epoch_losses": [sum(x) / len(x) for x in losses if x]}
+
+
+def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: int | None) -> Any:
+    warm = int(fom.get("warmup_steps_skipped") or 0)
+    steady = reread["steps"][warm:]
+    if not steady:
+        return None
+    step = statistics.median(steady)
+    if metric == "fom.steady_step_time_s":
+        return step
+    if metric == "fom.throughput_samples_per_s":
+        return gbs / step if gbs else None
+    if metric == "fom.epoch_time_s":
+        # complete epochs whose steps are all past the warm-up
+        sums, seen = [], 0
+        for ep in reread["epochs"]:
+            if seen >= warm:
+                sums.append(sum(ep))
+            seen += len(ep)
+        return statistics.median(sums) if sums else None
+    if metric == "fom.loss_decreased":
+        el = reread["epoch_losses"]
+        return (el[-1] < el[0]) if len(el) >= 2 else None
+    return None
+
+
+def _verify_fom(c: dict[str, Any], state: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
+    req = RunRequest.model_validate(state["request"])
+    manifest = Manifest.model_validate(state["manifest"])
+    fom = (state.get("findings") or {}).get("fom") or {}
+    metric = c["metric"]
+    if metric.startswith("fom."):
+        log = Path(req.perf_run or ".") / (manifest.artifacts.train_log or "train.log")
+        rr = cache.setdefault(str(log), reread_log(log))
+        v = _fom_value(metric, fom, rr, manifest.global_batch_size)
+        tol = Tolerance() if metric == "fom.loss_decreased" else REL_TOL
+        return verdict(c, VERIFIER, v, tol, "own re-read of train.log (rank-0 step lines, median after the "
+                       f"declared {fom.get('warmup_steps_skipped', 0)} warm-up steps)")
+    # precision discriminator
+    cmp = (state.get("findings") or {}).get("compare") or {}
+    ev = (c.get("evidence") or [{}])[0].get("args") or {}
+    if not cmp or "hi_log" not in ev:
+        return verdict(c, VERIFIER, None, Tolerance(), "no comparison run to re-read")
+    hi = reread_log(Path(ev["hi_log"]))
+    lo = reread_log(Path(ev["lo_log"]))
+    from ....tools.trainlog import fom as fom_tool
+
+    t_hi = _fom_value("fom.steady_step_time_s", {"warmup_steps_skipped": cmp.get("hi_warmup", 0)}, hi, None)
+    t_lo = _fom_value("fom.steady_step_time_s", {"warmup_steps_skipped": cmp.get("lo_warmup", 0)}, lo, None)
+    if not t_hi or not t_lo:
+        return verdict(c, VERIFIER, None, Tolerance(), "comparison logs have no step times")
+    speed = t_hi / t_lo
+    method = "own re-read of both train.log files, median step times"
+    if metric == "compare.precision_speedup":
+        return verdict(c, VERIFIER, round(speed, 6), REL_TOL, method)
+    v = fom_tool.compare_precision(t_hi, t_lo, hi=cmp["hi"], lo=cmp["lo"])
+    return verdict(c, VERIFIER, v.bottleneck_class.value, Tolerance(), method + ", the lesson-13/22 thresholds")
+
+
+def _raw_series(state: dict[str, Any]) -> tuple[list[Any], str]:
+    from ....tools.telemetry import promql
+
+    req = RunRequest.model_validate(state["request"])
+    manifest = Manifest.model_validate(state["manifest"])
+    files = [Path(req.perf_run or ".") / p for p in manifest.artifacts.telemetry]
+    if files:
+        series = [s for f in files for s in promql.load_export(f)]
+        return series, f"raw samples of {', '.join(f.name for f in files)}"
+    tel = (state.get("findings") or {}).get("telemetry") or {}
+    url = tel.get("url") or req.tsdb_url
+    window = tel.get("window")
+    names = ['{__name__=~"DCGM_FI_.*|rocm_.*|node_.*|rmsjob_info"}']
+    series = promql.export_raw(url, names, window[0] - 60 if window else None, window[1] + 60 if window else None)
+    return series, f"raw samples from {url}/api/v1/export"
+
+
+def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+    from ....tools.telemetry import promql
+
+    manifest = Manifest.model_validate(state["manifest"])
+    try:
+        series, how = _raw_series(state)
+    except Ai4sError as e:
+        return [verdict(c, VERIFIER, None, Tolerance(), "raw telemetry unavailable", note=str(e)) for c in claims]
+    method = f"{how}, inside each instance's rmsjob_info window, plain Python statistics (no PromQL)"
+    raw: dict[str, float | None] = {}
+    out = []
+    for c in claims:
+        parts = c["metric"].split(".")
+        if c["metric"] == "telemetry.supports_compute":
+            continue
+        metric, stat = parts[1], parts[2]
+        try:
+            v = promql.raw_job_stat(series, metric, manifest.jobid, stat)
+        except Ai4sError as e:
+            out.append(verdict(c, VERIFIER, None, Tolerance(), method, note=str(e)))
+            continue
+        raw[f"{metric}.{stat}"] = v
+        out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method))
+    for c in claims:
+        if c["metric"] == "telemetry.supports_compute":
+            sup = telemetry_supports_compute(raw.get("gpu_util.avg"), raw.get("sm_clock.avg"), raw.get("sm_clock.max"),
+                                             raw.get("power.avg"), raw.get("power.max"), gpu_name=manifest.gpu)
+            out.append(verdict(c, VERIFIER, sup, Tolerance(), method + ", same rule on the raw statistics"))
+    return out
+
+
+@node(VERIFIER)
+def omnistat_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Re-derive every telemetry, FOM and discriminator claim; a refuted claim stays in the report."""
+    claims = [c for c in state.get("claims") or [] if c["analyst"] == "omnistat_analyst"]
+    if not claims:
+        return {}, StatusLine.make(Outcome.partial, "no telemetry or FOM claims to verify")
+    cache: dict[str, Any] = {}
+    verdicts: list[dict[str, Any]] = []
+    tel = [c for c in claims if c["metric"].startswith("telemetry.")]
+    for c in claims:
+        if c["metric"].startswith("telemetry."):
+            continue
+        try:
+            verdicts.append(_verify_fom(c, state, cache))
+        except (Ai4sError, OSError) as e:
+            verdicts.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
+    if tel:
+        verdicts.extend(_verify_telemetry(tel, state))
+    update: dict[str, Any] = {"verdicts": verdicts}
+    req = state["request"]
+    if req.get("llm", "none") != "none":
+        from ...agents import llm
+
+        res = llm.verifier_pass(VERIFIER, req, {"manifest": state.get("manifest"),
+                                                "findings": {k: v for k, v in (state.get("findings") or {}).items()
+                                                             if k in ("fom", "telemetry", "compare")}}, verdicts)
+        update["usage"] = {VERIFIER: res.usage.model_dump()}
+        if res.verdicts is not None:
+            update["verdicts"] = res.verdicts
+    counts: dict[str, int] = {}
+    for v in update["verdicts"]:
+        k = Verdict(v["verdict"]).value
+        counts[k] = counts.get(k, 0) + 1
+    st = Outcome.ok if counts.get("inconclusive", 0) == 0 else Outcome.partial
+    return update, StatusLine.make(st, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

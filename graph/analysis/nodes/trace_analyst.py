@@ -1,0 +1,347 @@
+"""The trace analyst: one ``trace_rank`` task per rank trace (LangGraph ``Send``, run in worker
+processes), then ``tracelens_analyst`` gathers them into claims about the GPU timeline, the
+kernels and the data loader. Claims are MADE here; ``tracelens_verifier`` checks them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from langgraph.types import Send
+
+from ..claimkit import claim
+from ..diagnosis import classify_trace
+from ...runtime import RunRequest, journal, node
+from ....state import Evidence, Outcome, StatusLine
+from ....tools.errors import Ai4sError, NoGpuEventsError
+
+ANALYST = "tracelens_analyst"
+_POOL: ProcessPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool shared by the rank tasks of this process (one trace per worker at a time,
+    so peak memory is bounded by ``workers`` traces, never all ranks at once)."""
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE != workers:
+        # spawn, not fork: LangGraph runs nodes in threads, and forking a threaded process can
+        # deadlock the child on a lock another thread held (seen here as a hung trace_rank).
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_die_with_parent, initargs=(os.getpid(),))
+        _POOL_SIZE = workers
+    return _POOL
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit when the parent process is gone (killed with SIGKILL, say), so no
+    orphaned worker outlives an interrupted run."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
+    """(rank, absolute path) of every rank trace listed in the manifest's artifacts."""
+    run_dir = Path(state["request"]["perf_run"])
+    paths = [run_dir / p for p in state.get("manifest", {}).get("artifacts", {}).get("traces", [])]
+    out = []
+    for i, p in enumerate(paths):
+        digits = "".join(ch for ch in p.name.split(".")[0].split("rank")[-1] if ch.isdigit())
+        out.append((int(digits) if digits else i, str(p)))
+    return sorted(out)
+
+
+# A world larger than this is analysed as a SLURM job array when a cluster config is given.
+SLURM_ARRAY_MIN_RANKS = 64
+
+
+def use_slurm_array(state: dict[str, Any]) -> bool:
+    """``--slurm-array``, or a world of at least :data:`SLURM_ARRAY_MIN_RANKS` ranks with a cluster
+    config (``--cluster-config``) to submit the array to."""
+    req = state["request"]
+    if req.get("slurm_array"):
+        return True
+    return bool(req.get("cluster_config")) and len(rank_traces(state)) >= SLURM_ARRAY_MIN_RANKS
+
+
+def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
+    """One ``Send('trace_rank', ...)`` per rank trace (worker processes on this machine), or one
+    ``trace_array`` task that analyses them as a SLURM job array; straight to the analyst when
+    there is no trace."""
+    traces = rank_traces(state)
+    if not traces:
+        return [Send(ANALYST, state)]
+    if use_slurm_array(state):
+        return [Send("trace_array", state)]
+    return [Send("trace_rank", {"request": state["request"], "rank": r, "path": p}) for r, p in traces]
+
+
+def _as_rank_result(rec: dict[str, Any]) -> dict[str, Any]:
+    """An ``analyze_rank`` record in the shape the analyst reads (TraceAnalysis fields on top)."""
+    rec = dict(rec)
+    single = rec.pop("single_trace", None)
+    out = dict(single) if single else {"timeline": rec.get("timeline"), "backend": "streaming",
+                                       "single_trace_error": rec.get("single_trace_error")}
+    out["stream"] = rec
+    out["from_cache"] = rec.get("from_cache", False)
+    out["rank"] = rec.get("rank") if out.get("rank") is None else out["rank"]
+    out["path"] = rec.get("path")
+    return out
+
+
+def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
+    """Worker-process body: analyse one rank trace through the content-hash cache
+    (:func:`ai4s_graph.tools.trace.collectives.analyze_rank`: a bounded-memory streaming pass, plus the
+    full single-trace analysis of :mod:`ai4s_graph.tools.trace.backends` for traces small enough).
+    Returns the ``TraceAnalysis`` fields at the top level and the streaming record under ``stream``."""
+    from ....tools.trace import collectives
+
+    return _as_rank_result(collectives.analyze_rank(path, rank, cache_dir))
+
+
+@node("trace_rank")
+def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key)."""
+    req = RunRequest.model_validate(task["request"])
+    workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
+    cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
+    rank, path = task["rank"], task["path"]
+    try:
+        res = _pool(workers).submit(_analyze_one, path, rank, cache_dir).result()
+    except NoGpuEventsError as e:
+        return ({"rank_results": [{"rank": rank, "path": path, "error": str(e), "no_gpu_events": True}]},
+                StatusLine.make(Outcome.partial, f"rank {rank}: {e}"))
+    except (Ai4sError, ValueError, TypeError, KeyError) as e:
+        msg = str(e) if isinstance(e, Ai4sError) else \
+            f"{Path(path).name}: malformed trace event ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+        return ({"rank_results": [{"rank": rank, "path": path, "error": msg}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {msg}"))
+    res = dict(res)
+    err = res.get("single_trace_error")
+    if not err:
+        from ....tools.trace.kineto import TimelineRow
+        from ....tools.trace.backends import check_timeline
+
+        try:
+            check_timeline({k: TimelineRow.model_validate(v) for k, v in (res.get("timeline") or {}).items()}, path)
+        except Ai4sError as e:
+            err = str(e)
+    if err:
+        return ({"rank_results": [{"rank": rank, "path": path, "error": err}]},
+                StatusLine.make(Outcome.fail, f"rank {rank}: {err}"))
+    if res.get("rank") is None:
+        res["rank"] = rank
+    res["path"] = path
+    return ({"rank_results": [res]},
+            StatusLine.make(Outcome.ok, f"rank {rank}: {res.get('backend', '?')} backend, "
+                                        f"{res.get('kernel_count', 0)} kernels"
+                                        + (" (from the trace cache: same content hash)" if res.get("from_cache") else "")))
+
+
+@node("trace_array")
+def trace_array(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Analyse every rank trace as a SLURM job array (one task per rank, on the cluster itself),
+    then gather the per-rank results. The array job id is recorded in
+    ``<out>/.ai4s-graph/rank-array/submitted.json`` as soon as sbatch answers, so a resumed run
+    waits for the same array instead of submitting another."""
+    import json
+
+    from ....tools.trace import collectives
+    from ....tools.slurm import client as slurm
+
+    req = RunRequest.model_validate(state["request"])
+    work = Path(req.out_dir) / ".ai4s-graph" / "rank-array"
+    marker = work / "submitted.json"
+    if marker.exists():
+        jobid = json.loads(marker.read_text())["jobid"]
+    else:
+        cfg = slurm.load_cluster_config(req.cluster_config) if req.cluster_config else None
+        script = collectives.render_slurm_array(
+            {r: p for r, p in rank_traces(state)}, work, mem=None,
+            partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
+            cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
+        jobid = slurm.sbatch(script)
+        work.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"jobid": jobid, "script": str(script)}))
+    journal(req.out_dir, "trace_array", "submitted", jobid=jobid)
+    try:
+        tasks = slurm.wait_for_array(jobid, timeout_s=req.wait_timeout_s)
+    except slurm.WaitTimeout as e:
+        return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
+    try:
+        results = [_as_rank_result(r) for r in collectives.gather_rank_results(work)]
+    except Ai4sError as e:
+        states = ",".join(sorted({t.base_state for t in tasks}))
+        return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},
+                StatusLine.make(Outcome.fail, f"array job {jobid} ({states}): {e}"))
+    nodes = sorted({n for t in tasks for n in t.nodelist})
+    return ({"rank_results": results},
+            StatusLine.make(Outcome.ok, f"array job {jobid}: {len(results)} rank traces analysed on "
+                                        f"{','.join(nodes) or '?'}"))
+
+
+def _ev(res: dict[str, Any], query: str, returned: Any) -> Evidence:
+    return Evidence(tool="tracelens.analyze_trace", query=f"{Path(res['path']).name}: {query}",
+                    returned=returned, args={"path": res["path"], "rank": res.get("rank")},
+                    backend=res.get("backend"))
+
+
+def claims_for_rank(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The deterministic claims about one analysed rank trace (see the module docstring)."""
+    r = res.get("rank", 0)
+    tl = res.get("timeline") or {}
+    out: list[dict[str, Any]] = []
+
+    def row(name: str) -> tuple[float, float]:
+        v = tl[name]
+        return float(v["time_ms"]), float(v["percent"])
+
+    total_ms = row("total_time")[0]
+    for name, label in [("idle_time", "idle"), ("computation_time", "computing"),
+                        ("exposed_comm_time", "in exposed communication"),
+                        ("exposed_memcpy_time", "in exposed memcpy")]:
+        ms, pct = row(name)
+        if name in ("exposed_comm_time", "exposed_memcpy_time") and pct < 1.0:
+            continue
+        out.append(claim(f"tl.r{r}.{name}", ANALYST,
+                         f"Rank {r}: the GPU is {label} {pct:.1f}% of the profiled window ({ms:.2f} of {total_ms:.2f} ms).",
+                         f"gpu_timeline.{name}.percent", round(pct, 4), "%",
+                         [_ev(res, f"gpu_timeline.{name}.percent", round(pct, 4))]))
+    launch = res.get("launch") or {}
+    if launch.get("mean_kernel_us"):
+        mk = round(float(launch["mean_kernel_us"]), 3)
+        out.append(claim(f"tl.r{r}.mean_kernel_us", ANALYST,
+                         f"Rank {r}: the mean GPU kernel lasts {mk:.1f} µs over {res.get('kernel_count')} kernels.",
+                         "kernels.mean_kernel_us", mk, "µs", [_ev(res, "launch.mean_kernel_us", mk)]))
+    sk = res.get("short_kernels") or {}
+    if res.get("kernel_count"):
+        n_short = int(sk.get("count", 0))
+        frac = round(100.0 * n_short / int(res["kernel_count"]), 3)
+        out.append(claim(f"tl.r{r}.short_kernel_pct", ANALYST,
+                         f"Rank {r}: {frac:.1f}% of kernels ({n_short} of {res['kernel_count']}) are shorter than "
+                         f"{sk.get('threshold_us', 10):g} µs.",
+                         "kernels.short_kernel_count_pct", frac, "%",
+                         [_ev(res, "short_kernels.count / kernel_count",
+                              {"short": n_short, "kernels": res["kernel_count"], "percent": frac})]))
+    if res.get("n_steps"):
+        kps = round(float(res.get("kernels_per_step") or res["kernel_count"] / res["n_steps"]), 3)
+        out.append(claim(f"tl.r{r}.kernels_per_step", ANALYST,
+                         f"Rank {r}: {kps:.0f} kernels are launched per step.", "kernels.kernels_per_step", kps,
+                         "kernels/step", [_ev(res, "kernel_count / n_steps", kps)]))
+    ops = res.get("ops_by_category") or []
+    if ops:
+        top = max(ops, key=lambda o: float(o.get("kernel_time_ms") or 0))
+        pct = round(float(top.get("percent") or 0.0), 3)
+        out.append(claim(f"tl.r{r}.top_op_category", ANALYST,
+                         f"Rank {r}: {top['category']} ops take {pct:.1f}% of GPU kernel time.",
+                         f"ops_by_category.{top['category']}.percent", pct, "%",
+                         [_ev(res, f"ops_by_category[{top['category']}].percent", pct)], confidence=0.8))
+    if res.get("step_time_ms") and res.get("dataloader_ms_per_step") is not None:
+        share = round(100.0 * float(res["dataloader_ms_per_step"]) / float(res["step_time_ms"]), 3)
+        out.append(claim(f"tl.r{r}.dataloader_share", ANALYST,
+                         f"Rank {r}: the DataLoader takes {share:.1f}% of each profiled step on the CPU "
+                         f"({res['dataloader_ms_per_step']:.2f} of {res['step_time_ms']:.2f} ms).",
+                         "cpu.dataloader_step_share_pct", share, "%",
+                         [_ev(res, "dataloader_ms_per_step / step_time_ms * 100",
+                              {"dataloader_ms_per_step": res["dataloader_ms_per_step"],
+                               "step_time_ms": res["step_time_ms"], "percent": share})], confidence=0.8))
+    d = classify_trace(res)
+    out.append(claim(f"tl.r{r}.bottleneck", ANALYST,
+                     f"Rank {r}: the trace says {d.klass.value}: {d.rule}.", "diagnosis.trace_bottleneck_class",
+                     d.klass.value, "class",
+                     [Evidence(tool="diagnosis.classify_trace", query=f"rank {r} rules", returned=d.klass.value,
+                               args={"rank": r, "path": res["path"], "inputs": d.inputs, "rule": d.rule})],
+                     confidence=d.confidence))
+    return out
+
+
+@node(ANALYST)
+def tracelens_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+    """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
+    results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
+    if not results:
+        return ({"missing": ["tracelens_analyst: no rank trace was analysed"], "findings": {"trace": None}},
+                StatusLine.make(Outcome.fail, "no rank trace was analysed"))
+    good = [r for r in results if "error" not in r]
+    bad = [r for r in results if "error" in r]
+    missing = [f"tracelens_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    claims: list[dict[str, Any]] = []
+    for res in good:
+        claims.extend(claims_for_rank(res))
+    findings = {"trace": {"ranks": good, "errors": bad}}
+    if len(good) > 1:
+        findings["trace"]["multi_rank"] = _multi_rank(state, good)
+        claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
+    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
+    if not good:
+        if all(r.get("no_gpu_events") for r in bad):
+            st = StatusLine.make(Outcome.partial, "no GPU events in the trace (CPU-only run): no GPU timeline")
+        else:
+            st = StatusLine.make(Outcome.fail, bad[0]["error"])
+        return update, st
+    req = state["request"]
+    if req.get("llm", "none") != "none":
+        from ...agents import llm
+
+        res = llm.analyst_pass(ANALYST, req, {"manifest": state.get("manifest"), "findings": findings}, claims)
+        update["usage"] = {ANALYST: res.usage.model_dump()}
+        if res.claims is not None:
+            update["claims"] = res.claims
+        if res.prose:
+            update["findings"]["trace"]["prose"] = res.prose
+        if res.status.status is not Outcome.ok:
+            return update, res.status
+    if bad:
+        return update, StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces analysed; "
+                                                        f"{bad[0]['error']}")
+    primary = good[0]
+    d = classify_trace(primary)
+    return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
+                                              f"{d.klass.value}, {len(claims)} claims")
+
+
+def _multi_rank(state: dict[str, Any], good: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank table, collectives (bus bandwidth per collective and message size) and the
+    straggler finding, from the ranks' streaming records (:mod:`ai4s_graph.tools.trace.collectives`)."""
+    from ....tools.trace import collectives
+
+    table = [{"rank": r.get("rank"), **{k: (r["timeline"][k]["percent"]) for k in
+                                        ("computation_time", "exposed_comm_time", "idle_time")}} for r in good]
+    out: dict[str, Any] = {"per_rank": table, "claims": []}
+    try:
+        rep = collectives.build_report([r["stream"] for r in good if r.get("stream")])
+    except (Ai4sError, KeyError, ValueError) as e:
+        out["collectives_error"] = str(e)
+        return out
+    d = rep.model_dump(mode="json")
+    out["collectives"] = d
+    ev = lambda q, ret: Evidence(tool="collectives.build_report", query=q, returned=ret,  # noqa: E731
+                                 args={"ranks": rep.ranks})
+    sc = rep.stragglers.claim
+    if sc is not None:
+        out["claims"].append(claim("tl.multi.straggler", ANALYST, sc.statement, "collectives.straggler_rank",
+                                   sc.rank, "rank", [ev("stragglers.claim", sc.model_dump(mode="json"))],
+                                   confidence=0.7))
+    for g in sorted(rep.groups, key=lambda g: -g.total_latency_us)[:3]:
+        gd = g.model_dump(mode="json")
+        if gd.get("busbw_gbps") is None:
+            continue
+        key = f"{gd.get('collective', gd.get('name', 'collective'))}.{gd.get('msg_bytes', gd.get('size_bytes', 'n'))}"
+        cid = "tl.multi.busbw." + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in key.lower())
+        out["claims"].append(claim(cid, ANALYST, f"{key}: achieved bus bandwidth {gd['busbw_gbps']:.2f} GB/s "
+                                   "(mean over instances; nccl-tests busbw factors).", f"collectives.{key}.busbw_gbps",
+                                   round(float(gd["busbw_gbps"]), 6), "GB/s", [ev(f"groups[{key}].busbw_gbps", gd)],
+                                   confidence=0.7))
+    return out

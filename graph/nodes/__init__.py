@@ -1,1 +1,0 @@
-"""See the package docstring of ai4s_graph."""

@@ -1,0 +1,542 @@
+"""The lever catalog and the perf-optimizer loop's pure rules: load and validate a catalog, apply
+levers to the baseline job, pick the next lever, the integrity guards, the noise rule, and the
+loop directory's files (journal, known bad nodes, best config, updated catalog).
+
+Nothing here talks to SLURM; ``graph/optimize/nodes.py`` does, and calls these.
+
+Rules and where they come from (seed 000 lessons):
+
+- the picker skips ``blocked`` and ``accepted-baked-in`` levers (lessons 6, 17) and levers already
+  tried in this loop, and prefers the levers the analysis report recommends, then those whose
+  ``targets`` match the report's bottleneck class (lesson 13: the bottleneck class shapes the
+  whole lever strategy);
+- a lever is accepted only when it beats the current best by more than the noise band: the
+  measured run-to-run spread of the baseline runs, with ``fom.min_noise_pct`` as floor;
+  a ``variance: high`` lever is re-run and accepted only when the two runs agree within +-5 %
+  (lesson 9);
+- the integrity guard refuses a comparison when peak memory (HBM reserved %, or peak RSS on
+  CPU), batches per epoch, the realized per-step batch, its ratio to the nominal batch, or the
+  partial-step fraction moved from the reference run, or when the loss went non-finite
+  (lessons 23, 29, 31).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Literal, Protocol, Sequence
+
+import yaml
+from pydantic import ValidationError
+
+from ...state.claims import BottleneckClass
+from ...state.loop import (
+    Catalog,
+    Decision,
+    EvidenceItem,
+    FomSpec,
+    GuardCheck,
+    GuardResult,
+    IterationRecord,
+    Lever,
+    LeverChange,
+    LeverStatus,
+    RunResult,
+    VarianceClass,
+    check_value,
+)
+from ..errors import InputError
+
+JOURNAL = "journal.jsonl"
+KNOWN_BAD = "known_bad_nodes.txt"
+BEST_CONFIG = "best_config.json"
+CATALOG_UPDATED = "catalog.updated.yaml"
+SUBMISSIONS = "submissions.jsonl"
+LOOP_REPORT = "loop_report.md"
+
+# --------------------------------------------------------------------------------------------
+# catalog I/O
+
+
+def _validation_line(e: ValidationError, source: str) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"
+
+
+def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
+    """Validate a catalog given as data (the YAML mapping).
+
+    Raises :class:`InputError` with one line naming the field, e.g. ``levers.2.change.env.X: value
+    'a;b' has characters outside ...`` -- a lever value with shell metacharacters is refused here,
+    before anything is submitted."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping at the top level")
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as e:
+        raise InputError(_validation_line(e, source)) from None
+
+
+def load_catalog(path: str | os.PathLike[str]) -> Catalog:
+    """Read and validate ``tools/levers/catalogs/<model>.yaml``. Raises :class:`InputError` (one line) for a
+    missing file, bad YAML or an invalid catalog."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"lever catalog {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise InputError(f"lever catalog {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return parse_catalog(data, p.name)
+
+
+def dump_catalog(catalog: Catalog, path: str | os.PathLike[str]) -> Path:
+    """Write ``catalog`` as YAML (atomically: a temp file renamed over ``path``)."""
+    p = Path(path)
+    data = catalog.model_dump(mode="json", exclude_none=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True))
+    tmp.replace(p)
+    return p
+
+
+def bundled_catalog(model: str) -> Path:
+    """The catalog shipped for ``model`` (``tools/levers/catalogs/<model>.yaml``: ``hydragnn``, ``orbit2``,
+    ``cpu-toy``). Raises :class:`InputError` when there is none."""
+    p = Path(__file__).resolve().parent / "catalogs" / f"{model}.yaml"
+    if not p.is_file():
+        raise InputError(f"no bundled lever catalog for model {model!r} (looked for {p})")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# applying levers
+
+
+def effective_change(catalog: Catalog, applied: Sequence[str], lever: str | None = None) -> LeverChange:
+    """The baseline change, then every accepted lever in ``applied`` (in order), then ``lever``.
+
+    Raises :class:`InputError` for an unknown lever name."""
+    ch = catalog.baseline.change
+    for name in [*applied, *([lever] if lever else [])]:
+        try:
+            ch = ch.merged(catalog.lever(name).change)
+        except KeyError:
+            raise InputError(f"lever {name!r} is not in the {catalog.model} catalog") from None
+    return ch
+
+
+def env_strings(change: LeverChange, extra: dict[str, Any] | None = None) -> dict[str, str]:
+    """The change's environment as strings (``True``/``False`` -> ``1``/``0``), values
+    re-checked against the safe pattern (:func:`~ai4s_graph.state.loop.check_value`)."""
+    out: dict[str, str] = {}
+    for k, v in {**change.env, **(extra or {})}.items():
+        check_value(f"env {k}", v)
+        out[k] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+    return out
+
+
+def script_args_list(change: LeverChange) -> list[str]:
+    """``{"--num-workers": 2, "--pin-memory": True, "--x": False}`` ->
+    ``["--num-workers", "2", "--pin-memory"]`` (``False`` drops the flag)."""
+    out: list[str] = []
+    for k, v in change.script_args.items():
+        check_value(f"script arg {k}", v)
+        if v is True:
+            out.append(k)
+        elif v is False:
+            continue
+        else:
+            out += [k, str(v)]
+    return out
+
+
+def sbatch_options_strings(change: LeverChange) -> dict[str, str]:
+    """The change's ``#SBATCH`` options as strings."""
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in change.sbatch_options.items()}
+
+
+def nominal_batch(catalog: Catalog, change: LeverChange) -> int | None:
+    """The nominal global batch of a run: ``--batch-size`` when the change sets it, else the
+    catalog's ``baseline.global_batch_size``."""
+    for flag in ("--batch-size", "--batch_size"):
+        v = change.script_args.get(flag)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+        if isinstance(v, str) and v.isdigit():
+            return int(v)
+    return catalog.baseline.global_batch_size
+
+
+# --------------------------------------------------------------------------------------------
+# picking
+
+
+class LeverPicker(Protocol):
+    """The seam where a picker plugs in (the rule picker below, or an LLM picker later).
+
+    Called with the levers that may be tried (never blocked, baked-in, applied or already
+    tried) and the loop context (``bottleneck``: the report's class or None, ``recommended``:
+    lever names the report recommends, ``journal``: the records so far); returns one of
+    ``candidates`` or None to stop."""
+
+    def __call__(self, candidates: list[Lever], context: dict[str, Any]) -> Lever | None: ...
+
+
+def eligible_levers(catalog: Catalog, tried: Iterable[str] = (), applied: Iterable[str] = ()) -> list[Lever]:
+    """Levers the loop may try: status ``candidate`` or ``experimental``, not tried, not applied."""
+    skip = set(tried) | set(applied)
+    return [
+        lv for lv in catalog.levers
+        if lv.status in (LeverStatus.candidate, LeverStatus.experimental) and lv.name not in skip
+    ]
+
+
+def rule_picker(candidates: list[Lever], context: dict[str, Any]) -> Lever | None:
+    """The deterministic picker: a lever the report recommends first, then one whose ``targets``
+    contain the report's bottleneck class, then ``candidate`` before ``experimental``; ties keep
+    catalog order."""
+    if not candidates:
+        return None
+    recommended = list(context.get("recommended") or [])
+    klass = context.get("bottleneck")
+
+    def rank(item: tuple[int, Lever]) -> tuple[int, int, int, int]:
+        i, lv = item
+        rec = recommended.index(lv.name) if lv.name in recommended else len(recommended)
+        hit = 0 if klass and any(t.value == klass for t in lv.targets) else 1
+        exp = 0 if lv.status == LeverStatus.candidate else 1
+        return (rec, hit, exp, i)
+
+    return min(enumerate(candidates), key=rank)[1]
+
+
+def pick_lever(
+    catalog: Catalog,
+    tried: Iterable[str] = (),
+    applied: Iterable[str] = (),
+    *,
+    bottleneck: str | BottleneckClass | None = None,
+    recommended: Sequence[str] = (),
+    journal: Sequence[dict[str, Any]] = (),
+    picker: LeverPicker | None = None,
+) -> Lever | None:
+    """The next lever to try, or None when none is left.
+
+    ``bottleneck``: the analysis report's ``bottleneck.klass`` (e.g. ``data-loader-bound``);
+    ``recommended``: the report's lever names; ``picker``: replaces :func:`rule_picker`. A picker
+    answer that is not one of the eligible levers raises :class:`InputError` (a picker can never
+    resurrect a blocked lever)."""
+    cands = eligible_levers(catalog, tried, applied)
+    klass = bottleneck.value if isinstance(bottleneck, BottleneckClass) else bottleneck
+    ctx = {"bottleneck": klass, "recommended": list(recommended), "journal": list(journal), "model": catalog.model}
+    choice = (picker or rule_picker)(cands, ctx)
+    if choice is None:
+        return None
+    if choice.name not in {c.name for c in cands}:
+        raise InputError(f"picker chose {choice.name!r}, which is not an eligible lever (blocked, baked in or tried)")
+    return choice
+
+
+def read_report_hint(path: str | os.PathLike[str]) -> tuple[str | None, list[str]]:
+    """From an analysis ``report.json``: (``bottleneck.klass``, recommended lever names).
+
+    Raises :class:`InputError` for a missing or malformed file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"report {p} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"report {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"report {p}: expected a JSON object")
+    klass = (data.get("bottleneck") or {}).get("klass")
+    if klass is not None and klass not in {b.value for b in BottleneckClass}:
+        raise InputError(f"report {p}: bottleneck.klass {klass!r} is not a known bottleneck class")
+    if klass == BottleneckClass.unknown.value:
+        klass = None
+    levers = [str(x.get("name")) for x in (data.get("levers") or []) if isinstance(x, dict) and x.get("name")]
+    return klass, levers
+
+
+# --------------------------------------------------------------------------------------------
+# numbers: improvement, noise, decision
+
+
+def improvement_pct(value: float, best: float, direction: Literal["lower", "higher"]) -> float:
+    """How much better ``value`` is than ``best``, in percent of ``best`` (positive = better).
+
+    ``lower``: (best - value) / best; ``higher``: (value - best) / best."""
+    if best == 0:
+        raise ValueError("best FOM is zero")
+    d = (best - value) if direction == "lower" else (value - best)
+    return 100.0 * d / abs(best)
+
+
+def spread_pct(values: Sequence[float]) -> float:
+    """Run-to-run spread of repeated runs: (max - min) / mean, in percent (0 for one value)."""
+    vals = [float(v) for v in values]
+    if len(vals) < 2:
+        return 0.0
+    m = statistics.fmean(vals)
+    return 100.0 * (max(vals) - min(vals)) / abs(m) if m else math.inf
+
+
+def noise_band_pct(baseline_values: Sequence[float], spec: FomSpec) -> float:
+    """The accept threshold: the baseline runs' spread (:func:`spread_pct`), never below
+    ``spec.min_noise_pct``. Raises ``ValueError`` with fewer than two baseline runs (the baseline
+    is measured at least twice)."""
+    if len(baseline_values) < 2:
+        raise ValueError("the baseline must be measured at least twice to know its spread")
+    return max(spread_pct(baseline_values), spec.min_noise_pct)
+
+
+Action = Literal["accept", "revert", "replicate", "replicate-disagrees"]
+
+
+def decide(
+    values: Sequence[float],
+    best: float,
+    noise_pct: float,
+    spec: FomSpec,
+    variance: VarianceClass | str = VarianceClass.normal,
+) -> tuple[Action, str, float]:
+    """Accept/revert rule for one lever's FOM values (one run, or a run and its replicate).
+
+    Returns (action, why, delta_pct) where delta_pct is the improvement over ``best`` in percent
+    (of the mean of the values). ``replicate``: a ``high``-variance lever beat the best once; run
+    it again (lesson 9). With two values: ``replicate-disagrees`` when they differ by more than
+    ``spec.replicate_tolerance_pct`` (+-5 %), else accept only when their mean beats the best by
+    more than ``noise_pct``."""
+    if not values:
+        raise ValueError("no FOM values to decide on")
+    name, direction = spec.primary, spec.direction
+    variance = VarianceClass(variance)
+    mean = statistics.fmean(values)
+    delta = improvement_pct(mean, best, direction)
+    word = "lower" if direction == "lower" else "higher"
+    if len(values) >= 2:
+        rep = spread_pct(values)
+        if rep > spec.replicate_tolerance_pct:
+            return ("replicate-disagrees",
+                    f"high-variance lever: replicate {values[1]:.4g} vs first run {values[0]:.4g} differ by "
+                    f"{rep:.1f}% > {spec.replicate_tolerance_pct:g}% (lesson 9)", delta)
+    if delta <= noise_pct:
+        verdict = "worse than" if delta < -noise_pct else "within the noise band of"
+        return ("revert",
+                f"{name} {mean:.4g} vs best {best:.4g}: {delta:+.2f}% ({word} is better) is {verdict} the best "
+                f"(needs > +{noise_pct:.2f}%)", delta)
+    if variance == VarianceClass.high and len(values) < 2:
+        return ("replicate",
+                f"{name} {mean:.4g} beats best {best:.4g} by {delta:+.2f}% > noise {noise_pct:.2f}%, but the lever "
+                "is high-variance: re-run to replicate within 5% (lesson 9)", delta)
+    rep_note = f"; replicate agrees within {spread_pct(values):.1f}%" if len(values) >= 2 else ""
+    return ("accept",
+            f"{name} {mean:.4g} beats best {best:.4g} by {delta:+.2f}% > noise band {noise_pct:.2f}%{rep_note}", delta)
+
+
+# --------------------------------------------------------------------------------------------
+# integrity guards
+
+
+def _rel_pct(a: float, b: float) -> float:
+    return 100.0 * abs(a - b) / abs(b) if b else (0.0 if a == b else math.inf)
+
+
+def memory_of(fom: dict[str, Any]) -> tuple[str, float] | tuple[None, None]:
+    """(name, value) of the run's memory figure: ``hbm_reserved_pct`` when known, else
+    ``hbm_reserved_bytes``, else ``peak_rss_bytes`` (CPU runs)."""
+    for k in ("hbm_reserved_pct", "hbm_reserved_bytes", "peak_rss_bytes", "peak_memory_bytes"):
+        v = fom.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return k, float(v)
+    return None, None
+
+
+def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict[str, Any], spec: FomSpec,
+                    *, changes_batch: bool = False) -> GuardResult:
+    """Is ``run`` comparable with ``reference`` (the current best run)? Lessons 23 and 31.
+
+    Checks (each a :class:`GuardCheck` with both values and why):
+
+    - ``realized_over_nominal``: realized per-step batch / nominal batch must match the
+      reference within ``spec.batch_tolerance_pct`` -- the phantom-throughput artifact
+      (lesson 23: nominal 4096, real batch 2.4x smaller);
+    - ``realized_batch`` (median), ``realized_batch_mean`` (when the run reports it) and
+      ``batches_per_epoch``: equal to the reference within the batch tolerance (skipped for a
+      lever that declares ``changes_batch``);
+    - ``memory``: HBM reserved % (or peak RSS on CPU) within ``spec.memory_tolerance_pct``
+      relative (lesson 23: HBM 236 -> 98 GB); skipped for ``changes_batch``;
+    - ``partial_step_fraction``: within ``spec.partial_step_tolerance`` absolute (lesson 31);
+    - ``loss_finite``: every epoch loss finite, and loss sanity not lost when the reference had
+      it (lesson 29: a fast-but-wrong kernel diverging to NaN).
+
+    A quantity measured in neither run passes (noted); measured in only one run fails."""
+    r = run.fom if isinstance(run, RunResult) else dict(run.get("fom") or {})
+    ref = reference.fom if isinstance(reference, RunResult) else dict(reference.get("fom") or {})
+    checks: list[GuardCheck] = []
+    btol = spec.batch_tolerance_pct
+
+    def num(d: dict[str, Any], k: str) -> float | None:
+        v = d.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    def compare(name: str, a: float | None, b: float | None, tol_pct: float, label: str) -> None:
+        if a is None and b is None:
+            checks.append(GuardCheck(name=name, passed=True, why=f"{label}: not measured in either run"))
+        elif a is None or b is None:
+            checks.append(GuardCheck(name=name, reference=b, value=a, passed=False,
+                                     why=f"{label} measured in only one run (reference {b}, this run {a})"))
+        else:
+            d = _rel_pct(a, b)
+            ok = d <= tol_pct
+            checks.append(GuardCheck(
+                name=name, reference=b, value=a, passed=ok,
+                why=(f"{label} {a:.4g} vs reference {b:.4g} ({d:.1f}% {'<=' if ok else '>'} {tol_pct:g}%)")))
+
+    # realized / nominal
+    def ratio(d: dict[str, Any]) -> float | None:
+        rb, gb = num(d, "realized_batch"), num(d, "global_batch_size")
+        return rb / gb if rb is not None and gb else None
+
+    compare("realized_over_nominal", ratio(r), ratio(ref), btol, "realized/nominal batch ratio")
+    if changes_batch:
+        for nm in ("realized_batch", "batches_per_epoch", "memory"):
+            checks.append(GuardCheck(name=nm, passed=True, why=f"{nm}: lever changes the batch on purpose; not compared"))
+    else:
+        compare("realized_batch", num(r, "realized_batch"), num(ref, "realized_batch"), btol, "realized per-step batch")
+        if num(r, "realized_batch_mean") is not None or num(ref, "realized_batch_mean") is not None:
+            compare("realized_batch_mean", num(r, "realized_batch_mean"), num(ref, "realized_batch_mean"), btol,
+                    "mean realized batch")
+        compare("batches_per_epoch", num(r, "batches_per_epoch"), num(ref, "batches_per_epoch"), btol, "batches per epoch")
+        mk, mv = memory_of(r)
+        rk, rv = memory_of(ref)
+        if mk and rk and mk != rk:
+            checks.append(GuardCheck(name="memory", reference=rv, value=mv, passed=False,
+                                     why=f"memory measured differently ({mk} vs reference {rk})"))
+        else:
+            compare("memory", mv, rv, spec.memory_tolerance_pct, mk or rk or "peak memory")
+    a, b = num(r, "partial_step_fraction"), num(ref, "partial_step_fraction")
+    if a is None and b is None:
+        checks.append(GuardCheck(name="partial_step_fraction", passed=True, why="partial-step fraction: not measured"))
+    else:
+        a0, b0 = a or 0.0, b or 0.0
+        ok = abs(a0 - b0) <= spec.partial_step_tolerance
+        checks.append(GuardCheck(name="partial_step_fraction", reference=b, value=a, passed=ok,
+                                 why=f"partial-step fraction {a0:.3f} vs reference {b0:.3f} "
+                                     f"({'<=' if ok else '>'} {spec.partial_step_tolerance:g})"))
+    losses = [x for x in (r.get("epoch_losses") or []) if isinstance(x, (int, float))]
+    finite = all(math.isfinite(x) for x in losses)
+    lost_sanity = ref.get("loss_sanity_pass") is True and r.get("loss_sanity_pass") is False
+    ok = finite and not lost_sanity
+    why = ("loss is finite and sane" if ok else
+           ("loss went non-finite (NaN/inf)" if not finite else "loss sanity failed (epoch losses not decreasing) "
+            "while the reference passed"))
+    checks.append(GuardCheck(name="loss_finite", reference=ref.get("loss_sanity_pass"),
+                             value=r.get("loss_sanity_pass"), passed=ok, why=why))
+    return GuardResult(passed=all(c.passed for c in checks), checks=checks)
+
+
+# --------------------------------------------------------------------------------------------
+# catalog updates from the loop
+
+
+def record_outcome(catalog: Catalog, record: IterationRecord) -> Catalog:
+    """The catalog after one lever iteration (a new object; ``catalog`` is unchanged).
+
+    ``accepted`` -> ``accepted-baked-in`` and its change merged into the baseline (the next loop
+    starts from the best config, lesson 17); ``failed`` -> ``blocked`` with the verbatim error;
+    every other decision appends evidence only (reverted / rejected-guard / replicate-disagrees /
+    infra-failed keep their status: infra trouble never penalizes a lever, lesson 1)."""
+    if record.kind != "lever" or not record.lever:
+        return catalog
+    cat = catalog.model_copy(deep=True)
+    lv = cat.lever(record.lever)
+    ev = EvidenceItem(jobs=list(record.job_ids), fom=record.fom_name, fom_delta_pct=record.delta_pct,
+                      loop_id=record.loop_id, decision=record.decision.value, note=record.why[:400])
+    if record.decision == Decision.failed:
+        ev.error = record.runs[-1].error if record.runs and record.runs[-1].error else record.why
+        lv.evidence.append(ev)
+        lv.status = LeverStatus.blocked
+    elif record.decision == Decision.accepted:
+        lv.evidence.append(ev)
+        lv.status = LeverStatus.accepted_baked_in
+        cat.baseline.change = cat.baseline.change.merged(lv.change)
+    else:
+        lv.evidence.append(ev)
+    return Catalog.model_validate(cat.model_dump())
+
+
+# --------------------------------------------------------------------------------------------
+# loop directory files
+
+
+def append_journal(loop_dir: str | os.PathLike[str], record: IterationRecord) -> bool:
+    """Append ``record`` to ``journal.jsonl`` unless a record of the same iteration is already
+    there (a resumed loop re-running its record step). Returns True when it wrote."""
+    p = Path(loop_dir) / JOURNAL
+    for old in read_journal(loop_dir):
+        if old.get("iteration") == record.iteration:
+            return False
+    with p.open("a") as f:
+        f.write(record.model_dump_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def read_journal(loop_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The journal's records, oldest first ([] when there is none); a torn last line (the loop
+    was killed mid-write) is skipped."""
+    p = Path(loop_dir) / JOURNAL
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def record_submission(loop_dir: str | os.PathLike[str], key: str, job_id: str, **extra: Any) -> None:
+    """Ledger of every sbatch, written right after it returns (before the graph checkpoints),
+    so a loop killed in between finds its job instead of submitting it again."""
+    with (Path(loop_dir) / SUBMISSIONS).open("a") as f:
+        f.write(json.dumps({"key": key, "job_id": job_id, **extra}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def find_submission(loop_dir: str | os.PathLike[str], key: str) -> str | None:
+    """The job id already submitted under ``key`` (see :func:`record_submission`), or None."""
+    p = Path(loop_dir) / SUBMISSIONS
+    if not p.is_file():
+        return None
+    found = None
+    for line in p.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("key") == key:
+            found = str(rec["job_id"])
+    return found
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write JSON atomically (temp file + rename)."""
+    p = Path(path)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(p)
+    return p

@@ -1,0 +1,2 @@
+"""Report rendering shared by the graphs: ``plots.py`` (GPU time breakdown, telemetry, FOM per
+iteration)."""

@@ -1,0 +1,317 @@
+"""PNG plots for the report: GPU time breakdown, telemetry over the job window, FOM per optimizer
+iteration.
+
+Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot global state, no
+display needed), so they are safe to call from worker threads of the graph. Every function
+returns the path it wrote and raises :class:`InputError` (one line) for empty or malformed input;
+the PNG is written to a temporary file beside ``path`` and renamed, so a failed call never leaves
+a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..files import publish
+from ..errors import InputError
+
+#: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
+#: (computation_time + exposed_comm_time + exposed_memcpy_time + idle_time = total_time).
+BREAKDOWN_CATEGORIES = (
+    ("computation_time", "computation", "#4C72B0"),
+    ("exposed_comm_time", "exposed comm", "#DD8452"),
+    ("exposed_memcpy_time", "exposed memcpy", "#8172B3"),
+    ("idle_time", "idle", "#C8C8C8"),
+)
+DPI = 110
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+        publish(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _num(v: Any, what: str) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} is not a number: {v!r}") from None
+    if not math.isfinite(f):
+        raise InputError(f"{what} is not finite: {v!r}")
+    return f
+
+
+def _entry(timeline: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    for k in (key, key.removesuffix("_time")):
+        if k in timeline:
+            return timeline[k]
+    return None
+
+
+def _normalise_timeline(tl: Mapping[str, Any], rank: str) -> dict[str, tuple[float, float]]:
+    """``{category: (time_ms, percent)}`` of one rank; percent is derived from the total when
+    absent."""
+    vals: dict[str, float] = {}
+    pcts: dict[str, float | None] = {}
+    for key, _, _ in BREAKDOWN_CATEGORIES:
+        e = _entry(tl, key)
+        if e is None:
+            vals[key], pcts[key] = 0.0, None
+            continue
+        if not isinstance(e, Mapping) or "time_ms" not in e:
+            raise InputError(f"rank {rank}: timeline entry {key} needs a 'time_ms' value, got {e!r}")
+        vals[key] = _num(e["time_ms"], f"rank {rank} {key}.time_ms")
+        if vals[key] < 0:
+            raise InputError(f"rank {rank}: {key}.time_ms is negative ({vals[key]})")
+        pcts[key] = _num(e["percent"], f"rank {rank} {key}.percent") if e.get("percent") is not None else None
+    total_e = _entry(tl, "total_time")
+    total = _num(total_e["time_ms"], f"rank {rank} total_time.time_ms") if isinstance(total_e, Mapping) else sum(vals.values())
+    if total <= 0:
+        raise InputError(f"rank {rank}: GPU timeline has no time (all categories zero)")
+    return {k: (vals[k], pcts[k] if pcts[k] is not None else 100.0 * vals[k] / total) for k in vals}
+
+
+def plot_gpu_breakdown(
+    timeline: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "GPU time breakdown",
+) -> Path:
+    """Stacked bar of computation / exposed communication / exposed memcpy / idle time per rank.
+
+    ``timeline``: one rank's TraceLens-style gpu_timeline, ``{"computation_time": {"time_ms": ms,
+    "percent": %}, "exposed_comm_time": ..., "exposed_memcpy_time": ..., "idle_time": ...,
+    "total_time": ...}`` (keys may drop the ``_time`` suffix; ``percent`` is derived from
+    ``total_time`` or the sum when missing), or a list of them (index = rank), or a mapping
+    ``{rank_label: timeline}``. Bars are stacked shares of the rank's GPU time (%, so ranks of
+    very different totals stay readable); each segment of 5% or more is labelled with its percent
+    and milliseconds, and each bar's total milliseconds is written above it. Returns ``path``. Raises :class:`InputError` for no ranks, a missing
+    ``time_ms``, negative or non-finite values, or a rank with no time at all.
+    """
+    if isinstance(timeline, Mapping) and timeline and all(
+        isinstance(v, Mapping) and "time_ms" not in v and any(isinstance(x, Mapping) for x in v.values())
+        for v in timeline.values()
+    ):
+        ranks = [(str(k), v) for k, v in timeline.items()]
+    elif isinstance(timeline, Mapping):
+        ranks = [("0", timeline)] if timeline else []
+    elif isinstance(timeline, Sequence) and not isinstance(timeline, (str, bytes)):
+        ranks = [(str(i), tl) for i, tl in enumerate(timeline)]
+    else:
+        raise InputError(f"GPU timeline must be a mapping or a list of mappings, got {type(timeline).__name__}")
+    if not ranks:
+        raise InputError("GPU timeline is empty: no rank to plot")
+    rows = []
+    for label, tl in ranks:
+        if not isinstance(tl, Mapping) or not tl:
+            raise InputError(f"rank {label}: GPU timeline is empty")
+        rows.append((label, _normalise_timeline(tl, label)))
+
+    fig = Figure(figsize=(max(5.0, 1.2 * len(rows) + 3.0), 4.6))
+    ax = fig.add_subplot(1, 1, 1)
+    xs = list(range(len(rows)))
+    bottoms = [0.0] * len(rows)
+    for key, name, color in BREAKDOWN_CATEGORIES:
+        heights = [r[key][1] for _, r in rows]
+        ax.bar(xs, heights, bottom=bottoms, color=color, label=name, width=0.6, edgecolor="white")
+        for i, (_, r) in enumerate(rows):
+            ms, pct = r[key]
+            if pct >= 5.0:
+                ax.text(i, bottoms[i] + pct / 2, f"{pct:.1f}%\n{ms:.3g} ms", ha="center", va="center", fontsize=8)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, (_, r) in enumerate(rows):
+        total = sum(v[0] for v in r.values())
+        ax.text(i, max(bottoms[i], 100.0) + 1.5, f"{total:.4g} ms", ha="center", va="bottom", fontsize=8)
+    labels = [f"rank {lab}" if lab.isdigit() else lab for lab, _ in rows]
+    rotate = any(len(lab) > 10 for lab in labels)
+    ax.set_xticks(xs, labels, rotation=25 if rotate else 0, ha="right" if rotate else "center", fontsize=8)
+    ax.set_ylim(0, 112)
+    ax.set_ylabel("share of GPU time (%), segment labels: % and ms")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _save(fig, path)
+
+
+def _unix_s(t: float) -> float:
+    """Unix seconds; millisecond timestamps (VictoriaMetrics export, > 1e11) are converted."""
+    return t / 1000.0 if t > 1e11 else t
+
+
+def plot_telemetry(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    units: Mapping[str, str],
+    window: tuple[float, float] | None,
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+) -> Path:
+    """One panel per metric over the job window, time in seconds since the job start.
+
+    ``series``: ``{metric: [(t_unix, value), ...]}`` (t in unix seconds; values above 1e11 are
+    taken as milliseconds, the VictoriaMetrics export's unit). ``units``: ``{metric: unit}``
+    (``%``, ``W``, ``MHz``, ``MiB``; missing -> no unit). ``window``: ``(start, end)`` unix
+    seconds of the job (manifest / ``rmsjob_info``); samples outside it are dropped. ``None``
+    spans the samples. Non-finite samples are dropped. Returns ``path``. Raises
+    :class:`InputError` when ``series`` is empty, a metric has no samples, a metric has no
+    samples inside the window, or the window is reversed.
+    """
+    if not series:
+        raise InputError("telemetry series is empty: nothing to plot")
+    if window is not None:
+        start, end = _unix_s(_num(window[0], "window start")), _unix_s(_num(window[1], "window end"))
+        if end <= start:
+            raise InputError(f"telemetry window end {end} is not after its start {start}")
+    else:
+        ts = [_unix_s(float(t)) for pts in series.values() for t, _ in pts]
+        if not ts:
+            raise InputError("telemetry series hold no samples")
+        start, end = min(ts), max(ts)
+    panels = []
+    for metric, pts in series.items():
+        if not pts:
+            raise InputError(f"telemetry series {metric} is empty")
+        xy = []
+        for t, v in pts:
+            tu = _unix_s(_num(t, f"{metric} timestamp"))
+            try:
+                fv = float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"{metric}: value is not a number: {v!r}") from None
+            if math.isfinite(fv) and start <= tu <= end:
+                xy.append((tu - start, fv))
+        if not xy:
+            raise InputError(f"telemetry series {metric} has no finite sample inside the job window [{start:.0f}, {end:.0f}]")
+        xy.sort()
+        panels.append((metric, xy))
+
+    n = len(panels)
+    fig = Figure(figsize=(8.0, max(2.0, 1.7 * n + 0.6)))
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (metric, xy) in zip(axes, panels):
+        ax.plot([x for x, _ in xy], [y for _, y in xy], lw=1.2, color="#4C72B0")
+        unit = units.get(metric, "")
+        ax.set_ylabel(f"{unit}" if unit else "value", fontsize=8)
+        ax.set_title(metric, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.set_xlim(0, end - start)
+    axes[-1].set_xlabel("time since job start (s)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+_DECISION_STYLE = {
+    "baseline": ("#4C72B0", "s", "baseline"),
+    "accepted": ("#2CA02C", "o", "accepted"),
+    "reverted": ("#D62728", "v", "reverted"),
+    "failed": ("#7F7F7F", "x", "failed / no FOM"),
+    "other": ("#FF7F0E", "D", "other"),
+}
+_DECISION_ALIASES = {
+    "baseline": "baseline",
+    "accept": "accepted",
+    "accepted": "accepted",
+    "keep": "accepted",
+    "revert": "reverted",
+    "reverted": "reverted",
+    "reject": "reverted",
+    "rejected": "reverted",
+    "fail": "failed",
+    "failed": "failed",
+    "blocked": "failed",
+    "error": "failed",
+}
+
+
+def plot_fom_iterations(
+    records: Sequence[Mapping[str, Any]],
+    fom_name: str,
+    path: str | os.PathLike[str],
+    *,
+    higher_is_better: bool | None = None,
+) -> Path:
+    """FOM per optimizer-loop iteration with each lever's accept/revert decision marked.
+
+    ``records``: ``[{"iteration": int, "lever": str, "fom": float | None, "decision": str}, ...]``;
+    decisions ``baseline``, ``accepted``/``accept``, ``reverted``/``revert``/``rejected``,
+    ``failed``/``blocked`` (others are drawn as "other"); a record with no FOM (failed run) is
+    drawn as a grey x on the axis floor. ``fom_name`` labels the y axis (``epoch_time_s``,
+    ``throughput_samples_per_s``). With ``higher_is_better`` set, a dashed line shows the best
+    FOM so far among baseline and accepted iterations. Returns ``path``. Raises
+    :class:`InputError` when ``records`` is empty, a record lacks ``iteration``, or no record has
+    a finite FOM.
+    """
+    if not records:
+        raise InputError("no optimizer iterations to plot")
+    pts = []
+    for i, r in enumerate(records):
+        if not isinstance(r, Mapping) or "iteration" not in r:
+            raise InputError(f"iteration record {i} has no 'iteration' key")
+        it = int(_num(r["iteration"], f"record {i} iteration"))
+        fom = r.get("fom")
+        f = float(fom) if fom is not None else math.nan
+        dec = _DECISION_ALIASES.get(str(r.get("decision", "")).strip().lower(), "other")
+        if not math.isfinite(f):
+            dec = "failed"
+        pts.append((it, str(r.get("lever", "") or ""), f, dec))
+    finite = [p[2] for p in pts if math.isfinite(p[2])]
+    if not finite:
+        raise InputError("no optimizer iteration has a finite FOM to plot")
+    pts.sort(key=lambda p: p[0])
+    lo, hi = min(finite), max(finite)
+    pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 1.0
+    floor = lo - pad
+
+    fig = Figure(figsize=(max(6.0, 0.6 * len(pts) + 3.0), 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    done = [p for p in pts if math.isfinite(p[2])]
+    ax.plot([p[0] for p in done], [p[2] for p in done], color="#BBBBBB", lw=1, zorder=1)
+    seen = set()
+    for it, lever, f, dec in pts:
+        color, marker, label = _DECISION_STYLE[dec]
+        y = f if math.isfinite(f) else floor
+        ax.scatter([it], [y], color=color, marker=marker, s=60, zorder=3,
+                   label=label if dec not in seen else None)
+        seen.add(dec)
+        if lever:
+            ax.annotate(lever, (it, y), textcoords="offset points", xytext=(0, 8), ha="center",
+                        fontsize=7, rotation=30)
+    if higher_is_better is not None:
+        best: list[float] = []
+        cur = math.nan
+        xs = []
+        for it, _, f, dec in pts:
+            if dec in ("baseline", "accepted") and math.isfinite(f):
+                cur = f if not math.isfinite(cur) else (max(cur, f) if higher_is_better else min(cur, f))
+            if math.isfinite(cur):
+                xs.append(it)
+                best.append(cur)
+        if xs:
+            ax.step(xs, best, where="post", ls="--", color="#2CA02C", lw=1, label="best so far", zorder=2)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(fom_name)
+    ax.set_ylim(floor - pad * 0.5, hi + pad * 2)
+    ax.set_xticks(sorted({p[0] for p in pts}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"{fom_name} per optimizer iteration")
+    return _save(fig, path)
