@@ -2,8 +2,8 @@
 
 Where a claim is made, checked and reported:
 
-- made:     ``graph/nodes/tracelens_analyst.py``, ``graph/nodes/omnistat_analyst.py`` -> :class:`Claim`
-- checked:  ``graph/nodes/tracelens_verifier.py``, ``graph/nodes/omnistat_verifier.py`` -> :class:`VerifiedClaim`
+- made:     ``graph/nodes/trace_analyst.py``, ``graph/nodes/telemetry_analyst.py`` -> :class:`Claim`
+- checked:  ``graph/nodes/trace_verifier.py``, ``graph/nodes/telemetry_verifier.py`` -> :class:`VerifiedClaim`
 - reported: ``graph/nodes/synthesizer.py`` -> :class:`Report` (``report.md``, ``report.json``)
 """
 

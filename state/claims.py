@@ -37,7 +37,7 @@ class Evidence(BaseModel):
     backend: str | None = None
 
 
-Analyst = Literal["tracelens_analyst", "omnistat_analyst"]
+Analyst = Literal["trace_analyst", "telemetry_analyst"]
 
 
 class Claim(BaseModel):

@@ -58,8 +58,8 @@ def test_91001_is_dispatch_bound_with_confirmed_trace_numbers(r91001):
     util = _verdict(rep, "om.tel.gpu_util.avg")
     assert util.verdict.value == "confirmed" and util.claim.value < 30
     # every node printed its STATUS line, and it parses strictly
-    for node in ("launcher", "trace_rank", "tracelens_analyst", "omnistat_analyst", "tracelens_verifier",
-                 "omnistat_verifier", "synthesizer"):
+    for node in ("launcher", "trace_rank", "trace_analyst", "telemetry_analyst", "trace_verifier",
+                 "telemetry_verifier", "synthesizer"):
         assert StatusLine.parse(rep.statuses[node])
         assert f"{node}" in text
     md = (out / "report.md").read_text()
@@ -111,13 +111,13 @@ def _cli(args: list[str], env: dict[str, str], timeout: float = 240) -> subproce
 
 
 def test_killed_after_the_analysts_resumes_without_rerunning_them(shared_data, tmp_path):
-    env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "AI4S_FAULT": "exit-before:tracelens_verifier"}
+    env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "AI4S_FAULT": "exit-before:trace_verifier"}
     args = ["--job", "91003", "--perf-run", str(shared_data / "perf-runs/91003"), "--out", str(tmp_path / "out")]
     first = _cli(args, env)
     assert first.returncode == 137, first.stdout + first.stderr        # died like a SIGKILL, mid-graph
     j = read_journal(tmp_path / "out")
     ended = [r["node"] for r in j if r["event"] == "end"]
-    assert {"launcher", "trace_rank", "tracelens_analyst", "omnistat_analyst"} <= set(ended)
+    assert {"launcher", "trace_rank", "trace_analyst", "telemetry_analyst"} <= set(ended)
     assert not (tmp_path / "out" / "report.md").exists()
     env.pop("AI4S_FAULT")
     second = _cli(args, env)
@@ -127,9 +127,9 @@ def test_killed_after_the_analysts_resumes_without_rerunning_them(shared_data, t
     for r in read_journal(tmp_path / "out"):
         if r["event"] == "start":
             starts[r["node"]] = starts.get(r["node"], 0) + 1
-    assert starts["launcher"] == starts["tracelens_analyst"] == starts["omnistat_analyst"] == 1
+    assert starts["launcher"] == starts["trace_analyst"] == starts["telemetry_analyst"] == 1
     assert starts["trace_rank"] == 1
-    assert starts["tracelens_verifier"] == 1 and starts["synthesizer"] == 1   # killed before its first start
+    assert starts["trace_verifier"] == 1 and starts["synthesizer"] == 1   # killed before its first start
     assert _report(tmp_path / "out").bottleneck.klass.value == "compute-bound"
 
 
@@ -142,7 +142,7 @@ def test_a_node_that_raises_is_resumed_at_that_node(shared_data, tmp_path):
     second = _cli(args, env)
     assert second.returncode == 0 and "resuming at synthesizer" in second.stdout
     starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
-    assert starts.count("omnistat_verifier") == 1 and starts.count("tracelens_analyst") == 1
+    assert starts.count("telemetry_verifier") == 1 and starts.count("trace_analyst") == 1
     assert starts.count("synthesizer") == 1  # raised before it started the first time
 
 
@@ -165,10 +165,10 @@ def test_truncated_trace(shared_data, tmp_path):
     code, text = _run("--job", "91003", "--perf-run", str(run))
     rep = _report(run)
     assert rep.statuses["trace_rank"].startswith("STATUS=fail")
-    assert rep.statuses["tracelens_analyst"].startswith("STATUS=fail")
+    assert rep.statuses["trace_analyst"].startswith("STATUS=fail")
     assert any("trace_rank0.json.gz" in m and ("truncated" in m or "corrupt" in m) for m in rep.missing), rep.missing
     assert all("\n" not in m for m in rep.missing)
-    assert rep.statuses["omnistat_analyst"].startswith("STATUS=ok")       # the other branch still reports
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=ok")       # the other branch still reports
     assert _verdict(rep, "om.fom.steady_step_time_s").verdict.value == "confirmed"
     assert "## What was missing" in (run / "report.md").read_text()
     assert rep.statuses["synthesizer"].startswith("STATUS=partial")
@@ -185,8 +185,8 @@ def test_trace_with_no_gpu_events(shared_data, tmp_path):
     tr.write_bytes(gzip.compress(json.dumps(data).encode()))
     code, text = _run("--job", "91001", "--perf-run", str(run))
     rep = _report(run)
-    assert rep.statuses["tracelens_analyst"].startswith("STATUS=partial")
-    assert "no GPU events" in rep.statuses["tracelens_analyst"]
+    assert rep.statuses["trace_analyst"].startswith("STATUS=partial")
+    assert "no GPU events" in rep.statuses["trace_analyst"]
     assert any("no GPU" in m for m in rep.missing)
     assert _verdict(rep, "om.tel.gpu_util.avg").verdict.value == "confirmed"   # telemetry still reported
     assert _verdict(rep, "om.fom.epoch_time_s").verdict.value == "confirmed"   # and the FOM
@@ -197,7 +197,7 @@ def test_empty_log(shared_data, tmp_path):
     (run / "train.log").write_text("")
     code, text = _run("--job", "91003", "--perf-run", str(run))
     rep = _report(run)
-    assert rep.statuses["omnistat_analyst"].startswith("STATUS=partial")
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
     assert any("train.log" in m and "empty" in m for m in rep.missing), rep.missing
     assert rep.bottleneck.klass.value == "compute-bound"                     # the trace still decides
 
@@ -206,7 +206,7 @@ def test_unreachable_tsdb(shared_data, tmp_path):
     code, text = _run("--job", "91003", "--perf-run", str(shared_data / "perf-runs/91003"), "--out", str(tmp_path),
                       "--tsdb-url", "http://127.0.0.1:9")
     rep = _report(tmp_path)
-    assert rep.statuses["omnistat_analyst"].startswith("STATUS=partial")
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
     miss = [m for m in rep.missing if "telemetry" in m]
     assert miss and "unreachable" in miss[0] and "\n" not in miss[0]
     assert not any(v.claim.metric.startswith("telemetry.") for v in rep.claims)
@@ -258,7 +258,7 @@ def test_trace_with_non_numeric_timestamps_is_one_line(shared_data, tmp_path):
     rep = _report(run)
     assert rep.statuses["trace_rank"].startswith("STATUS=fail")
     assert any("trace_rank0.json.gz" in m and "\n" not in m for m in rep.missing), rep.missing
-    assert rep.statuses["omnistat_analyst"].startswith("STATUS=ok")
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=ok")
 
 
 def test_broken_telemetry_line_is_named(shared_data, tmp_path):
@@ -269,7 +269,7 @@ def test_broken_telemetry_line_is_named(shared_data, tmp_path):
     exp.write_text("\n".join(lines) + "\n")
     code, text = _run("--job", "91003", "--perf-run", str(run))
     rep = _report(run)
-    assert rep.statuses["omnistat_analyst"].startswith("STATUS=partial")
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
     assert any("1 malformed JSON line(s) skipped (first: line 3)" in m for m in rep.missing), rep.missing
 
 

@@ -15,7 +15,7 @@ from ai4s_graph.state.status import Outcome
 
 
 def _claim(value, returned, cid="tl.r0.idle_time", metric="gpu_timeline.idle_time.percent", unit="%"):
-    return Claim(id=cid, analyst="tracelens_analyst", statement="s", metric=metric, value=value, unit=unit,
+    return Claim(id=cid, analyst="trace_analyst", statement="s", metric=metric, value=value, unit=unit,
                  evidence=[Evidence(tool="tracelens.analyze_trace", query="q", returned=returned)]).model_dump()
 
 
@@ -58,7 +58,7 @@ def test_prose_guard_accepts_rounding_and_percent_and_rejects_inventions():
 
 
 def _vc(claim, verdict, rederived=None, tol=Tolerance(abs=1.0)):
-    return VerifiedClaim(claim=Claim.model_validate(claim), verdict=verdict, verifier="tracelens_verifier",
+    return VerifiedClaim(claim=Claim.model_validate(claim), verdict=verdict, verifier="trace_verifier",
                          rederived_value=rederived, tolerance=tol, method="kineto re-derivation").model_dump()
 
 
@@ -77,7 +77,7 @@ def test_merge_verdicts_never_upgrades_and_needs_backing():
         {"claim_id": "tl.r0.planted2", "verdict": "refuted", "rederived_value": 90.8316, "evidence_ids": ["ev1"],
          "note": "tool says 90.8"},
     ]
-    merged, ignored = llm.merge_verdicts(det, reviews, "tracelens_verifier", records)
+    merged, ignored = llm.merge_verdicts(det, reviews, "trace_verifier", records)
     by = {v.claim.id: v for v in merged}
     assert by["tl.r0.planted"].verdict is Verdict.refuted            # never upgraded
     assert by["tl.r0.idle_time"].verdict is Verdict.unsupported       # 55.5 matches no tool result
@@ -120,15 +120,15 @@ def test_no_key_means_partial_with_deterministic_result(tmp_path, monkeypatch):
 
 
 def test_every_agent_prompt_has_the_contract():
-    for agent in ("launcher", "tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier",
+    for agent in ("launcher", "trace_analyst", "telemetry_analyst", "trace_verifier", "telemetry_verifier",
                   "synthesizer", "lever_picker"):
         text = llm.load_prompt(agent)
         assert text.startswith(f"# {agent}\n")
         for section in ("## Inputs", "## Outputs", "STATUS=ok|partial|fail; reason=<short>"):
             assert section in text, (agent, section)
-    assert "lesson 20" in llm.load_prompt("tracelens_analyst")    # windowing artifact is not evidence
-    assert "lesson 4" in llm.load_prompt("omnistat_analyst")      # burst vs time-averaged never compared
-    assert "stays in the report" in llm.load_prompt("tracelens_verifier")
+    assert "lesson 20" in llm.load_prompt("trace_analyst")    # windowing artifact is not evidence
+    assert "lesson 4" in llm.load_prompt("telemetry_analyst")      # burst vs time-averaged never compared
+    assert "stays in the report" in llm.load_prompt("trace_verifier")
 
 
 def test_scrub_makes_paths_relative_and_drops_urls(tmp_path):

@@ -63,7 +63,7 @@ def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monk
 
     assert rep["executive_summary"] != det["executive_summary"]
     assert llm.prose_numbers_supported(rep["executive_summary"], rep)[0]
-    for agent in ("tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier", "synthesizer"):
+    for agent in ("trace_analyst", "telemetry_analyst", "trace_verifier", "telemetry_verifier", "synthesizer"):
         u = rep["usage"][agent]
         assert u["input_tokens"] > 0 and u["output_tokens"] > 0 and u["cost_usd"] > 0, agent
     assert "LLM usage:" in (tmp_path / "llm" / "report.md").read_text()

@@ -58,7 +58,7 @@ def _trace_claims(a: dict) -> list[dict]:
     out = []
     for row in ("idle_time", "computation_time"):
         pct = round(a["timeline"][row]["percent"], 4)
-        out.append(Claim(id=f"tl.r0.{row}", analyst="tracelens_analyst",
+        out.append(Claim(id=f"tl.r0.{row}", analyst="trace_analyst",
                          statement=f"Rank 0: {row.replace('_', ' ')} is {pct:.1f}% of the profiled window.",
                          metric=f"gpu_timeline.{row}.percent", value=pct, unit="%",
                          evidence=[Evidence(tool="tracelens.analyze_trace", query=f"trace_rank0.json.gz: {row}",
@@ -80,11 +80,11 @@ def _assert_new_claims_supported(res: llm.LlmResult, det_ids: list[str], tools: 
     return new
 
 
-def test_tracelens_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+def test_trace_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_path, monkeypatch, record_mode):
     det = _trace_claims(trace91003)
     ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
-    with harness.anthropic_cassette("tracelens_analyst", record_mode, monkeypatch) as cass:
-        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path), ctx, det)
+    with harness.anthropic_cassette("trace_analyst", record_mode, monkeypatch) as cass:
+        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 2 and res.llm_calls >= 2
     assert cass.play_count == res.llm_calls or cass.play_count == 0  # 0 while recording
@@ -97,7 +97,7 @@ def test_tracelens_analyst_calls_tools_and_emits_claims(run91003, trace91003, tm
 
 
 @pytest.mark.vm
-def test_omnistat_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monkeypatch, record_mode):
+def test_telemetry_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monkeypatch, record_mode):
     from ai4s_graph.tools.trainlog import fom
     from ai4s_graph.tools.telemetry import promql
     from ai4s_graph.tools.telemetry.victoria import VictoriaMetrics
@@ -109,16 +109,16 @@ def test_omnistat_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monke
         window = pq.job_window("91003", hint=(m["start_unix"], m["end_unix"]))
         st = pq.job_stat("gpu_util", "91003", window, "avg")
     f = fom.parse_log(run91003["dir"] / "train.log", global_batch_size=64)
-    det = [Claim(id="om.tel.gpu_util.avg", analyst="omnistat_analyst", statement="mean GPU utilization",
+    det = [Claim(id="om.tel.gpu_util.avg", analyst="telemetry_analyst", statement="mean GPU utilization",
                  metric="telemetry.gpu_util.avg", value=round(st.value, 6), unit="%",
                  evidence=[Evidence(**st.evidence())]).model_dump(),
-           Claim(id="om.fom.steady_step_time_s", analyst="omnistat_analyst", statement="steady step time",
+           Claim(id="om.fom.steady_step_time_s", analyst="telemetry_analyst", statement="steady step time",
                  metric="fom.steady_step_time_s", value=f.steady_step_time_s, unit="s",
                  evidence=[Evidence(tool="fom.parse_log", query="train.log", returned=f.steady_step_time_s)]).model_dump()]
     ctx = {"manifest": m, "findings": {"telemetry": {"window": list(window), "url": vm.url},
                                        "fom": {"steady_step_time_s": f.steady_step_time_s}}}
-    with harness.anthropic_cassette("omnistat_analyst", record_mode, monkeypatch):
-        res = llm.analyst_pass("omnistat_analyst", _req(run91003, tmp_path), ctx, det)
+    with harness.anthropic_cassette("telemetry_analyst", record_mode, monkeypatch):
+        res = llm.analyst_pass("telemetry_analyst", _req(run91003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 2
     new = _assert_new_claims_supported(res, [c["id"] for c in det], {"promql.job_stat", "fom.parse_log"})
@@ -131,25 +131,25 @@ def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, mo
     good = _trace_claims(trace91003)
     comp = trace91003["timeline"]["computation_time"]["percent"]
     # planted: a mis-transcribed figure (its "evidence" says 40 %) that the code could not re-derive
-    planted = Claim(id="tl.r0.planted_computation", analyst="tracelens_analyst",
+    planted = Claim(id="tl.r0.planted_computation", analyst="trace_analyst",
                     statement="Rank 0: the GPU computes only 40% of the profiled window.",
                     metric="gpu_timeline.computation_time.percent", value=40.0, unit="%",
                     evidence=[Evidence(tool="tracelens.analyze_trace", query="stale copy", returned=40.0)])
     # an invented number: no tool returned 55.5
-    invented = Claim(id="tl.r0.invented_idle", analyst="tracelens_analyst", statement="Rank 0: idle 55.5%.",
+    invented = Claim(id="tl.r0.invented_idle", analyst="trace_analyst", statement="Rank 0: idle 55.5%.",
                      metric="gpu_timeline.idle_time.percent", value=55.5, unit="%",
                      evidence=[Evidence(tool="tracelens.analyze_trace", query="idle",
                                         returned=trace91003["timeline"]["idle_time"]["percent"])])
     tol = Tolerance(abs=1.0)
-    verdicts = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="tracelens_verifier",
+    verdicts = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="trace_verifier",
                               rederived_value=c["value"], tolerance=tol, method="kineto").model_dump() for c in good]
-    verdicts += [VerifiedClaim(claim=planted, verdict=Verdict.inconclusive, verifier="tracelens_verifier",
+    verdicts += [VerifiedClaim(claim=planted, verdict=Verdict.inconclusive, verifier="trace_verifier",
                                tolerance=tol, method="no independent path").model_dump(),
-                 VerifiedClaim(claim=invented, verdict=Verdict.confirmed, verifier="tracelens_verifier",
+                 VerifiedClaim(claim=invented, verdict=Verdict.confirmed, verifier="trace_verifier",
                                tolerance=tol, method="kineto").model_dump()]
     ctx = {"manifest": run91003["manifest"], "findings": {"ranks": [trace91003]}}
-    with harness.anthropic_cassette("tracelens_verifier", record_mode, monkeypatch):
-        res = llm.verifier_pass("tracelens_verifier", _req(run91003, tmp_path), ctx, verdicts)
+    with harness.anthropic_cassette("trace_verifier", record_mode, monkeypatch):
+        res = llm.verifier_pass("trace_verifier", _req(run91003, tmp_path), ctx, verdicts)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 1
     by = {v["claim"]["id"]: v for v in res.verdicts}
@@ -164,7 +164,7 @@ def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, mo
 
 def _report(trace: dict) -> dict:
     claims = _trace_claims(trace)
-    vcs = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="tracelens_verifier",
+    vcs = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="trace_verifier",
                          rederived_value=round(c["value"], 2), tolerance=Tolerance(abs=1.0), method="kineto").model_dump(mode="json")
            for c in claims]
     return {"jobid": "91003", "model": "vit", "state": "COMPLETED", "nodes_list": ["vm"],
@@ -189,9 +189,9 @@ def test_synthesizer_writes_guarded_summary(trace91003, run91003, tmp_path, monk
 def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch, record_mode):
     det = _trace_claims(trace91003)
     ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
-    with harness.anthropic_cassette("tracelens_analyst_malformed", record_mode, monkeypatch,
+    with harness.anthropic_cassette("trace_analyst_malformed", record_mode, monkeypatch,
                                     fault="malformed-once") as cass:
-        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path), ctx, det)
+        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.malformed_retries == 1
     # the rejection went back to the model as an error tool_result
@@ -217,19 +217,19 @@ def test_budget_stops_the_llm_path_cleanly(run91003, trace91003, tmp_path, monke
     """A budget smaller than one call: the first call runs (from the analyst cassette), then the
     pass stops with STATUS=partial and the deterministic claims are kept."""
     if record_mode != "none":
-        pytest.skip("replays the first exchange of the tracelens_analyst cassette")
+        pytest.skip("replays the first exchange of the trace_analyst cassette")
     det = _trace_claims(trace91003)
     ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
-    with harness.anthropic_cassette("tracelens_analyst", record_mode, monkeypatch):
-        res = llm.analyst_pass("tracelens_analyst", _req(run91003, tmp_path, max_tokens_total=100), ctx, det)
+    with harness.anthropic_cassette("trace_analyst", record_mode, monkeypatch):
+        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path, max_tokens_total=100), ctx, det)
     assert res.status.status is Outcome.partial and "budget" in res.status.reason
     assert res.claims is None and res.llm_calls == 1
 
 
 def test_cassettes_are_wire_format_and_hold_no_key(record_mode):
     files = sorted(harness.HERE.glob("*.yaml"))
-    assert {f.stem for f in files} >= {"tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "synthesizer",
-                                       "tracelens_analyst_malformed", "synthesizer_overloaded"}
+    assert {f.stem for f in files} >= {"trace_analyst", "telemetry_analyst", "trace_verifier", "synthesizer",
+                                       "trace_analyst_malformed", "synthesizer_overloaded"}
     kinds = set()
     for f in files:
         text = f.read_text()

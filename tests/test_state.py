@@ -37,10 +37,10 @@ def test_manifest_rejects_garbage(tmp_path):
 
 def test_claim_requires_evidence_and_tolerance_semantics():
     ev = Evidence(tool="tracelens.gpu_timeline", query="idle_time.percent", returned=89.0)
-    c = Claim(id="tl.idle", analyst="tracelens_analyst", statement="GPU idle 89%",
+    c = Claim(id="tl.idle", analyst="trace_analyst", statement="GPU idle 89%",
               metric="gpu_timeline.idle_time.percent", value=89.0, unit="%", evidence=[ev])
     assert c.evidence[0].returned == 89.0
     with pytest.raises(ValueError):
-        Claim(id="x", analyst="tracelens_analyst", statement="s", metric="m", value=1.0, unit="%", evidence=[])
+        Claim(id="x", analyst="trace_analyst", statement="s", metric="m", value=1.0, unit="%", evidence=[])
     t = Tolerance(abs=1.0, rel=0.02)
     assert t.agrees(89.0, 89.9) and t.agrees(1000, 1019) and not t.agrees(10, 12)

@@ -8,7 +8,7 @@ runner (:mod:`ai4s_graph.graph.agents.llm`) copies the recorded results into eac
 
 Tools by domain (:func:`toolset`):
 
-- ``trace`` (tracelens analyst and verifier), over the run's rank traces:
+- ``trace`` (trace analyst and verifier), over the run's rank traces:
   ``trace_timeline`` (:func:`ai4s_graph.tools.trace.backends.analyze_trace`: TraceLens's GPU timeline,
   op categories, launch statistics), ``trace_top_kernels`` (top kernels, optionally of one op
   category, :mod:`ai4s_graph.tools.trace.kineto`), ``trace_ops_for_kernel`` (the CPU ops that launched

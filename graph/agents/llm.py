@@ -85,7 +85,7 @@ RETRY_STATUSES = frozenset({429, 529})
 #: returned number counts as taken from it (rounding to 3 significant digits stays inside it).
 
 AgentName = Literal[
-    "tracelens_analyst", "omnistat_analyst", "tracelens_verifier", "omnistat_verifier", "synthesizer"
+    "trace_analyst", "telemetry_analyst", "trace_verifier", "telemetry_verifier", "synthesizer"
 ]
 
 
@@ -582,8 +582,8 @@ class SynthAnswer(BaseModel):
 # Entry points
 # --------------------------------------------------------------------------------------------
 
-_DOMAIN = {"tracelens_analyst": "trace", "tracelens_verifier": "trace",
-           "omnistat_analyst": "telemetry", "omnistat_verifier": "telemetry"}
+_DOMAIN = {"trace_analyst": "trace", "trace_verifier": "trace",
+           "telemetry_analyst": "telemetry", "telemetry_verifier": "telemetry"}
 
 
 def _fail_result(agent: str, reason: str) -> LlmResult:
@@ -604,7 +604,7 @@ def analyst_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
                  claims: list[dict[str, Any]]) -> LlmResult:
     """Run an LLM analyst over the deterministic figures and claims.
 
-    ``agent``: ``tracelens_analyst`` or ``omnistat_analyst``. ``context``: ``manifest`` (dict),
+    ``agent``: ``trace_analyst`` or ``telemetry_analyst``. ``context``: ``manifest`` (dict),
     ``findings`` (the deterministic figures: TraceAnalysis dicts, or telemetry stats with their
     PromQL and the FOM result), and for the omnistat analyst ``tsdb_url`` (the running
     VictoriaMetrics). ``claims``: the deterministic Claim dicts.
@@ -617,7 +617,7 @@ def analyst_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
     failure ``claims=None`` and ``STATUS=partial``."""
     from ...tools import llm_tools as agent_tools
 
-    if agent not in ("tracelens_analyst", "omnistat_analyst"):
+    if agent not in ("trace_analyst", "telemetry_analyst"):
         raise ValueError(f"unknown analyst {agent!r}")
     det = [Claim.model_validate(c).model_dump(mode="json") for c in claims]
     recorder = agent_tools.Recorder()
@@ -675,14 +675,14 @@ def verifier_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
                   verdicts: list[dict[str, Any]]) -> LlmResult:
     """Let an LLM verifier re-check the deterministic verdicts with its domain's tools.
 
-    ``agent``: ``tracelens_verifier`` or ``omnistat_verifier``; ``context`` as for
+    ``agent``: ``trace_verifier`` or ``telemetry_verifier``; ``context`` as for
     :func:`analyst_pass`; ``verdicts``: VerifiedClaim dicts from the deterministic re-derivation.
     The LLM answers with :class:`VerifierAnswer`; :func:`merge_verdicts` applies it (never
     upgrading ``unsupported``/``refuted``). Returns ``verdicts`` (merged), ``prose``; on failure
     ``verdicts=None`` and ``STATUS=partial``."""
     from ...tools import llm_tools as agent_tools
 
-    if agent not in ("tracelens_verifier", "omnistat_verifier"):
+    if agent not in ("trace_verifier", "telemetry_verifier"):
         raise ValueError(f"unknown verifier {agent!r}")
     det = [VerifiedClaim.model_validate(v).model_dump(mode="json") for v in verdicts]
     recorder = agent_tools.Recorder()

@@ -2,8 +2,8 @@
 
     START → launcher ─(submit)→ wait_for_job ─(exit 42)→ launcher (re-submit once, --exclude)
                │                     │ (TIMEOUT_WAITING) → END
-               ├─ Send × rank ─→ trace_rank ─→ tracelens_analyst → tracelens_verifier ─┐
-               └──────────────→ omnistat_analyst ─────────────→ omnistat_verifier ────┴→ synthesizer → END
+               ├─ Send × rank ─→ trace_rank ─→ trace_analyst → trace_verifier ─┐
+               └──────────────→ telemetry_analyst ─────────────→ telemetry_verifier ────┴→ synthesizer → END
 
 With ``--slurm-array`` (or ≥ 64 ranks and a cluster config) one ``trace_array`` task replaces the
 per-rank tasks: the ranks are analysed as a SLURM job array on the cluster and gathered back.
@@ -22,20 +22,20 @@ from langgraph.types import Send
 
 from .nodes import launcher_submit
 from .nodes.launcher import launcher
-from .nodes.telemetry_analyst import omnistat_analyst
-from .nodes.telemetry_verifier import omnistat_verifier
+from .nodes.telemetry_analyst import telemetry_analyst
+from .nodes.telemetry_verifier import telemetry_verifier
 from .nodes.synthesizer import synthesizer
-from .nodes.trace_analyst import fan_out_ranks, trace_array, trace_rank, tracelens_analyst
-from .nodes.trace_verifier import tracelens_verifier
+from .nodes.trace_analyst import fan_out_ranks, trace_array, trace_rank, trace_analyst
+from .nodes.trace_verifier import trace_verifier
 from .schema import AnalysisState
 
-NODES = ("launcher", "wait_for_job", "trace_rank", "tracelens_analyst", "omnistat_analyst",
-         "tracelens_verifier", "omnistat_verifier", "synthesizer")
+NODES = ("launcher", "wait_for_job", "trace_rank", "trace_analyst", "telemetry_analyst",
+         "trace_verifier", "telemetry_verifier", "synthesizer")
 
 
 def _analyze(state: dict[str, Any]) -> list[Send]:
     """Fan out to both analyst branches: one Send per rank trace plus the omnistat analyst."""
-    return fan_out_ranks(state) + [Send("omnistat_analyst", state)]
+    return fan_out_ranks(state) + [Send("telemetry_analyst", state)]
 
 
 def route_after_launcher(state: dict[str, Any]) -> Any:
@@ -58,10 +58,10 @@ def build_analysis_graph() -> StateGraph:
     g.add_node("launcher", launcher)
     g.add_node("trace_rank", trace_rank)
     g.add_node("trace_array", trace_array)
-    g.add_node("tracelens_analyst", tracelens_analyst)
-    g.add_node("omnistat_analyst", omnistat_analyst)
-    g.add_node("tracelens_verifier", tracelens_verifier)
-    g.add_node("omnistat_verifier", omnistat_verifier)
+    g.add_node("trace_analyst", trace_analyst)
+    g.add_node("telemetry_analyst", telemetry_analyst)
+    g.add_node("trace_verifier", trace_verifier)
+    g.add_node("telemetry_verifier", telemetry_verifier)
     g.add_node("synthesizer", synthesizer)
     g.add_edge(START, "launcher")
     # submit mode: wait for the job, re-submit once after exit 42
@@ -76,14 +76,14 @@ def build_analysis_graph() -> StateGraph:
         return _analyze(state)
 
     g.add_conditional_edges("wait_for_job", route_after_wait, ["launcher", "trace_rank", "trace_array",
-                                                               "tracelens_analyst", "omnistat_analyst", END])
-    targets = ["wait_for_job", "trace_rank", "trace_array", "tracelens_analyst", "omnistat_analyst",
+                                                               "trace_analyst", "telemetry_analyst", END])
+    targets = ["wait_for_job", "trace_rank", "trace_array", "trace_analyst", "telemetry_analyst",
                "synthesizer", END]
     g.add_conditional_edges("launcher", route_after_launcher, targets)
-    g.add_edge("trace_rank", "tracelens_analyst")
-    g.add_edge("trace_array", "tracelens_analyst")
-    g.add_edge("tracelens_analyst", "tracelens_verifier")
-    g.add_edge("omnistat_analyst", "omnistat_verifier")
-    g.add_edge(["tracelens_verifier", "omnistat_verifier"], "synthesizer")
+    g.add_edge("trace_rank", "trace_analyst")
+    g.add_edge("trace_array", "trace_analyst")
+    g.add_edge("trace_analyst", "trace_verifier")
+    g.add_edge("telemetry_analyst", "telemetry_verifier")
+    g.add_edge(["trace_verifier", "telemetry_verifier"], "synthesizer")
     g.add_edge("synthesizer", END)
     return g

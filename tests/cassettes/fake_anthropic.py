@@ -130,7 +130,7 @@ def _call(name: str, args: dict) -> dict:
     return {"type": "tool_use", "name": name, "input": args}
 
 
-def tracelens_analyst(req: dict) -> list[dict]:
+def trace_analyst(req: dict) -> list[dict]:
     data = _user_payload(req)
     res = _results_by_tool(req)
     turn = _turns(req)
@@ -176,7 +176,7 @@ def tracelens_analyst(req: dict) -> list[dict]:
                                       "new_claims": claims, "prose": prose})]
 
 
-def omnistat_analyst(req: dict) -> list[dict]:
+def telemetry_analyst(req: dict) -> list[dict]:
     data = _user_payload(req)
     res = _results_by_tool(req)
     turn = _turns(req)
@@ -325,10 +325,10 @@ def synthesizer(req: dict) -> list[dict]:
 
 
 AGENTS = {
-    "tracelens_analyst": tracelens_analyst,
-    "omnistat_analyst": omnistat_analyst,
-    "tracelens_verifier": lambda r: _verifier(r, "trace"),
-    "omnistat_verifier": lambda r: _verifier(r, "telemetry"),
+    "trace_analyst": trace_analyst,
+    "telemetry_analyst": telemetry_analyst,
+    "trace_verifier": lambda r: _verifier(r, "trace"),
+    "telemetry_verifier": lambda r: _verifier(r, "telemetry"),
     "synthesizer": synthesizer,
 }
 

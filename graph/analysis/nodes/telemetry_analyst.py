@@ -1,7 +1,7 @@
 """The telemetry and figure-of-merit analyst: GPU telemetry from VictoriaMetrics through PromQL
 joined to the job via Omnistat's ``rmsjob_info`` (seed 000 lesson 5), the training log's figure
 of merit, and the precision discriminator when ``--compare`` names a second run (lesson 13).
-Claims are MADE here; ``omnistat_verifier`` checks them.
+Claims are MADE here; ``telemetry_verifier`` checks them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ...runtime import RunRequest, node
 from ....state import Evidence, Manifest, Outcome, StatusLine, worst
 from ....tools.errors import Ai4sError, InputError
 
-ANALYST = "omnistat_analyst"
+ANALYST = "telemetry_analyst"
 # Telemetry statistics the analyst claims: (logical metric, statistic).
 TELEMETRY_STATS = [("gpu_util", "avg"), ("sm_clock", "avg"), ("sm_clock", "max"), ("power", "avg"),
                    ("power", "max"), ("hbm_used", "max")]
@@ -222,7 +222,7 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
 
 
 @node(ANALYST)
-def omnistat_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def telemetry_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     """Figure of merit, precision discriminator and telemetry claims; each part that fails is
     named in ``missing`` and makes the node ``partial`` (``fail`` when nothing could be read)."""
     req = RunRequest.model_validate(state["request"])

@@ -22,7 +22,7 @@ from ...runtime import RunRequest, node
 from ....state import Evidence, Manifest, Outcome, StatusLine, Tolerance, Verdict
 from ....tools.errors import Ai4sError
 
-VERIFIER = "omnistat_verifier"
+VERIFIER = "telemetry_verifier"
 _STEP_TIME = re.compile(r"^\s*(?:0:\s*)?Batch \d+: .*?time ([0-9.eE+-]+) seconds")
 _TIC = re.compile(r"my rank 0\. tic4-tic1 in ([0-9.eE+-]+) seconds")
 _EPOCH_END = re.compile(r"Epoch (\d+) completed")
@@ -180,9 +180,9 @@ def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> li
 
 
 @node(VERIFIER)
-def omnistat_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def telemetry_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     """Re-derive every telemetry, FOM and discriminator claim; a refuted claim stays in the report."""
-    claims = [c for c in state.get("claims") or [] if c["analyst"] == "omnistat_analyst"]
+    claims = [c for c in state.get("claims") or [] if c["analyst"] == "telemetry_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no telemetry or FOM claims to verify")
     cache: dict[str, Any] = {}

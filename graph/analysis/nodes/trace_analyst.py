@@ -1,6 +1,6 @@
 """The trace analyst: one ``trace_rank`` task per rank trace (LangGraph ``Send``, run in worker
-processes), then ``tracelens_analyst`` gathers them into claims about the GPU timeline, the
-kernels and the data loader. Claims are MADE here; ``tracelens_verifier`` checks them.
+processes), then ``trace_analyst`` gathers them into claims about the GPU timeline, the
+kernels and the data loader. Claims are MADE here; ``trace_verifier`` checks them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ...runtime import RunRequest, journal, node
 from ....state import Evidence, Outcome, StatusLine
 from ....tools.errors import Ai4sError, NoGpuEventsError
 
-ANALYST = "tracelens_analyst"
+ANALYST = "trace_analyst"
 _POOL: ProcessPoolExecutor | None = None
 _POOL_SIZE = 0
 
@@ -268,15 +268,15 @@ def claims_for_rank(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @node(ANALYST)
-def tracelens_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
     results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
     if not results:
-        return ({"missing": ["tracelens_analyst: no rank trace was analysed"], "findings": {"trace": None}},
+        return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None}},
                 StatusLine.make(Outcome.fail, "no rank trace was analysed"))
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
-    missing = [f"tracelens_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    missing = [f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
     claims: list[dict[str, Any]] = []
     for res in good:
         claims.extend(claims_for_rank(res))

@@ -15,7 +15,7 @@ from ...runtime import node
 from ....state import Outcome, StatusLine, Tolerance, Verdict
 from ....tools.errors import Ai4sError
 
-VERIFIER = "tracelens_verifier"
+VERIFIER = "trace_verifier"
 
 
 @lru_cache(maxsize=8)
@@ -76,13 +76,13 @@ def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
 
 
 def verify_trace_claims(claims: list[dict[str, Any]], rank_results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Verdicts for every ``tracelens_analyst`` claim about a single rank (ids ``tl.r<rank>.*``);
+    """Verdicts for every ``trace_analyst`` claim about a single rank (ids ``tl.r<rank>.*``);
     claims with other metrics (multi-rank collectives) are re-derived by
     :func:`ai4s_graph.tools.trace.collectives.rederive_claim` when present, else inconclusive."""
     by_rank = {r.get("rank"): r for r in rank_results if "error" not in r}
     out = []
     for c in claims:
-        if c["analyst"] != "tracelens_analyst":
+        if c["analyst"] != "trace_analyst":
             continue
         ev_args = (c.get("evidence") or [{}])[0].get("args") or {}
         res = by_rank.get(ev_args.get("rank"))
@@ -117,9 +117,9 @@ def _other_claim(c: dict[str, Any], rank_results: list[dict[str, Any]]) -> dict[
 
 
 @node(VERIFIER)
-def tracelens_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     """Re-derive and judge every trace claim. A refuted claim stays, with ``verdict=refuted``."""
-    claims = [c for c in state.get("claims") or [] if c["analyst"] == "tracelens_analyst"]
+    claims = [c for c in state.get("claims") or [] if c["analyst"] == "trace_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no trace claims to verify")
     verdicts = verify_trace_claims(claims, state.get("rank_results") or [])
