@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..graph.runtime import RunRequest
+from ..graph.analysis.configuration import RunRequest
 from ..state import StatusLine
 from ..tools.errors import Ai4sError, ToolUnavailableError
 
@@ -76,11 +76,12 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     Each node's STATUS line is passed to ``printer(node, line)`` as the node finishes. A node that
     raises leaves the checkpoint of the finished nodes: calling again resumes at that node."""
     from ..graph.analysis.graph import build_analysis_graph
+    from ..graph.analysis.schema import CHECKPOINT_TYPES
     from ..graph.checkpoint import open_checkpointer
 
     printer = printer or (lambda node, line: None)
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
-    with open_checkpointer(checkpoint) as saver:
+    with open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
         graph = build_analysis_graph().compile(checkpointer=saver)
         try:
             if fresh:
@@ -90,7 +91,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             raise ToolUnavailableError(f"checkpoint database {checkpoint or 'default'} is unusable: {e}") from None
         if snap.values and not snap.next:
             values = dict(snap.values)
-            out_dir = Path(values.get("request", {}).get("out_dir", req.out_dir))
+            out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)
             if values.get("report") and not (out_dir / "report.md").exists():
                 from ..graph.analysis.nodes.synthesizer import synthesizer
 
@@ -101,7 +102,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             printer("graph", f"STATUS=ok; reason=already complete (thread {cfg['configurable']['thread_id']}); "
                              "use --fresh to run again")
             return values
-        inputs = None if snap.next else {"request": req.model_dump()}
+        inputs = None if snap.next else {"request": req}
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
@@ -202,9 +203,9 @@ def register(app: typer.Typer) -> None:
         if not rep:
             print("STATUS=fail; reason=no report written")
             raise typer.Exit(1)
-        out_final = Path(final["request"]["out_dir"])
-        console.print(Text.assemble("\n", (rep["bottleneck"]["klass"], "bold"), " — ", rep["executive_summary"], "\n"))
+        out_final = Path(final["request"].out_dir)
+        console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", rep.executive_summary, "\n"))
         console.print(f"report: {out_final / 'report.md'}")
-        print(rep["statuses"]["synthesizer"])
-        if rep["statuses"]["synthesizer"].startswith("STATUS=fail"):
+        print(rep.statuses["synthesizer"])
+        if rep.statuses["synthesizer"].startswith("STATUS=fail"):
             raise typer.Exit(1)

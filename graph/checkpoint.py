@@ -1,15 +1,28 @@
 """Checkpointers: SQLite (``langgraph-checkpoint-sqlite``) by default, Postgres when a
-``postgresql://`` URL is given (optional extra ``ai4s-graph[postgres]``)."""
+``postgresql://`` URL is given (optional extra ``ai4s-graph[postgres]``).
+
+The graph states hold pydantic models (:mod:`ai4s_graph.state`, each graph's ``schema.py``).
+LangGraph's serializer stores them as msgpack extensions and rebuilds them on load; its
+deserializer is given an explicit allow-list of exactly those classes (and the enums they hold),
+so a checkpoint never imports anything else."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import inspect
 import os
+import pkgutil
 import sqlite3
+from enum import Enum
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
+
+from .. import state as state_pkg
 
 from ..tools.errors import ToolUnavailableError
 
@@ -24,18 +37,41 @@ def default_db() -> str:
     return str(state_dir() / "checkpoints.sqlite")
 
 
+def allowed_types(types: Iterable[type] = ()) -> list[tuple[str, str]]:
+    """``(module, class name)`` of every pydantic model and enum defined in :mod:`ai4s_graph.state`
+    and in the modules of ``types`` (a graph's ``CHECKPOINT_TYPES``): the classes a checkpoint may
+    rebuild."""
+    modules = {importlib.import_module(f"{state_pkg.__name__}.{m.name}")
+               for m in pkgutil.iter_modules(state_pkg.__path__)}
+    modules |= {importlib.import_module(t.__module__) for t in types}
+    out = set()
+    for mod in modules:
+        for _, cls in inspect.getmembers(mod, inspect.isclass):
+            if cls.__module__ == mod.__name__ and issubclass(cls, (BaseModel, Enum)):
+                out.add((cls.__module__, cls.__name__))
+    return sorted(out)
+
+
+def serializer(types: Iterable[type] = ()) -> JsonPlusSerializer:
+    """LangGraph's serializer, allowed to rebuild exactly :func:`allowed_types` ``(types)``."""
+    return JsonPlusSerializer(allowed_msgpack_modules=allowed_types(types))
+
+
 @contextlib.contextmanager
-def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
+def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Iterator[BaseCheckpointSaver]:
     """Yield a checkpointer for ``url``: a ``postgresql://…`` URL opens a Postgres saver, anything
-    else is a SQLite file path (created with its folder). Raises :class:`ToolUnavailableError`
+    else is a SQLite file path (created with its folder). ``types``: the graph's state classes
+    beyond :mod:`ai4s_graph.state` (see :func:`allowed_types`). Raises :class:`ToolUnavailableError`
     when Postgres is asked for but its extra is not installed."""
     url = url or default_db()
+    serde = serializer(types)
     if url.startswith(("postgres://", "postgresql://")):
         try:
             from langgraph.checkpoint.postgres import PostgresSaver
         except ImportError:
             raise ToolUnavailableError("Postgres checkpoints need: pip install 'ai4s-graph[postgres]'") from None
         with PostgresSaver.from_conn_string(url) as saver:
+            saver.serde = serde  # the same allow-list as SQLite (from_conn_string takes no serde)
             saver.setup()
             yield saver
         return
@@ -45,6 +81,6 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False)
     try:
-        yield SqliteSaver(conn)
+        yield SqliteSaver(conn, serde=serde)
     finally:
         conn.close()

@@ -1,5 +1,6 @@
-"""What every node of every graph shares: the run request, the node wrapper that ends each node
-with its STATUS line, the node journal, and the fault-injection hook the crash/resume tests use.
+"""What every node of every graph shares: the node wrapper that ends each node with its STATUS
+line, the node journal, and the fault-injection hook the crash/resume tests use. (The analysis
+graph's request lives in :mod:`ai4s_graph.graph.analysis.configuration`.)
 """
 
 from __future__ import annotations
@@ -10,47 +11,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from urllib.parse import urlparse
-
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel
 
 from ..state import Outcome, StatusLine
 from ..tools.errors import Ai4sError
-
-
-class RunRequest(BaseModel):
-    """What the user asked for with ``ai4s-graph run``.
-
-    ``perf_run`` is the directory holding the job's artifacts; ``out_dir`` is where the report,
-    manifest (when the run directory is read-only) and plots go; ``compare`` is a second run of the
-    same model at another precision (the precision discriminator, seed 000 lesson 13)."""
-
-    jobid: str | None = None
-    perf_run: str | None = None
-    out_dir: str
-    compare: str | None = None
-    tsdb_url: str | None = None
-    llm: str = "none"  # "none" | "anthropic"
-    llm_model: str | None = None
-    max_tokens_total: int | None = None
-    submit: bool = False
-    submit_params: dict[str, Any] = Field(default_factory=dict)
-    cluster_config: str | None = None
-    wait_timeout_s: float = 3600.0
-    workers: int = Field(0, ge=0)  # rank-trace worker processes (0 = automatic)
-    slurm_array: bool = False  # analyse the rank traces as a SLURM job array
-
-    @field_validator("tsdb_url")
-    @classmethod
-    def _http_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        u = urlparse(v)
-        if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"--tsdb-url must be an http(s)://host:port URL, not {v!r}")
-        return v.rstrip("/")
 
 
 def journal_path(out_dir: str | Path) -> Path:
@@ -92,10 +58,17 @@ def _fault_hook(node: str) -> None:
                 raise RuntimeError(f"injected fault before {node}")
 
 
-NodeFn = Callable[[dict[str, Any]], tuple[dict[str, Any], StatusLine]]
+NodeFn = Callable[[Any], tuple[dict[str, Any], StatusLine]]
 
 
-def node(name: str) -> Callable[[NodeFn], Callable[[dict[str, Any]], dict[str, Any]]]:
+def out_dir_of(state: Mapping[str, Any]) -> str:
+    """The output directory of a run: ``state["request"].out_dir`` (a typed request) or
+    ``state["request"]["out_dir"]`` (the graphs whose request is still a plain dict)."""
+    req = state["request"]
+    return req.out_dir if isinstance(req, BaseModel) else req["out_dir"]
+
+
+def node(name: str) -> Callable[[NodeFn], Callable[[Any], dict[str, Any]]]:
     """Wrap a node body ``fn(state) -> (update, StatusLine)`` as a LangGraph node.
 
     The wrapper journals start and end, records the STATUS line under ``statuses[name]`` in
@@ -105,10 +78,10 @@ def node(name: str) -> Callable[[NodeFn], Callable[[dict[str, Any]], dict[str, A
     keeps the checkpoint of the completed nodes, and re-running the same command resumes at
     this node."""
 
-    def deco(fn: NodeFn) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def deco(fn: NodeFn) -> Callable[[Any], dict[str, Any]]:
         @functools.wraps(fn)
-        def wrapped(state: dict[str, Any]) -> dict[str, Any]:
-            out_dir = state["request"]["out_dir"]
+        def wrapped(state: Any) -> dict[str, Any]:
+            out_dir = out_dir_of(state)
             _fault_hook(name)
             journal(out_dir, name, "start")
             try:

@@ -19,10 +19,10 @@ TELEMETRY_TOL = Tolerance(abs=2.0, rel=0.05)
 
 
 def claim(cid: str, analyst: str, statement: str, metric: str, value: Any, unit: str,
-          evidence: list[Evidence], confidence: float = 0.9) -> dict[str, Any]:
-    """A validated :class:`Claim` as a dict (raises ``ValueError`` on a malformed one)."""
+          evidence: list[Evidence], confidence: float = 0.9) -> Claim:
+    """A validated :class:`Claim` (raises ``ValueError`` on a malformed one)."""
     return Claim(id=cid, analyst=analyst, statement=statement, metric=metric, value=value, unit=unit,
-                 evidence=evidence, confidence=confidence).model_dump(mode="json")
+                 evidence=evidence, confidence=confidence)
 
 
 # Default tolerance of the "is this number in the evidence?" guard: a stated number may be rounded.
@@ -79,10 +79,11 @@ def is_supported(claim: dict[str, Any] | Claim, tol: Tolerance = SUPPORT_TOL) ->
     A claim with no evidence or a ``None`` value is not supported. Never raises for a well-formed
     claim dict. Used by both verifiers in both modes: a claim failing it gets verdict
     ``unsupported`` (issue 3)."""
-    c = claim.model_dump() if isinstance(claim, Claim) else dict(claim)
-    value = c.get("value")
-    evidence = c.get("evidence") or []
-    returned = [(e.model_dump() if isinstance(e, Evidence) else e).get("returned") for e in evidence]
+    if isinstance(claim, Claim):
+        value, returned = claim.value, [e.returned for e in claim.evidence]
+    else:
+        value = claim.get("value")
+        returned = [e.returned if isinstance(e, Evidence) else e.get("returned") for e in claim.get("evidence") or []]
     if value is None or not returned:
         return False
     if isinstance(value, bool):
@@ -95,14 +96,13 @@ def is_supported(claim: dict[str, Any] | Claim, tol: Tolerance = SUPPORT_TOL) ->
 
 
 
-def verdict(c: dict[str, Any], verifier: str, rederived: Any, tol: Tolerance, method: str,
-            note: str = "", evidence: list[Evidence] | None = None) -> dict[str, Any]:
-    """Compare a claim with the verifier's re-derived value and return a VerifiedClaim dict.
+def verdict(cl: Claim, verifier: str, rederived: Any, tol: Tolerance, method: str,
+            note: str = "", evidence: list[Evidence] | None = None) -> VerifiedClaim:
+    """Compare a claim with the verifier's re-derived value and return the :class:`VerifiedClaim`.
 
     ``rederived is None`` → inconclusive (could not re-derive). A claim whose value is not in its
     own evidence → unsupported, whatever the re-derivation says."""
-    cl = Claim.model_validate(c)
-    if not is_supported(c):
+    if not is_supported(cl):
         v = Verdict.unsupported
         note = (note + "; " if note else "") + "claim value matches no number its evidence returned"
     elif rederived is None:
@@ -112,4 +112,4 @@ def verdict(c: dict[str, Any], verifier: str, rederived: Any, tol: Tolerance, me
     else:
         v = Verdict.confirmed if cl.value == rederived else Verdict.refuted
     return VerifiedClaim(claim=cl, verdict=v, verifier=verifier, rederived_value=rederived, tolerance=tol,
-                         method=method, note=note, evidence=evidence or []).model_dump(mode="json")
+                         method=method, note=note, evidence=evidence or [])

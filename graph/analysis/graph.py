@@ -9,8 +9,9 @@ With ``--slurm-array`` (or ≥ 64 ranks and a cluster config) one ``trace_array`
 per-rank tasks: the ranks are analysed as a SLURM job array on the cluster and gathered back.
 The two analyst branches run in parallel (one LangGraph superstep, a thread each; the rank traces
 in worker processes), as do the two verifiers; the synthesizer waits for both verifiers.
-Where a claim is made: ``graph/nodes/*_analyst.py``; checked: ``graph/nodes/*_verifier.py``;
-reported: ``graph/nodes/synthesizer.py``.
+Where a claim is made: ``nodes/*_analyst.py``; checked: ``nodes/*_verifier.py``; reported:
+``nodes/synthesizer.py``. The state is :class:`~.schema.AnalysisState` (typed values); the request
+is read-only (:mod:`.configuration`).
 """
 
 from __future__ import annotations
@@ -33,20 +34,21 @@ NODES = ("launcher", "wait_for_job", "trace_rank", "trace_analyst", "telemetry_a
          "trace_verifier", "telemetry_verifier", "synthesizer")
 
 
-def _analyze(state: dict[str, Any]) -> list[Send]:
+def _analyze(state: AnalysisState) -> list[Send]:
     """Fan out to both analyst branches: one Send per rank trace plus the omnistat analyst."""
     return fan_out_ranks(state) + [Send("telemetry_analyst", state)]
 
 
-def route_after_launcher(state: dict[str, Any]) -> Any:
+def route_after_launcher(state: AnalysisState) -> Any:
     """Stop (END) when the launcher says so; wait for a submitted job; else analyse."""
     if state.get("stop"):
         return END
-    submit = state.get("request", {}).get("submit")
+    submit = state["request"].submit
     if not state.get("manifest") and not submit:
         return "synthesizer"  # the launcher failed (unknown job id, bad manifest): report what is missing
     if submit and not state.get("manifest"):
-        if not (state.get("job") or {}).get("jobid"):
+        job = state.get("job")
+        if job is None or not job.jobid:
             return "synthesizer"  # nothing was submitted (a refused lever value, no sbatch): report why
         return "wait_for_job"
     return _analyze(state)
@@ -67,7 +69,7 @@ def build_analysis_graph() -> StateGraph:
     # submit mode: wait for the job, re-submit once after exit 42
     g.add_node("wait_for_job", launcher_submit.wait_for_job)
 
-    def route_after_wait(state: dict[str, Any]) -> Any:
+    def route_after_wait(state: AnalysisState) -> Any:
         r = launcher_submit.route_after_wait(state)
         if r == "launcher":
             return "launcher"

@@ -1,11 +1,27 @@
-"""The analysis graph's state: a TypedDict whose list/dict keys merge the parallel branches'
-writes (LangGraph reducers). Values are plain JSON-able data (``model_dump()`` of the pydantic
-models in ``ai4s_graph.state``) so every checkpoint is readable SQLite/JSON."""
+"""The analysis graph's state: one TypedDict whose values are typed.
+
+The values are the pydantic models of :mod:`ai4s_graph.state` (:class:`Manifest`, :class:`Claim`,
+:class:`VerifiedClaim`, :class:`Report`, :class:`Usage`), the read-only request and the launcher's
+resolution (:mod:`.configuration`), and the submission record :class:`SubmittedJob`. Nodes read and
+return those objects; LangGraph's checkpoint serializer stores them (msgpack, pydantic v2 extension)
+and rebuilds them on resume (:func:`ai4s_graph.graph.checkpoint.open_checkpointer` allows exactly the
+project's model classes). The raw figures of the analysts (``findings``, ``rank_results``) stay
+JSON-shaped dicts, typed here as TypedDicts: they are the tools' output records, which the trace and
+telemetry tools own.
+
+Keys written by both parallel branches merge through reducers: lists concatenate, dicts merge
+(right wins). ``request`` has no reducer and no node returns it: it is the user's request, as given.
+"""
 
 from __future__ import annotations
 
 import operator
 from typing import Annotated, Any, TypedDict
+
+from pydantic import BaseModel, Field
+
+from .configuration import ResolvedRun, RunRequest
+from ...state import Claim, Manifest, Report, Usage, VerifiedClaim
 
 
 def merge_dicts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
@@ -13,34 +29,97 @@ def merge_dicts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str,
     return {**(a or {}), **(b or {})}
 
 
+class SubmittedJob(BaseModel):
+    """The launcher's submission record in submit mode (``--submit``), checkpointed before any wait
+    so a resumed run never submits twice. ``attempt`` counts from 1; ``exclude`` are the nodes given
+    to ``sbatch --exclude``; ``resubmit`` asks the launcher for the one re-submission after exit 42;
+    ``done`` marks a terminal sacct state, ``state`` is that state."""
+
+    jobid: str | None = None
+    attempt: int = 0
+    exclude: list[str] = Field(default_factory=list)
+    script: str | None = None
+    submitted_at: float | None = None
+    model: str | None = None
+    run_dir: str | None = None
+    previous: list[str] = Field(default_factory=list)
+    resubmit: bool = False
+    done: bool = False
+    state: str | None = None
+    failed_probe_nodes: list[str] = Field(default_factory=list)
+    known_bad_nodes: list[str] = Field(default_factory=list)
+
+
+class RankResult(TypedDict, total=False):
+    """One rank trace's analysis (``trace_rank``): the ``TraceAnalysis`` fields of
+    :mod:`ai4s_graph.tools.trace.backends` (``timeline``, ``launch``, ``short_kernels``,
+    ``kernel_count``, ``n_steps``, ``step_time_ms``, ``dataloader_ms_per_step``, ``ops_by_category``,
+    ``backend``, ...) at the top level, the streaming record under ``stream``; or ``error`` (one line)
+    and ``no_gpu_events`` when the rank could not be analysed."""
+
+    rank: int
+    path: str
+    backend: str
+    timeline: dict[str, Any]
+    stream: dict[str, Any]
+    from_cache: bool
+    error: str
+    no_gpu_events: bool
+
+
+class RankTask(TypedDict):
+    """The payload of one ``Send("trace_rank", ...)``: the request, the rank and its trace path."""
+
+    request: RunRequest
+    rank: int
+    path: str
+
+
+class Findings(TypedDict, total=False):
+    """Raw figures by source, each key written by one analyst: ``trace`` (``ranks``, ``errors``,
+    ``multi_rank``, ``prose``), ``telemetry`` (``url``, ``window``, ``vendor``, ``stats``, ``series``),
+    ``fom`` (``FomResult`` fields), ``compare`` (the precision discriminator), ``omnistat_prose``."""
+
+    trace: dict[str, Any] | None
+    telemetry: dict[str, Any]
+    fom: dict[str, Any]
+    compare: dict[str, Any]
+    omnistat_prose: str
+
+
 class AnalysisState(TypedDict, total=False):
     """Keys of the ``ai4s-graph run`` state.
 
-    - ``request``: :class:`~ai4s_graph.graph.runtime.RunRequest` as a dict.
-    - ``manifest``: :class:`~ai4s_graph.state.Manifest` as a dict (``by_alias=True``).
-    - ``stop``: set by the launcher when the graph must stop (e.g. ``TIMEOUT_WAITING``).
-    - ``findings``: raw figures by source: ``trace`` (timeline, kernels, ...), ``telemetry``,
-      ``fom``, ``compare``. Each analyst writes its own key.
-    - ``claims``: :class:`~ai4s_graph.state.Claim` dicts from both analysts.
-    - ``verdicts``: :class:`~ai4s_graph.state.VerifiedClaim` dicts from both verifiers.
+    - ``request``: the user's :class:`RunRequest` (read-only).
+    - ``run``: :class:`ResolvedRun`, what the launcher resolved (perf-run directory, job id).
+    - ``manifest``: the job's :class:`Manifest`.
+    - ``job``: :class:`SubmittedJob`, the launcher's submission record in submit mode.
+    - ``stop``: set by the launcher when the graph must stop (``TIMEOUT_WAITING``, ``BAD_NODE``).
+    - ``findings``: :class:`Findings`, raw figures by source; each analyst writes its own key.
+    - ``rank_results``: one :class:`RankResult` per rank trace (the ``trace_rank`` fan-out).
+    - ``claims``: :class:`Claim` from both analysts.
+    - ``verdicts``: :class:`VerifiedClaim` from both verifiers.
     - ``statuses``: node name -> its STATUS line.
     - ``missing``: one line per missing or bad input.
-    - ``usage``: node name -> LLM token use (``Usage`` dict).
-    - ``report``: the synthesizer's :class:`~ai4s_graph.state.Report` dict.
-    - ``rank_results``: one ``TraceAnalysis`` dict per rank trace (the ``trace_rank`` fan-out).
-    - ``job``: the launcher's submission record (job id, attempt, excluded nodes) in submit mode,
-      checkpointed before any wait so a resumed run never submits twice.
+    - ``usage``: node name -> :class:`Usage` (LLM token use).
+    - ``report``: the synthesizer's :class:`Report`.
     """
 
-    request: dict[str, Any]
-    manifest: dict[str, Any]
+    request: RunRequest
+    run: ResolvedRun
+    manifest: Manifest
+    job: SubmittedJob
     stop: str | None
-    findings: Annotated[dict[str, Any], merge_dicts]
-    claims: Annotated[list[dict[str, Any]], operator.add]
-    verdicts: Annotated[list[dict[str, Any]], operator.add]
+    findings: Annotated[Findings, merge_dicts]
+    rank_results: Annotated[list[RankResult], operator.add]
+    claims: Annotated[list[Claim], operator.add]
+    verdicts: Annotated[list[VerifiedClaim], operator.add]
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: Annotated[list[str], operator.add]
-    usage: Annotated[dict[str, Any], merge_dicts]
-    report: dict[str, Any]
-    rank_results: Annotated[list[dict[str, Any]], operator.add]
-    job: dict[str, Any]
+    usage: Annotated[dict[str, Usage], merge_dicts]
+    report: Report
+
+
+#: The classes a checkpoint of this graph holds (the checkpointer's deserialization allow-list).
+CHECKPOINT_TYPES: tuple[type, ...] = (RunRequest, ResolvedRun, SubmittedJob, Manifest, Claim, VerifiedClaim,
+                                      Report, Usage)

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...runtime import RunRequest, node
+from ..configuration import ResolvedRun, RunRequest
+from ..schema import AnalysisState
+from ...runtime import node
 from ....state import Artifacts, Manifest, Outcome, StatusLine
 from ....tools.errors import InputError
 
@@ -103,13 +105,15 @@ def _manifest_from_slurm(jobid: str) -> Manifest | None:
 
 
 @node("launcher")
-def launcher(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def launcher(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Adopt the job's perf-run directory and write ``manifest.json`` into the output directory.
 
-    (Submit mode, ``--submit``, is handled by :mod:`ai4s_graph.graph.analysis.nodes.launcher_submit` when present.)"""
-    req = RunRequest.model_validate(state["request"])
+    Returns ``manifest``, ``missing`` and ``run`` (the perf-run directory it resolved); the request
+    itself is never rewritten. (Submit mode, ``--submit``, is
+    :func:`ai4s_graph.graph.analysis.nodes.launcher_submit.submit_step`.)"""
+    req = state["request"]
     if req.submit:
-        from . import launcher_submit  # issue: the real launcher
+        from . import launcher_submit
 
         return launcher_submit.submit_step(state)
     manifest, missing = adopt(req)
@@ -124,7 +128,6 @@ def launcher(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     if missing:
         reason += f"; {len(missing)} input(s) missing"
     return (
-        {"manifest": manifest.model_dump(mode="json", by_alias=True), "missing": missing,
-         "request": {**state["request"], "perf_run": str(run_dir)}},
+        {"manifest": manifest, "missing": missing, "run": ResolvedRun(perf_run=str(run_dir), jobid=req.jobid)},
         StatusLine.make(status, reason),
     )

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...runtime import RunRequest, node
+from ..configuration import ResolvedRun, RunRequest
+from ..schema import AnalysisState, SubmittedJob
+from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
 from ....tools.slurm import health, jobscript, client as slurm
 from ....tools.errors import InputError
@@ -68,31 +70,31 @@ def run_dir_for(cluster: slurm.ClusterConfig, model: str, jobid: str) -> Path:
     return Path(cluster.shared_dir) / "models" / model / "perf-runs" / str(jobid)
 
 
-def submit_step(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def submit_step(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Render and submit the job (called by the ``launcher`` node when ``request.submit``).
 
-    Returns ``({"job": {jobid, attempt, exclude, script, submitted_at, model, run_dir}}, STATUS)``
-    and never waits. When ``state["job"]`` already holds a job id for the current attempt (a
-    resumed run), or the submitted-marker file names one, nothing is submitted again. Raises
+    Returns ``({"job": SubmittedJob(jobid, attempt, exclude, script, submitted_at, model, run_dir)},
+    STATUS)`` and never waits. When ``state["job"]`` already holds a job id for the current attempt
+    (a resumed run), or the submitted-marker file names one, nothing is submitted again. Raises
     :class:`InputError` (bad parameter or shell metacharacter) or :class:`ToolUnavailableError`
     (no sbatch, sbatch refused) -- the node wrapper turns them into ``STATUS=fail``."""
-    req = RunRequest.model_validate(state["request"])
+    req = state["request"]
     params = dict(req.submit_params or {})
-    job = dict(state.get("job") or {})
+    job = state.get("job") or SubmittedJob()
     out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    if job.get("jobid") and not job.get("resubmit"):
-        return ({"job": job}, StatusLine.make(Outcome.ok, f"job {job['jobid']} already submitted (attempt "
-                                                          f"{job.get('attempt', 1)}); adopting it, nothing re-submitted"))
-    attempt = int(job.get("attempt", 0)) + 1
-    exclude = sorted(set(job.get("exclude") or []))
+    if job.jobid and not job.resubmit:
+        return ({"job": job}, StatusLine.make(Outcome.ok, f"job {job.jobid} already submitted (attempt "
+                                                          f"{job.attempt or 1}); adopting it, nothing re-submitted"))
+    attempt = job.attempt + 1
+    exclude = sorted(set(job.exclude))
     marker = _submitted_marker(out_dir)
     if marker.is_file():
-        prev = json.loads(marker.read_text())
-        if int(prev.get("attempt", 0)) == attempt and prev.get("jobid"):
-            prev.pop("resubmit", None)
-            return ({"job": prev}, StatusLine.make(Outcome.ok, f"job {prev['jobid']} was submitted before a restart "
+        prev = SubmittedJob.model_validate_json(marker.read_text())
+        if prev.attempt == attempt and prev.jobid:
+            prev = prev.model_copy(update={"resubmit": False})
+            return ({"job": prev}, StatusLine.make(Outcome.ok, f"job {prev.jobid} was submitted before a restart "
                                                                f"(attempt {attempt}); adopting it"))
     if attempt > MAX_ATTEMPTS:
         raise InputError(f"already re-submitted once; not submitting attempt {attempt}")
@@ -101,12 +103,12 @@ def submit_step(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     spec = job_spec(params, exclude)
     script = jobscript.write_script(spec, cluster, out_dir / "jobs" / f"attempt{attempt}")
     jobid = slurm.sbatch(script)
-    new_job = {"jobid": jobid, "attempt": attempt, "exclude": exclude, "script": str(script),
-               "submitted_at": time.time(), "model": spec.model,
-               "run_dir": str(run_dir_for(cluster, spec.model, jobid)),
-               "previous": list(job.get("previous") or []) + ([job["jobid"]] if job.get("jobid") else [])}
+    new_job = SubmittedJob(jobid=jobid, attempt=attempt, exclude=exclude, script=str(script),
+                           submitted_at=time.time(), model=spec.model,
+                           run_dir=str(run_dir_for(cluster, spec.model, jobid)),
+                           previous=list(job.previous) + ([job.jobid] if job.jobid else []))
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(new_job) + "\n")
+    marker.write_text(new_job.model_dump_json() + "\n")
     ex = f" --exclude={','.join(exclude)}" if exclude else ""
     return ({"job": new_job},
             StatusLine.make(Outcome.ok, f"submitted job {jobid} (attempt {attempt}, {spec.template}, "
@@ -138,7 +140,7 @@ def _write_manifest(manifest: Manifest, run_dir: Path, out_dir: Path) -> list[st
 
 
 @node("wait_for_job")
-def wait_for_job(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Wait (bounded by ``request.wait_timeout_s``) for the submitted job's terminal sacct state.
 
     - timeout: ``scontrol show job`` saved as ``scontrol_show_job.txt``, ``state=TIMEOUT_WAITING``
@@ -147,16 +149,16 @@ def wait_for_job(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
       ``<out_dir>/known_bad_nodes.txt`` and ONE re-submission asked for with ``--exclude`` of
       exactly those nodes (``job.resubmit``); a second bad-node failure stops with STATUS=fail;
     - otherwise manifest.json (nodes list from sacct first, state, start/end, exit code, artifacts,
-      plus run_info.json) in the perf-run dir and the output dir; ``request.perf_run`` and
-      ``request.jobid`` point at it. STATUS=ok for COMPLETED, fail for any other final state."""
-    req = RunRequest.model_validate(state["request"])
-    job = dict(state.get("job") or {})
-    if not job.get("jobid"):
+      plus run_info.json) in the perf-run dir and the output dir; ``run`` (:class:`ResolvedRun`)
+      points at it. STATUS=ok for COMPLETED, fail for any other final state."""
+    req = state["request"]
+    job = state.get("job") or SubmittedJob()
+    if not job.jobid:
         raise InputError("wait_for_job: no submitted job in the state")
-    jobid = str(job["jobid"])
+    jobid = str(job.jobid)
     out_dir = Path(req.out_dir)
-    run_dir = Path(job.get("run_dir") or run_dir_for(cluster_for(req), job.get("model", "cpu-toy"), jobid))
-    model = job.get("model") or "unknown"
+    run_dir = Path(job.run_dir or run_dir_for(cluster_for(req), job.model or "cpu-toy", jobid))
+    model = job.model or "unknown"
 
     try:
         rec = slurm.wait_for_terminal(jobid, req.wait_timeout_s, poll_s=_poll_s(req.wait_timeout_s))
@@ -165,14 +167,13 @@ def wait_for_job(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         (out_dir / "scontrol_show_job.txt").write_text(e.scontrol or "(scontrol show job: no record)\n")
         last = e.last
         slurm_state = last.state if last else "no sacct row"
-        m = Manifest.model_validate({
-            "jobid": jobid, "state": "TIMEOUT_WAITING", "model": model,
-            "nodes_list": last.nodelist if last else [], "start_unix": last.start if last else None,
-            "exit_code": last.exit_code if last else None, "slurm_state": slurm_state,
-            "wait_timeout_s": req.wait_timeout_s, "scontrol_show_job": "scontrol_show_job.txt"})
+        m = Manifest(jobid=jobid, state="TIMEOUT_WAITING", model=model, nodes_list=last.nodelist if last else [],
+                     start_unix=last.start if last else None, exit_code=last.exit_code if last else None,
+                     slurm_state=slurm_state, wait_timeout_s=req.wait_timeout_s,
+                     scontrol_show_job="scontrol_show_job.txt")
         _write_manifest(m, run_dir, out_dir)
-        return ({"stop": "TIMEOUT_WAITING", "manifest": m.model_dump(by_alias=True),
-                 "job": {**job, "resubmit": False, "done": False},
+        return ({"stop": "TIMEOUT_WAITING", "manifest": m,
+                 "job": job.model_copy(update={"resubmit": False, "done": False}),
                  "missing": [f"wait_for_job: {e}"]},
                 StatusLine.make(Outcome.fail, f"TIMEOUT_WAITING: job {jobid} not terminal after "
                                               f"{req.wait_timeout_s:g}s (sacct: {slurm_state}); stopped"))
@@ -182,23 +183,23 @@ def wait_for_job(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         bad: list[str] = []
         if probe_path.is_file():
             bad = health.parse_probe_file(probe_path).bad_nodes
-        attempt = int(job.get("attempt", 1))
+        attempt = job.attempt or 1
         if not bad:
             reason = f"job {jobid} exited 42 but {probe_path} names no bad node; not re-submitting"
         elif attempt >= MAX_ATTEMPTS:
             reason = f"job {jobid} (attempt {attempt}) failed the node health probe again on {','.join(bad)}; stopped"
         else:
             known = health.append_known_bad(out_dir / "known_bad_nodes.txt", bad, jobid=jobid)
-            exclude = sorted(set(job.get("exclude") or []) | set(bad))
-            return ({"job": {**job, "resubmit": True, "exclude": exclude, "failed_probe_nodes": bad,
-                             "known_bad_nodes": known}},
+            exclude = sorted(set(job.exclude) | set(bad))
+            return ({"job": job.model_copy(update={"resubmit": True, "exclude": exclude, "failed_probe_nodes": bad,
+                                                   "known_bad_nodes": known})},
                     StatusLine.make(Outcome.partial, f"job {jobid} failed the mount-health probe on {','.join(bad)} "
                                                      f"(exit 42); re-submitting with --exclude={','.join(exclude)}"))
         m = Manifest(jobid=jobid, state=rec.base_state, model=model, nodes_list=rec.nodelist, start_unix=rec.start,
                      end_unix=rec.end, exit_code=rec.exit_code)
         m.artifacts.node_health_probe = health.PROBE_FILE if probe_path.is_file() else None
         _write_manifest(m, run_dir, out_dir)
-        return ({"stop": "BAD_NODE", "manifest": m.model_dump(by_alias=True), "job": {**job, "resubmit": False}},
+        return ({"stop": "BAD_NODE", "manifest": m, "job": job.model_copy(update={"resubmit": False})},
                 StatusLine.make(Outcome.fail, reason))
 
     # a terminal state: build the manifest from SLURM first, then what the workload wrote
@@ -214,32 +215,31 @@ def wait_for_job(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         data["workload_model"] = info["model"]
     data.update(jobid=jobid, state=rec.base_state, nodes_list=rec.nodelist, model=model,
                 start_unix=rec.start, end_unix=rec.end, exit_code=rec.exit_code, num_nodes=len(rec.nodelist),
-                attempt=job.get("attempt", 1), excluded_nodes=job.get("exclude") or [],
-                previous_jobids=job.get("previous") or [])
+                attempt=job.attempt or 1, excluded_nodes=list(job.exclude), previous_jobids=list(job.previous))
     if info.get("start_unix") is not None:
         data["train_start_unix"], data["train_end_unix"] = info.get("start_unix"), info.get("end_unix")
-    manifest = Manifest.model_validate(data)
+    manifest = Manifest.model_validate(data)  # run_info.json and the workload's manifest.json: files read
     manifest.artifacts = discover_artifacts(run_dir) if run_dir.is_dir() else manifest.artifacts
     _write_manifest(manifest, run_dir, out_dir)
     nodes = ",".join(rec.nodelist) or "no nodes"
     ok = rec.base_state == "COMPLETED"
-    update = {"manifest": manifest.model_dump(by_alias=True),
-              "job": {**job, "resubmit": False, "done": True, "state": rec.base_state},
-              "request": {**state["request"], "perf_run": str(run_dir), "jobid": jobid}}
+    update: dict[str, Any] = {"manifest": manifest,
+                              "job": job.model_copy(update={"resubmit": False, "done": True, "state": rec.base_state}),
+                              "run": ResolvedRun(perf_run=str(run_dir), jobid=jobid)}
     if not ok:
         update["missing"] = [f"wait_for_job: job {jobid} ended {rec.state} (exit {rec.exit_code})"]
     return (update, StatusLine.make(Outcome.ok if ok else Outcome.fail,
                                     f"job {jobid} {rec.base_state} (exit {rec.exit_code}) on {nodes}"))
 
 
-def route_after_wait(state: dict[str, Any]) -> str:
+def route_after_wait(state: AnalysisState) -> str:
     """After ``wait_for_job``: ``"launcher"`` to re-submit once (bad node), ``"stop"`` when the graph
     must stop (TIMEOUT_WAITING, repeated bad node, SLURM unreachable), else ``"analyze"``."""
-    job = state.get("job") or {}
+    job = state.get("job") or SubmittedJob()
     if state.get("stop"):
         return "stop"
-    if job.get("resubmit"):
+    if job.resubmit:
         return "launcher"
-    if not job.get("done"):
+    if not job.done:
         return "stop"
     return "analyze"

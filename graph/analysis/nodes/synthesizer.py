@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import verdict
+from ..configuration import llm_request
 from ..diagnosis import LEVERS
-from ...runtime import RunRequest, node
+from ..schema import AnalysisState
+from ...runtime import node
 from ....state import (Bottleneck, BottleneckClass, LeverRecommendation, Manifest, Outcome, Report,
-                              StatusLine, Tolerance, Usage, Verdict, VerifiedClaim)
+                              StatusLine, Tolerance, Verdict, VerifiedClaim)
 from ....tools.errors import Ai4sError
 
 SYNTH = "synthesizer"
@@ -183,7 +185,7 @@ def executive_summary(rep: Report, manifest: Manifest) -> str:
     return f"{head}{lever} Claims: {tally or 'none'}. {('Headline figures: ' + figs + '.') if figs else ''}{miss}"
 
 
-def headline_figures(state: dict[str, Any]) -> dict[str, str]:
+def headline_figures(state: AnalysisState) -> dict[str, str]:
     """A few headline numbers for the summary, taken from confirmed claims only."""
     out: dict[str, str] = {}
     names = {"gpu_timeline.idle_time.percent": "GPU idle", "gpu_timeline.computation_time.percent": "GPU computing",
@@ -191,9 +193,9 @@ def headline_figures(state: dict[str, Any]) -> dict[str, str]:
              "fom.steady_step_time_s": "steady step", "fom.throughput_samples_per_s": "throughput",
              "telemetry.gpu_util.avg": "mean GPU utilization", "compare.precision_speedup": "precision speedup"}
     for v in state.get("verdicts") or []:
-        m = v["claim"]["metric"]
-        if v["verdict"] == "confirmed" and m in names and names[m] not in out:
-            out[names[m]] = _fmt(v["claim"]["value"], v["claim"]["unit"])
+        m = v.claim.metric
+        if v.verdict is Verdict.confirmed and m in names and names[m] not in out:
+            out[names[m]] = _fmt(v.claim.value, v.claim.unit)
     return out
 
 
@@ -246,7 +248,7 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
     return "\n".join(L)
 
 
-def make_plots(state: dict[str, Any], out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
+def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
     """GPU time breakdown and telemetry PNGs; returns (paths, problems)."""
     from ....tools.report import plots
 
@@ -268,26 +270,25 @@ def make_plots(state: dict[str, Any], out_dir: Path, window: tuple[float, float]
     if series:
         try:
             paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png",
-                                                  title=f"Telemetry over job {state['manifest']['jobid']}")))
+                                                  title=f"Telemetry over job {state['manifest'].jobid}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")
     return paths, problems
 
 
 @node(SYNTH)
-def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
-    req = RunRequest.model_validate(state["request"])
+    req = state["request"]
     out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.model_validate(state.get("manifest") or {"jobid": req.jobid or "unknown"})
-    verdicts = [VerifiedClaim.model_validate(v) for v in state.get("verdicts") or []]
+    manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
+    verdicts = list(state.get("verdicts") or [])
     verified_ids = {v.claim.id for v in verdicts}
     # a claim that no verifier reached stays in the report as inconclusive
     for c in state.get("claims") or []:
-        if c["id"] not in verified_ids:
-            verdicts.append(VerifiedClaim.model_validate(verdict(c, SYNTH, None, Tolerance(),
-                                                                 "not reached by a verifier")))
+        if c.id not in verified_ids:
+            verdicts.append(verdict(c, SYNTH, None, Tolerance(), "not reached by a verifier"))
     b = decide_bottleneck(verdicts)
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
     findings = state.get("findings") or {}
@@ -308,14 +309,14 @@ def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
                  bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
-                 usage={k: Usage.model_validate(v) for k, v in (state.get("usage") or {}).items()}, llm=req.llm)
+                 usage=dict(state.get("usage") or {}), llm=req.llm)
     rep.executive_summary = executive_summary(rep, manifest)
     outcome = Outcome.ok
     reason_extra = ""
     if req.llm != "none":
         from ...agents import llm
 
-        res = llm.synthesizer_pass(state["request"], rep.model_dump(mode="json"))
+        res = llm.synthesizer_pass(llm_request(state), rep.model_dump(mode="json"))  # the LLM reads JSON
         rep.usage[SYNTH] = res.usage
         if res.prose:
             rep.executive_summary = res.prose
@@ -330,4 +331,4 @@ def synthesizer(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     rep.statuses[SYNTH] = status.format()
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=1) + "\n")
     (out_dir / "report.md").write_text(render_markdown(rep, manifest))
-    return {"report": rep.model_dump(mode="json")}, status
+    return {"report": rep}, status

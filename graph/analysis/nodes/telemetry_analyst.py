@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..claimkit import claim
-from ...runtime import RunRequest, node
-from ....state import Evidence, Manifest, Outcome, StatusLine, worst
+from ..configuration import RunRequest, llm_manifest, llm_request, run_dir as resolved_run_dir
+from ..schema import AnalysisState
+from ...runtime import node
+from ....state import Claim, Evidence, Manifest, Outcome, StatusLine, worst
 from ....tools.errors import Ai4sError, InputError
 
 ANALYST = "telemetry_analyst"
@@ -31,7 +33,7 @@ def _fom_kind(model: str | None) -> str:
     return fom.fom_kind_for_model(model)
 
 
-def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tuple[dict[str, Any], list[Claim]]:
     """Parse ``train.log`` into figures of merit (writes ``foms.json`` into ``out_dir``) and claims.
 
     Raises :class:`InputError` (one line) for a missing, empty or unrecognisable log."""
@@ -77,7 +79,7 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tupl
     return d, claims
 
 
-def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tuple[dict[str, Any], list[Claim]]:
     """The precision discriminator between this run and ``compare_dir`` (same model, another
     precision), seed 000 lessons 13 and 22. Raises :class:`InputError` when the runs cannot be
     compared (same precision, different model, missing log)."""
@@ -157,7 +159,7 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
         yield vm.url, f"VictoriaMetrics on loopback loaded with {', '.join(f.name for f in files)}"
 
 
-def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[Claim]]:
     """Telemetry statistics over the job window, each with its PromQL query as evidence.
 
     Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
@@ -171,7 +173,7 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
     stats = TELEMETRY_STATS if vendor in ("nvidia", "amd") else CPU_STATS
     findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "vendor": vendor,
                                 "stats": {}, "series": {}, "units": {}}
-    claims: list[dict[str, Any]] = []
+    claims: list[Claim] = []
     for metric, stat in stats:
         try:
             r = pq.job_stat(metric, manifest.jobid, window, stat=stat)
@@ -222,14 +224,14 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
 
 
 @node(ANALYST)
-def telemetry_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Figure of merit, precision discriminator and telemetry claims; each part that fails is
     named in ``missing`` and makes the node ``partial`` (``fail`` when nothing could be read)."""
-    req = RunRequest.model_validate(state["request"])
-    manifest = Manifest.model_validate(state["manifest"])
-    run_dir, out_dir = Path(req.perf_run or "."), Path(req.out_dir)
+    req = state["request"]
+    manifest = state["manifest"]
+    run_dir, out_dir = resolved_run_dir(state), Path(req.out_dir)
     findings: dict[str, Any] = {}
-    claims: list[dict[str, Any]] = []
+    claims: list[Claim] = []
     missing: list[str] = []
     parts: list[str] = []
     outcomes = []
@@ -267,11 +269,11 @@ def telemetry_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine
     if req.llm != "none":
         from ...agents import llm
 
-        res = llm.analyst_pass(ANALYST, state["request"], {"manifest": state.get("manifest"), "findings": findings},
+        res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
                                claims)
-        update["usage"] = {ANALYST: res.usage.model_dump()}
-        if res.claims is not None:
-            update["claims"] = res.claims
+        update["usage"] = {ANALYST: res.usage}
+        if res.claims is not None:  # the LLM's answer (JSON): validated into claims here
+            update["claims"] = [Claim.model_validate(c) for c in res.claims]
         if res.prose:
             update["findings"]["omnistat_prose"] = res.prose
         outcomes.append(res.status.status)

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import REL_TOL, TELEMETRY_TOL, verdict
+from ..configuration import llm_manifest, llm_request, run_dir
 from ..diagnosis import telemetry_supports_compute
-from ...runtime import RunRequest, node
-from ....state import Evidence, Manifest, Outcome, StatusLine, Tolerance, Verdict
+from ..schema import AnalysisState
+from ...runtime import node
+from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError
 
 VERIFIER = "telemetry_verifier"
@@ -98,13 +100,12 @@ def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: in
     return None
 
 
-def _verify_fom(c: dict[str, Any], state: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
-    req = RunRequest.model_validate(state["request"])
-    manifest = Manifest.model_validate(state["manifest"])
+def _verify_fom(c: Claim, state: AnalysisState, cache: dict[str, Any]) -> VerifiedClaim:
+    manifest = state["manifest"]
     fom = (state.get("findings") or {}).get("fom") or {}
-    metric = c["metric"]
+    metric = c.metric
     if metric.startswith("fom."):
-        log = Path(req.perf_run or ".") / (manifest.artifacts.train_log or "train.log")
+        log = run_dir(state) / (manifest.artifacts.train_log or "train.log")
         rr = cache.setdefault(str(log), reread_log(log))
         v = _fom_value(metric, fom, rr, manifest.global_batch_size)
         tol = Tolerance() if metric == "fom.loss_decreased" else REL_TOL
@@ -112,7 +113,7 @@ def _verify_fom(c: dict[str, Any], state: dict[str, Any], cache: dict[str, Any])
                        f"declared {fom.get('warmup_steps_skipped', 0)} warm-up steps)")
     # precision discriminator
     cmp = (state.get("findings") or {}).get("compare") or {}
-    ev = (c.get("evidence") or [{}])[0].get("args") or {}
+    ev = c.evidence[0].args
     if not cmp or "hi_log" not in ev:
         return verdict(c, VERIFIER, None, Tolerance(), "no comparison run to re-read")
     hi = reread_log(Path(ev["hi_log"]))
@@ -131,12 +132,12 @@ def _verify_fom(c: dict[str, Any], state: dict[str, Any], cache: dict[str, Any])
     return verdict(c, VERIFIER, v.bottleneck_class.value, Tolerance(), method + ", the lesson-13/22 thresholds")
 
 
-def _raw_series(state: dict[str, Any]) -> tuple[list[Any], str]:
+def _raw_series(state: AnalysisState) -> tuple[list[Any], str]:
     from ....tools.telemetry import promql
 
-    req = RunRequest.model_validate(state["request"])
-    manifest = Manifest.model_validate(state["manifest"])
-    files = [Path(req.perf_run or ".") / p for p in manifest.artifacts.telemetry]
+    req = state["request"]
+    manifest = state["manifest"]
+    files = [run_dir(state) / p for p in manifest.artifacts.telemetry]
     if files:
         series = [s for f in files for s in promql.load_export(f)]
         return series, f"raw samples of {', '.join(f.name for f in files)}"
@@ -148,10 +149,10 @@ def _raw_series(state: dict[str, Any]) -> tuple[list[Any], str]:
     return series, f"raw samples from {url}/api/v1/export"
 
 
-def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[VerifiedClaim]:
     from ....tools.telemetry import promql
 
-    manifest = Manifest.model_validate(state["manifest"])
+    manifest = state["manifest"]
     try:
         series, how = _raw_series(state)
     except Ai4sError as e:
@@ -160,8 +161,8 @@ def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> li
     raw: dict[str, float | None] = {}
     out = []
     for c in claims:
-        parts = c["metric"].split(".")
-        if c["metric"] == "telemetry.supports_compute":
+        parts = c.metric.split(".")
+        if c.metric == "telemetry.supports_compute":
             continue
         metric, stat = parts[1], parts[2]
         try:
@@ -172,7 +173,7 @@ def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> li
         raw[f"{metric}.{stat}"] = v
         out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method))
     for c in claims:
-        if c["metric"] == "telemetry.supports_compute":
+        if c.metric == "telemetry.supports_compute":
             sup = telemetry_supports_compute(raw.get("gpu_util.avg"), raw.get("sm_clock.avg"), raw.get("sm_clock.max"),
                                              raw.get("power.avg"), raw.get("power.max"), gpu_name=manifest.gpu)
             out.append(verdict(c, VERIFIER, sup, Tolerance(), method + ", same rule on the raw statistics"))
@@ -180,16 +181,16 @@ def _verify_telemetry(claims: list[dict[str, Any]], state: dict[str, Any]) -> li
 
 
 @node(VERIFIER)
-def telemetry_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Re-derive every telemetry, FOM and discriminator claim; a refuted claim stays in the report."""
-    claims = [c for c in state.get("claims") or [] if c["analyst"] == "telemetry_analyst"]
+    claims = [c for c in state.get("claims") or [] if c.analyst == "telemetry_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no telemetry or FOM claims to verify")
     cache: dict[str, Any] = {}
-    verdicts: list[dict[str, Any]] = []
-    tel = [c for c in claims if c["metric"].startswith("telemetry.")]
+    verdicts: list[VerifiedClaim] = []
+    tel = [c for c in claims if c.metric.startswith("telemetry.")]
     for c in claims:
-        if c["metric"].startswith("telemetry."):
+        if c.metric.startswith("telemetry."):
             continue
         try:
             verdicts.append(_verify_fom(c, state, cache))
@@ -198,19 +199,18 @@ def telemetry_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLin
     if tel:
         verdicts.extend(_verify_telemetry(tel, state))
     update: dict[str, Any] = {"verdicts": verdicts}
-    req = state["request"]
-    if req.get("llm", "none") != "none":
+    if state["request"].llm != "none":
         from ...agents import llm
 
-        res = llm.verifier_pass(VERIFIER, req, {"manifest": state.get("manifest"),
+        res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
                                                 "findings": {k: v for k, v in (state.get("findings") or {}).items()
                                                              if k in ("fom", "telemetry", "compare")}}, verdicts)
-        update["usage"] = {VERIFIER: res.usage.model_dump()}
-        if res.verdicts is not None:
-            update["verdicts"] = res.verdicts
+        update["usage"] = {VERIFIER: res.usage}
+        if res.verdicts is not None:  # the LLM's answer (JSON): validated into verdicts here
+            update["verdicts"] = [VerifiedClaim.model_validate(v) for v in res.verdicts]
     counts: dict[str, int] = {}
     for v in update["verdicts"]:
-        k = Verdict(v["verdict"]).value
+        k = v.verdict.value
         counts[k] = counts.get(k, 0) + 1
     st = Outcome.ok if counts.get("inconclusive", 0) == 0 else Outcome.partial
     return update, StatusLine.make(st, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

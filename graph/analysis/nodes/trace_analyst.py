@@ -14,9 +14,11 @@ from typing import Any
 from langgraph.types import Send
 
 from ..claimkit import claim
+from ..configuration import llm_manifest, llm_request, run_dir
 from ..diagnosis import classify_trace
-from ...runtime import RunRequest, journal, node
-from ....state import Evidence, Outcome, StatusLine
+from ..schema import AnalysisState, RankResult, RankTask
+from ...runtime import journal, node
+from ....state import Claim, Evidence, Outcome, StatusLine
 from ....tools.errors import Ai4sError, NoGpuEventsError
 
 ANALYST = "trace_analyst"
@@ -52,10 +54,11 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
+def rank_traces(state: AnalysisState) -> list[tuple[int, str]]:
     """(rank, absolute path) of every rank trace listed in the manifest's artifacts."""
-    run_dir = Path(state["request"]["perf_run"])
-    paths = [run_dir / p for p in state.get("manifest", {}).get("artifacts", {}).get("traces", [])]
+    manifest = state.get("manifest")
+    base = run_dir(state)
+    paths = [base / p for p in (manifest.artifacts.traces if manifest is not None else [])]
     out = []
     for i, p in enumerate(paths):
         digits = "".join(ch for ch in p.name.split(".")[0].split("rank")[-1] if ch.isdigit())
@@ -67,16 +70,16 @@ def rank_traces(state: dict[str, Any]) -> list[tuple[int, str]]:
 SLURM_ARRAY_MIN_RANKS = 64
 
 
-def use_slurm_array(state: dict[str, Any]) -> bool:
+def use_slurm_array(state: AnalysisState) -> bool:
     """``--slurm-array``, or a world of at least :data:`SLURM_ARRAY_MIN_RANKS` ranks with a cluster
     config (``--cluster-config``) to submit the array to."""
     req = state["request"]
-    if req.get("slurm_array"):
+    if req.slurm_array:
         return True
-    return bool(req.get("cluster_config")) and len(rank_traces(state)) >= SLURM_ARRAY_MIN_RANKS
+    return bool(req.cluster_config) and len(rank_traces(state)) >= SLURM_ARRAY_MIN_RANKS
 
 
-def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
+def fan_out_ranks(state: AnalysisState) -> list[Send]:
     """One ``Send('trace_rank', ...)`` per rank trace (worker processes on this machine), or one
     ``trace_array`` task that analyses them as a SLURM job array; straight to the analyst when
     there is no trace."""
@@ -85,10 +88,10 @@ def fan_out_ranks(state: dict[str, Any]) -> list[Send]:
         return [Send(ANALYST, state)]
     if use_slurm_array(state):
         return [Send("trace_array", state)]
-    return [Send("trace_rank", {"request": state["request"], "rank": r, "path": p}) for r, p in traces]
+    return [Send("trace_rank", RankTask(request=state["request"], rank=r, path=p)) for r, p in traces]
 
 
-def _as_rank_result(rec: dict[str, Any]) -> dict[str, Any]:
+def _as_rank_result(rec: dict[str, Any]) -> RankResult:
     """An ``analyze_rank`` record in the shape the analyst reads (TraceAnalysis fields on top)."""
     rec = dict(rec)
     single = rec.pop("single_trace", None)
@@ -101,7 +104,7 @@ def _as_rank_result(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
+def _analyze_one(path: str, rank: int, cache_dir: str | None) -> RankResult:
     """Worker-process body: analyse one rank trace through the content-hash cache
     (:func:`ai4s_graph.tools.trace.collectives.analyze_rank`: a bounded-memory streaming pass, plus the
     full single-trace analysis of :mod:`ai4s_graph.tools.trace.backends` for traces small enough).
@@ -112,9 +115,9 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None) -> dict[str, Any]:
 
 
 @node("trace_rank")
-def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key)."""
-    req = RunRequest.model_validate(task["request"])
+    req = task["request"]
     workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
     cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
     rank, path = task["rank"], task["path"]
@@ -151,7 +154,7 @@ def trace_rank(task: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
 
 
 @node("trace_array")
-def trace_array(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Analyse every rank trace as a SLURM job array (one task per rank, on the cluster itself),
     then gather the per-rank results. The array job id is recorded in
     ``<out>/.ai4s-graph/rank-array/submitted.json`` as soon as sbatch answers, so a resumed run
@@ -161,7 +164,7 @@ def trace_array(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     from ....tools.trace import collectives
     from ....tools.slurm import client as slurm
 
-    req = RunRequest.model_validate(state["request"])
+    req = state["request"]
     work = Path(req.out_dir) / ".ai4s-graph" / "rank-array"
     marker = work / "submitted.json"
     if marker.exists():
@@ -192,17 +195,17 @@ def trace_array(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
                                         f"{','.join(nodes) or '?'}"))
 
 
-def _ev(res: dict[str, Any], query: str, returned: Any) -> Evidence:
+def _ev(res: RankResult, query: str, returned: Any) -> Evidence:
     return Evidence(tool="tracelens.analyze_trace", query=f"{Path(res['path']).name}: {query}",
                     returned=returned, args={"path": res["path"], "rank": res.get("rank")},
                     backend=res.get("backend"))
 
 
-def claims_for_rank(res: dict[str, Any]) -> list[dict[str, Any]]:
+def claims_for_rank(res: RankResult) -> list[Claim]:
     """The deterministic claims about one analysed rank trace (see the module docstring)."""
     r = res.get("rank", 0)
     tl = res.get("timeline") or {}
-    out: list[dict[str, Any]] = []
+    out: list[Claim] = []
 
     def row(name: str) -> tuple[float, float]:
         v = tl[name]
@@ -268,7 +271,7 @@ def claims_for_rank(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @node(ANALYST)
-def trace_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
     results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
     if not results:
@@ -277,7 +280,7 @@ def trace_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
     missing = [f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
-    claims: list[dict[str, Any]] = []
+    claims: list[Claim] = []
     for res in good:
         claims.extend(claims_for_rank(res))
     findings = {"trace": {"ranks": good, "errors": bad}}
@@ -291,14 +294,14 @@ def trace_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         else:
             st = StatusLine.make(Outcome.fail, bad[0]["error"])
         return update, st
-    req = state["request"]
-    if req.get("llm", "none") != "none":
+    if state["request"].llm != "none":
         from ...agents import llm
 
-        res = llm.analyst_pass(ANALYST, req, {"manifest": state.get("manifest"), "findings": findings}, claims)
-        update["usage"] = {ANALYST: res.usage.model_dump()}
-        if res.claims is not None:
-            update["claims"] = res.claims
+        res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
+                               claims)
+        update["usage"] = {ANALYST: res.usage}
+        if res.claims is not None:  # the LLM's answer (JSON): validated into claims here
+            update["claims"] = [Claim.model_validate(c) for c in res.claims]
         if res.prose:
             update["findings"]["trace"]["prose"] = res.prose
         if res.status.status is not Outcome.ok:
@@ -312,7 +315,7 @@ def trace_analyst(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
                                               f"{d.klass.value}, {len(claims)} claims")
 
 
-def _multi_rank(state: dict[str, Any], good: list[dict[str, Any]]) -> dict[str, Any]:
+def _multi_rank(state: AnalysisState, good: list[RankResult]) -> dict[str, Any]:
     """Per-rank table, collectives (bus bandwidth per collective and message size) and the
     straggler finding, from the ranks' streaming records (:mod:`ai4s_graph.tools.trace.collectives`)."""
     from ....tools.trace import collectives

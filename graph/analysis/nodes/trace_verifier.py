@@ -10,9 +10,11 @@ from functools import lru_cache
 from typing import Any
 
 from ..claimkit import PCT_TOL, REL_TOL, verdict
+from ..configuration import llm_manifest, llm_request
 from ..diagnosis import classify_trace
+from ..schema import AnalysisState, RankResult
 from ...runtime import node
-from ....state import Outcome, StatusLine, Tolerance, Verdict
+from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError
 
 VERIFIER = "trace_verifier"
@@ -75,17 +77,16 @@ def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
     return None, Tolerance()
 
 
-def verify_trace_claims(claims: list[dict[str, Any]], rank_results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> list[VerifiedClaim]:
     """Verdicts for every ``trace_analyst`` claim about a single rank (ids ``tl.r<rank>.*``);
     claims with other metrics (multi-rank collectives) are re-derived by
     :func:`ai4s_graph.tools.trace.collectives.rederive_claim` when present, else inconclusive."""
     by_rank = {r.get("rank"): r for r in rank_results if "error" not in r}
     out = []
     for c in claims:
-        if c["analyst"] != "trace_analyst":
+        if c.analyst != "trace_analyst":
             continue
-        ev_args = (c.get("evidence") or [{}])[0].get("args") or {}
-        res = by_rank.get(ev_args.get("rank"))
+        res = by_rank.get(c.evidence[0].args.get("rank"))
         if res is None:
             out.append(_other_claim(c, rank_results))
             continue
@@ -94,7 +95,7 @@ def verify_trace_claims(claims: list[dict[str, Any]], rank_results: list[dict[st
         except Ai4sError as e:
             out.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
             continue
-        value, tol = _value_for(c["metric"], d)
+        value, tol = _value_for(c.metric, d)
         if value is None:
             out.append(_other_claim(c, rank_results))
             continue
@@ -104,7 +105,7 @@ def verify_trace_claims(claims: list[dict[str, Any]], rank_results: list[dict[st
     return out
 
 
-def _other_claim(c: dict[str, Any], rank_results: list[dict[str, Any]]) -> dict[str, Any]:
+def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
     try:
         from ....tools.trace import collectives
 
@@ -117,22 +118,22 @@ def _other_claim(c: dict[str, Any], rank_results: list[dict[str, Any]]) -> dict[
 
 
 @node(VERIFIER)
-def trace_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
+def trace_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Re-derive and judge every trace claim. A refuted claim stays, with ``verdict=refuted``."""
-    claims = [c for c in state.get("claims") or [] if c["analyst"] == "trace_analyst"]
+    claims = [c for c in state.get("claims") or [] if c.analyst == "trace_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no trace claims to verify")
     verdicts = verify_trace_claims(claims, state.get("rank_results") or [])
-    req = state["request"]
     update: dict[str, Any] = {"verdicts": verdicts}
-    if req.get("llm", "none") != "none":
+    if state["request"].llm != "none":
         from ...agents import llm
 
-        res = llm.verifier_pass(VERIFIER, req, {"manifest": state.get("manifest"),
-                                                "findings": state.get("findings", {}).get("trace")}, verdicts)
-        update["usage"] = {VERIFIER: res.usage.model_dump()}
-        if res.verdicts is not None:
-            update["verdicts"] = res.verdicts
+        res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
+                                                               "findings": state.get("findings", {}).get("trace")},
+                                verdicts)
+        update["usage"] = {VERIFIER: res.usage}
+        if res.verdicts is not None:  # the LLM's answer (JSON): validated into verdicts here
+            update["verdicts"] = [VerifiedClaim.model_validate(v) for v in res.verdicts]
     counts = _counts(update["verdicts"])
     bad = counts.get("refuted", 0) + counts.get("unsupported", 0)
     st = Outcome.ok if counts.get("inconclusive", 0) == 0 else Outcome.partial
@@ -140,9 +141,9 @@ def trace_verifier(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
                                    + ("" if not bad else " (kept in the report)"))
 
 
-def _counts(verdicts: list[dict[str, Any]]) -> dict[str, int]:
+def _counts(verdicts: list[VerifiedClaim]) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in verdicts:
-        k = Verdict(v["verdict"]).value
+        k = v.verdict.value
         out[k] = out.get(k, 0) + 1
     return out
