@@ -12,12 +12,12 @@ from typing import Any
 
 from ..claimkit import verdict
 from ..configuration import llm_request
-from ..diagnosis import LEVERS
 from ..schema import AnalysisState
 from ...runtime import node
-from ....state import (Bottleneck, BottleneckClass, LeverRecommendation, Manifest, Outcome, Report,
+from ....state import (Bottleneck, BottleneckClass, Manifest, Outcome, Report,
                               StatusLine, Tolerance, Verdict, VerifiedClaim)
 from ....tools.errors import Ai4sError
+from ....tools.levers.recommend import recommend_levers
 
 SYNTH = "synthesizer"
 # Which confirmed measurements count as support for each class (the inputs of its rule).
@@ -107,53 +107,6 @@ def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
                       supporting_claims=support, confidence=0.0)
 
 
-def catalog_for_model(model: str | None) -> str | None:
-    """The bundled lever catalog of a model family (``levers/<name>.yaml``), matched on the
-    manifest's model name: HydraGNN/MLIP → ``hydragnn``, ORBIT-2 → ``orbit2``; None otherwise."""
-    m = (model or "").lower()
-    if "hydra" in m or "mlip" in m:
-        return "hydragnn"
-    if "orbit" in m:
-        return "orbit2"
-    return None
-
-
-def recommend_levers(b: Bottleneck, manifest: Manifest, vendor: str | None,
-                     ranks: int) -> tuple[list[LeverRecommendation], str | None]:
-    """Levers for the class and the catalog they came from.
-
-    First the model's lever catalog (``levers/<model>.yaml``) levers that target this class and are
-    ``candidate`` or ``experimental`` (never ``blocked`` or ``accepted-baked-in``), in catalog order;
-    then the generic levers of ``graph/diagnosis.py`` (cost order) that fit the job
-    (:func:`~ai4s_graph.graph.analysis.diagnosis.lever_applies`) and that the catalog does not block."""
-    from ..diagnosis import lever_applies
-
-    recs: list[LeverRecommendation] = []
-    blocked: set[str] = set()
-    cat_name = catalog_for_model(manifest.model)
-    cat_path = None
-    if cat_name:
-        try:
-            from ....tools.levers import catalog as lever_tool
-
-            path = lever_tool.bundled_catalog(cat_name)
-            cat = lever_tool.load_catalog(path)
-            cat_path = f"levers/{path.name}"
-            for lv in cat.levers:
-                status = getattr(lv.status, "value", str(lv.status))
-                if status in ("blocked", "accepted-baked-in"):
-                    blocked.add(lv.name)
-                elif b.klass in lv.targets:
-                    recs.append(LeverRecommendation(name=lv.name, why=f"{lv.description} ({cat_path}, {status})",
-                                                    claims=b.supporting_claims[:3]))
-        except (ImportError, Ai4sError, OSError):
-            cat_path = None
-    for n, w in LEVERS.get(b.klass, []):
-        if n not in blocked and lever_applies(n, precision=manifest.precision, vendor=vendor, ranks=ranks):
-            recs.append(LeverRecommendation(name=n, why=w, claims=b.supporting_claims[:3]))
-    return recs, cat_path
-
-
 def _fmt(v: Any, unit: str = "") -> str:
     """A value with its unit for the report (bytes shown in GiB)."""
     if isinstance(v, bool) or v is None:
@@ -230,8 +183,8 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
             L.append(f"- `{v.claim.id}` ← `{e.tool}`: `{e.query}` returned `{ret}`")
     L += ["", "## Recommended levers", ""]
     L += [("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
-           "generic rules of `graph/diagnosis.py`, in cost order:") if rep.lever_catalog else
-          "From the generic rules of `graph/diagnosis.py`, in cost order (no lever catalog for this model):", ""]
+           "generic rules of `tools/levers/rules.py`, in cost order:") if rep.lever_catalog else
+          "From the generic rules of `tools/levers/rules.py`, in cost order (no lever catalog for this model):", ""]
     if rep.levers:
         L += [f"{i}. `{lv.name}` — {lv.why}" for i, lv in enumerate(rep.levers, 1)]
     else:
