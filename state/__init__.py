@@ -2,9 +2,12 @@
 
 Where a claim is made, checked and reported:
 
-- made:     ``graph/nodes/trace_analyst.py``, ``graph/nodes/telemetry_analyst.py`` -> :class:`Claim`
-- checked:  ``graph/nodes/trace_verifier.py``, ``graph/nodes/telemetry_verifier.py`` -> :class:`VerifiedClaim`
-- reported: ``graph/nodes/synthesizer.py`` -> :class:`Report` (``report.md``, ``report.json``)
+- made:     ``graph/analysis/nodes/trace_analyst.py``, ``graph/analysis/nodes/telemetry_analyst.py`` -> :class:`Claim`
+- checked:  ``graph/analysis/nodes/trace_verifier.py``, ``graph/analysis/nodes/telemetry_verifier.py``
+  -> :class:`VerifiedClaim`
+- reported: ``graph/analysis/nodes/synthesizer.py`` -> :class:`Report` (``report.md``, ``report.json``)
+
+The analysis graph's state holds these models as they are (``graph/analysis/schema.py``).
 """
 
 from .claims import BottleneckClass, Claim, Evidence, Tolerance, Verdict, VerifiedClaim
