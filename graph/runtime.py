@@ -19,6 +19,11 @@ from ..state import Outcome, StatusLine
 from ..tools.errors import Ai4sError
 
 
+def merge_dicts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+    """State reducer of every graph: shallow merge of two dict updates, right wins."""
+    return {**(a or {}), **(b or {})}
+
+
 def journal_path(out_dir: str | Path) -> Path:
     """The node journal: one JSON line per node start and end, in ``<out_dir>/.ai4s-graph/``."""
     return Path(out_dir) / ".ai4s-graph" / "node_journal.jsonl"

@@ -21,12 +21,8 @@ from typing import Annotated, Any, TypedDict
 from pydantic import BaseModel, Field
 
 from .configuration import ResolvedRun, RunRequest
+from ..runtime import merge_dicts
 from ...state import Claim, Manifest, Report, Usage, VerifiedClaim
-
-
-def merge_dicts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
-    """Reducer: shallow merge, right wins."""
-    return {**(a or {}), **(b or {})}
 
 
 class SubmittedJob(BaseModel):

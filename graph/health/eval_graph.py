@@ -9,41 +9,26 @@ all-reduce across every node when there are two or more (seed 003: omitted on on
 
 from __future__ import annotations
 
-import operator
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
+from .schema import EvalRequest, EvalState
 from ..runtime import node
-from ..analysis.schema import merge_dicts
 from ...state import Outcome, StatusLine
 from ...tools.cluster import evalcluster as E
 from ...tools.errors import InputError
-
-
-class EvalState(TypedDict, total=False):
-    """``request``: nodes, from_json, reports_dir (also ``out_dir`` for the journal), date,
-    access, extra_gaps, nccl_env_source, bench_args. ``results``: per-node eval dicts in node
-    order. ``inter``: inter-node all-reduce rows. ``report_path``/``violations``: the report."""
-
-    request: dict[str, Any]
-    results: list[dict[str, Any]]
-    inter: dict[str, Any] | None
-    report_path: str
-    violations: list[str]
-    statuses: Annotated[dict[str, str], merge_dicts]
-    missing: Annotated[list[str], operator.add]
 
 
 @node("measure")
 def measure_node(state: EvalState):
     """Measure every node (environment, MAMF/MSMF, 16384³ matmul ×3, intra-node all-reduce, fio), or load the results from ``--from-json``."""
     r = state["request"]
-    if r.get("from_json"):
-        res = E.load_results(r["from_json"])
+    if r.from_json:
+        res = E.load_results(r.from_json)
         return {"results": res}, StatusLine.make(Outcome.ok, f"loaded {len(res)} node result(s)")
-    nodes = r.get("nodes") or ["localhost"]
-    argv = E.eval_args(**r.get("bench_args", {}))
+    nodes = r.nodes or ["localhost"]
+    argv = E.eval_args(**r.bench_args)
     res = [E.measure_node(n, argv) for n in nodes]
     gaps = sum(len(x.get("gaps", [])) for x in res)
     st = StatusLine.make(Outcome.partial if gaps else Outcome.ok, f"{len(res)} node(s) measured; {gaps} gap(s)")
@@ -55,11 +40,11 @@ def inter_node(state: EvalState):
     """Inter-node all-reduce bus bandwidth over payload sizes with ≥ 2 nodes; with one node there is no inter-node section (seed 003)."""
     r = state["request"]
     res = state.get("results") or []
-    if len(res) < 2 or r.get("from_json"):
+    if len(res) < 2 or r.from_json:
         return {"inter": None}, StatusLine.make(Outcome.ok, "one node: no inter-node all-reduce (seed 003)" if len(res) < 2
                                                 else "results loaded from JSON")
     ngpu = len(res[0]["env"].get("gpus") or [])
-    inter = E.inter_node_allreduce([x["node"] for x in res], ngpu, r.get("bench_args", {}).get("ar_max", "4GiB"))
+    inter = E.inter_node_allreduce([x["node"] for x in res], ngpu, r.bench_args.get("ar_max", "4GiB"))
     return {"inter": inter}, StatusLine.make(Outcome.ok, f"inter-node all-reduce over {inter.get('ranks')} ranks")
 
 
@@ -69,9 +54,8 @@ def report_node(state: EvalState):
     r = state["request"]
     if not state.get("results"):
         raise InputError("no eval results to report")
-    path, viol = E.write_report(state["results"], r["reports_dir"], date=r["date"], access=r["access"],
-                                inter=state.get("inter"), extra_gaps=r.get("extra_gaps"),
-                                nccl_env_source=r.get("nccl_env_source", "the environment the benchmarks ran in"))
+    path, viol = E.write_report(state["results"], r.reports_dir, date=r.date, access=r.access,
+                                inter=state.get("inter"), extra_gaps=r.extra_gaps, nccl_env_source=r.nccl_env_source)
     return {"report_path": str(path), "violations": [str(v) for v in viol]}, StatusLine.make(Outcome.ok, f"wrote {path.name}")
 
 
@@ -102,7 +86,7 @@ def run_eval_graph(*, nodes: list[str], from_json: list[str], reports_dir: str, 
                    bench_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the eval graph; the final state holds ``report_path`` and ``violations`` (empty when
     the report passes the checker) and every node's STATUS line under ``statuses``."""
-    req = {"out_dir": reports_dir, "reports_dir": reports_dir, "nodes": nodes, "from_json": from_json, "date": date,
-           "access": access, "extra_gaps": extra_gaps or [], "nccl_env_source": nccl_env_source,
-           "bench_args": bench_args or {}}
+    req = EvalRequest(out_dir=reports_dir, reports_dir=reports_dir, nodes=nodes, from_json=from_json, date=date,
+                      access=access, extra_gaps=extra_gaps or [], nccl_env_source=nccl_env_source,
+                      bench_args=bench_args or {})
     return build_eval_graph().invoke({"request": req})

@@ -8,41 +8,24 @@ code: 42 when a node is bad (seed 000 lesson 19). ``--gather DIR`` starts at ``g
 
 from __future__ import annotations
 
-import operator
 import os
 import time
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
+from .schema import ProbeRequest, ProbeState
 from ..runtime import node
-from ..analysis.schema import merge_dicts
 from ...state import Outcome, StatusLine
 from ...tools.cluster import node_probe as P
 from ...tools.slurm.health import BAD_NODE_EXIT_CODE
-
-
-class ProbeState(TypedDict, total=False):
-    """``request``: out_dir, node, mounts ([label, path] pairs or None), gpu, gather_only,
-    stream_elems. ``part``: this node's measurements (merged per key). ``skipped``: checks that
-    could not run, with the reason. ``rows``/``bad_nodes``/``exit_code``/``txt``: gather's result."""
-
-    request: dict[str, Any]
-    part: Annotated[dict[str, Any], merge_dicts]
-    skipped: Annotated[list[str], operator.add]
-    statuses: Annotated[dict[str, str], merge_dicts]
-    missing: Annotated[list[str], operator.add]
-    rows: list[dict[str, Any]]
-    bad_nodes: list[str]
-    exit_code: int
-    txt: str
 
 
 @node("mounts")
 def mounts_node(state: ProbeState):
     """Write, read back and remove a file on each mount (home, shared dir, container image path); a failure names the mount (seed 000 lessons 1, 19)."""
     r = state["request"]
-    res = [P.probe_mount(label, path, r["node"]) for label, path in r["mounts"]]
+    res = [P.probe_mount(label, path, r.node) for label, path in r.mounts]
     bad = [m["label"] for m in res if not m["ok"]]
     st = StatusLine.make(Outcome.partial if bad else Outcome.ok,
                          f"mount write failed: {', '.join(bad)}" if bad else f"{len(res)} mounts writable")
@@ -53,7 +36,7 @@ def mounts_node(state: ProbeState):
 def host_memory_node(state: ProbeState):
     """STREAM-style host memory bandwidth (GB/s) per NUMA domain and across all (seed 000 lesson 19: dual-NUMA degradation)."""
     r = state["request"]
-    doms, notes = P.stream_domains(r.get("stream_elems", 1 << 25), r.get("stream_ntimes", 6))
+    doms, notes = P.stream_domains(r.stream_elems, r.stream_ntimes)
     triad = ", ".join(f"{d} {v['triad']:.1f}" for d, v in doms.items())
     return {"part": {"stream": doms}, "skipped": notes}, StatusLine.make(Outcome.ok, f"STREAM triad GB/s: {triad}")
 
@@ -62,7 +45,7 @@ def host_memory_node(state: ProbeState):
 def gpu_node(state: ProbeState):
     """GPU kernel launch latency (µs per empty launch), device-to-device copy (GB/s) and a single-node all-reduce; skipped with a stated reason when there is no GPU or one GPU."""
     r = state["request"]
-    if not r.get("gpu", True):
+    if not r.gpu:
         return {"skipped": ["gpu: --no-gpu given"]}, StatusLine.make(Outcome.ok, "GPU checks not requested")
     g = P.gpu_bench.probe_gpus(allreduce=True)
     if "skipped" in g:
@@ -76,13 +59,13 @@ def gpu_node(state: ProbeState):
 def gather_node(state: ProbeState):
     """Write this node's part, merge the parts of every node probed together, judge each against their median, and write node_health_probe.txt (exit code 42 names the bad nodes)."""
     r = state["request"]
-    if not r.get("gather_only"):
-        part = {"schema": "ai4s-probe/1", "node": r["node"], "started_utc": r.get("started_utc"),
+    if not r.gather_only:
+        part = {"schema": "ai4s-probe/1", "node": r.node, "started_utc": r.started_utc,
                 "skipped": state.get("skipped", []), **state.get("part", {})}
         part.setdefault("mounts", [])
         part.setdefault("stream", {})
-        part["elapsed_s"] = round(time.time() - r.get("t0", time.time()), 2)
-        P.write_part(r["out_dir"], part)
+        part["elapsed_s"] = round(time.time() - r.t0, 2)
+        P.write_part(r.out_dir, part)
         procid = os.environ.get("SLURM_PROCID")
         if procid not in (None, "0") and int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1:
             rows = P.evaluate([part])
@@ -90,14 +73,14 @@ def gather_node(state: ProbeState):
             code = BAD_NODE_EXIT_CODE if bad else 0
             st = StatusLine.make(Outcome.fail if bad else Outcome.ok, f"part written; task {procid} leaves gathering to task 0")
             return {"rows": [vars(x) for x in rows], "bad_nodes": bad, "exit_code": code, "txt": ""}, st
-        expected = P.slurm_nodes() if procid is not None else [r["node"]]
-        rows, bad = P.gather(r["out_dir"], expected, wait_s=120 if len(expected) > 1 else 0)
+        expected = P.slurm_nodes() if procid is not None else [r.node]
+        rows, bad = P.gather(r.out_dir, expected, wait_s=120 if len(expected) > 1 else 0)
     else:
-        rows, bad = P.gather(r["out_dir"])
+        rows, bad = P.gather(r.out_dir)
     code = BAD_NODE_EXIT_CODE if bad else 0
     st = StatusLine.make(Outcome.fail if bad else Outcome.ok, f"BAD_NODES={','.join(bad)}" if bad else "all nodes passed")
     return {"rows": [vars(x) for x in rows], "bad_nodes": bad, "exit_code": code,
-            "txt": str(os.path.join(r["out_dir"], P.PROBE_FILE))}, st
+            "txt": str(os.path.join(r.out_dir, P.PROBE_FILE))}, st
 
 
 def build_probe_graph():
@@ -107,7 +90,7 @@ def build_probe_graph():
     g.add_node("host_memory", host_memory_node)
     g.add_node("gpu", gpu_node)
     g.add_node("gather", gather_node)
-    g.add_conditional_edges(START, lambda s: "gather" if s["request"].get("gather_only") else "mounts",
+    g.add_conditional_edges(START, lambda s: "gather" if s["request"].gather_only else "mounts",
                             {"gather": "gather", "mounts": "mounts"})
     g.add_edge("mounts", "host_memory")
     g.add_edge("host_memory", "gpu")
@@ -124,7 +107,7 @@ def run_probe_graph(out_dir: str, node: str | None = None, mounts: list[str] | N
     malformed ``--mounts`` entry."""
     os.makedirs(out_dir, exist_ok=True)
     pairs = [P.parse_mount_arg(m) for m in mounts] if mounts else P.default_mounts()
-    req = {"out_dir": out_dir, "node": P.node_name(node), "mounts": pairs, "gpu": gpu, "gather_only": gather_only,
-           "stream_elems": stream_elems, "stream_ntimes": stream_ntimes, "t0": time.time(),
-           "started_utc": P.gpu_bench.now_utc()}
+    req = ProbeRequest(out_dir=out_dir, node=P.node_name(node), mounts=pairs, gpu=gpu, gather_only=gather_only,
+                       stream_elems=stream_elems, stream_ntimes=stream_ntimes, t0=time.time(),
+                       started_utc=P.gpu_bench.now_utc())
     return build_probe_graph().invoke({"request": req})
