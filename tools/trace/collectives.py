@@ -345,3 +345,13 @@ def comm_kernel_stats(result: dict[str, Any], *, hta_window: bool = True) -> lis
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in out.to_dict("records")]
 
 
+
+
+def rederive_claim(claim: dict[str, Any], rank_results: list[dict[str, Any]]):
+    """Re-derive a cross-rank claim (straggler rank, busbw) by the verifier's independent path,
+    :func:`ai4s_graph.tools.trace.crossrank_check.rederive_claim` (the full-load reader, its own
+    arrival-order and bandwidth arithmetic): ``(value, tolerance, method)``; value None with the
+    reason when that path cannot re-derive it."""
+    from .crossrank_check import rederive_claim as independent
+
+    return independent(claim, rank_results)

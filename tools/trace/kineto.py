@@ -96,6 +96,7 @@ _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 COMPUTE, COMM, MEMCPY = 0, 1, 2
+_COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
 
 
@@ -139,6 +140,7 @@ class GpuEvent:
     linked: bool = False
     launcher: int = -1  # index into KinetoTrace.cpu_ops of the nearest cpu_op, or -1
     launch_ts: float | None = None  # start of the CPU call that launched it
+    comm_args: dict | None = None  # collective metadata of a communication kernel (record_param_comms args)
     dur_raw: float = 0.0  # duration as recorded (dur is clipped at the next start on its stream)
 
 
@@ -252,6 +254,8 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
                 pid=ev.get("pid"), tid=ev.get("tid"), stream=args.get("stream"),
                 device=args.get("device"), external_id=args.get("External id"),
             )
+            if g.kind == COMM:
+                g.comm_args = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
             gpu.append(g)
         elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if launch_key is None and "launch" in name.lower():
