@@ -341,3 +341,16 @@ def analyze(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US
     Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError and
     NoGpuEventsError (see :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
     return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
+
+
+def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US,
+                        progress: Callable[[int, int], None] | None = None) -> tuple[TraceAnalysis, dict[str, list]]:
+    """:func:`analyze` plus the kernel_summary / short_kernels_summary rows of
+    :func:`~ai4s_graph.tools.trace.tables.kernel_tables`, from the same single pass."""
+    from .tables import kernel_tables
+
+    scan = scan_trace(path, progress)
+    keep: dict[str, Any] = {}
+    analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
+    return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
+

@@ -22,6 +22,7 @@ from . import stream as ts_mod
 from .backends import CROSS_CHECK_MAX_BYTES
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
+from .tables import kernel_tables
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
@@ -165,7 +166,8 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
-    comm_comp_overlap_pct), steps, comm (columnar communication kernels), top_kernels, cross_checks,
+    comm_comp_overlap_pct), steps, comm (columnar communication kernels), top_kernels, tables
+    (kernel_summary / short_kernels_summary rows, :mod:`.tables`), cross_checks,
     from_cache. Raises InputError / NoGpuEventsError / GraphKernelsNotRecordedError."""
     p = Path(path)
     params = _rank_params(p, cross_check)
@@ -174,8 +176,10 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     def compute() -> dict[str, Any]:
         scan = ts_mod.scan_trace(p, progress)
         rec = rank_record(scan, rank)
-        analysis = engine.analyze_scan(scan)
-        del scan
+        keep: dict[str, Any] = {}
+        analysis = engine.analyze_scan(scan, keep=keep)
+        rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+        del scan, keep
         rec["analysis"] = analysis.model_dump(mode="json")
         rec["cross_checks"] = []
         if params["cross_check"]:

@@ -231,7 +231,7 @@ def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
-    ``progress(bytes_read, file_size)`` is called every ~4 MiB of the file on disk when given.
+    ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     Memory: one event at a time plus ijson's 64 KiB buffer. Raises InputError (one line) on a
     missing, empty, truncated or malformed file."""
     p = _check_path(path)
@@ -244,7 +244,7 @@ def iter_events(path: str | os.PathLike,
             if progress is None:
                 yield from ijson.items(fh, "traceEvents.item", use_float=True)
             else:
-                step, nxt = 4 << 20, 0
+                step, nxt = 1 << 20, 0
                 for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
                     if not n & 1023:
                         pos = raw.tell()
