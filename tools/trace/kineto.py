@@ -48,7 +48,7 @@ import orjson
 from pydantic import BaseModel
 
 from ..errors import InputError, NoGpuEventsError
-from .categories import OP_CATEGORIES, categorize_op  # noqa: F401 (re-exported)
+from .categories import OP_CATEGORIES, categorize_op  # noqa: F401 (OP_CATEGORIES re-exported)
 from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message, window_flags
 
 # --------------------------------------------------------------------------------------
@@ -204,20 +204,51 @@ def _rank_of(data: dict) -> int | None:
     return None
 
 
+def _stream_events(p: Path):
+    """``(rank, event iterator)``: ``distributedInfo.rank`` from the file's head and the
+    ``traceEvents`` one at a time (ijson), so memory holds only the kept intervals, never the event
+    list. The iterator raises :class:`InputError` (one line) on a truncated or malformed file."""
+    from .stream import read_header  # header keys only (before traceEvents)
+
+    if not p.is_file():
+        raise InputError(f"{p.name}: trace file not found ({p})")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p.name}: trace file is empty")
+    head = read_header(p, ("distributedInfo",))
+    rank = _rank_of(head)
+
+    def gen():
+        import ijson
+
+        n = 0
+        try:
+            with open(p, "rb") as raw:
+                magic = raw.read(2)
+                raw.seek(0)
+                fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+                for ev in ijson.items(fh, "traceEvents.item", use_float=True):
+                    n += 1
+                    yield ev
+        except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
+            msg = " ".join(str(e).split())[:120] or type(e).__name__
+            raise InputError(f"{p.name}: truncated or not valid JSON ({msg})") from e
+        if n == 0:
+            raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
+
+    return rank, gen()
+
+
 def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTrace:
     """Load the GPU, runtime, cpu_op, ProfilerStep and DataLoader intervals of one trace.
 
-    GPU events are marked ``linked`` by TraceLens's CPU→GPU linking rule (see module
-    docstring); each kernel's ``launcher`` is the innermost ``cpu_op`` enclosing its launch
+    The events are streamed (never held as a list); GPU events are marked ``linked`` by the
+    linking rule of the module docstring; each kernel's ``launcher`` is the innermost ``cpu_op`` enclosing its launch
     call on the same thread (TraceLens's host call-stack rule, incl. the <1 µs "bleed" rule).
 
     Raises :class:`InputError` for unreadable input and :class:`NoGpuEventsError` when the
     trace holds no kernel/memcpy/memset event (a CPU-only run)."""
     p = Path(path)
-    data = read_trace_json(p)
-    rank = _rank_of(data)
-    events = data.pop("traceEvents")
-    del data
+    rank, events = _stream_events(p)
 
     intern = sys.intern
     gpu: list[GpuEvent] = []
@@ -260,7 +291,8 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
         elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if launch_key is None and "launch" in name.lower():
                 launch_key = "correlation" if "correlation" in args else "External id"
-            runtime.append((ts, ts + dur, intern(name), args, ev.get("pid"), ev.get("tid")))
+            runtime.append((ts, ts + dur, intern(name), (args.get("correlation"), args.get("External id")),
+                            ev.get("pid"), ev.get("tid")))
             stack_items.append((ts, order, ts + dur, 1, len(runtime) - 1, ev.get("pid"), ev.get("tid")))
         elif cat == "cpu_op":
             cpu_ops.append((ts, ts + dur, intern(name), ev.get("pid"), ev.get("tid")))
@@ -291,7 +323,8 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
 
     # Keep only the link id per runtime event, not its args.
     key = launch_key or "correlation"
-    runtime = [(ts, end, name, a.get(key), pid, tid) for ts, end, name, a, pid, tid in runtime]
+    k = 0 if key == "correlation" else 1
+    runtime = [(ts, end, name, a[k], pid, tid) for ts, end, name, a, pid, tid in runtime]
 
     # --- CPU -> GPU linking: every GPU event carrying a launch's link id ------------------
     by_link: dict = defaultdict(list)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,9 +191,9 @@ def _open(path: Path):
 def _check_path(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"trace not found: {p}")
+        raise InputError(f"{p.name}: trace file not found ({p})")
     if p.stat().st_size == 0:
-        raise InputError(f"trace is empty (0 bytes): {p}")
+        raise InputError(f"{p.name}: trace file is empty")
     return p
 
 
@@ -223,7 +224,7 @@ def read_header(path: str | os.PathLike, keys: tuple[str, ...] = ("distributedIn
                     if key in keys:
                         builder = ObjectBuilder()
     except _JSON_ERRORS as err:
-        raise InputError(f"trace is not valid JSON: {p}: {str(err).splitlines()[0][:120]}") from err
+        raise InputError(f"{p.name}: trace is not valid JSON ({str(err).splitlines()[0][:120]})") from err
     return out
 
 
@@ -243,19 +244,19 @@ def iter_events(path: str | os.PathLike,
             fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
             if progress is None:
                 yield from ijson.items(fh, "traceEvents.item", use_float=True)
-            else:
-                step, nxt = 1 << 20, 0
-                for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
-                    if not n & 1023:
-                        pos = raw.tell()
-                        if pos >= nxt:
-                            progress(pos, size)
-                            nxt = pos + step
-                    yield ev
-                progress(size, size)
-    except _JSON_ERRORS as err:
+                return
+            step, nxt = 1 << 20, 0
+            for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
+                if not n & 1023:
+                    pos = raw.tell()
+                    if pos >= nxt:
+                        progress(pos, size)
+                        nxt = pos + step
+                yield ev
+            progress(size, size)
+    except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise InputError(f"trace is truncated or not valid JSON: {p}: {msg}") from err
+        raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
 
 
 def _num(v: Any) -> int | None:
@@ -377,7 +378,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         elif (is_op or cat == "user_annotation") and _DATALOADER_RE.search(nm):
             dataloader.append((t, e - t))
     if n == 0:
-        raise InputError(f"trace has no traceEvents: {p}")
+        raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
     steps.sort(key=lambda s: s[1])
     scan = TraceScan(
         path=str(p), n_events=n,
@@ -400,7 +401,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         gl = scan.graph_launches()
         if gl:
             raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, gl))
-        raise NoGpuEventsError(f"trace has no GPU kernel, memcpy or memset events (CPU-only run?): {p}")
+        raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events and no graph launch (a CPU-only run?)")
     clip_stream_overlaps(scan)
     return scan
 
