@@ -16,7 +16,7 @@ Keys written by both parallel branches merge through reducers: lists concatenate
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -73,6 +73,7 @@ class RankTask(TypedDict):
     request: RunRequest
     rank: int
     path: str
+    label: NotRequired[str]  # unique among the run's traces ("0", "0-dup1": tools/trace/ranks.py)
 
 
 class Findings(TypedDict, total=False):

@@ -148,6 +148,7 @@ def _assemble(path: Path, backend: str, timeline: dict[str, TimelineRow], ex: di
         dataloader_ms_per_step=st["dataloader_ms_per_step"], step_time_ms=st["step_time_ms"],
         gpu_ids=ex["gpu_ids"], sources=sources or {}, warnings=ex.get("warnings") or [],
         window=st.get("window") or {}, graph_launches=(ex["trace"].graph_launches if ex.get("trace") else {}),
+        clipped_excess_us=sum(x[3] for x in ex["trace"].overlaps) if ex.get("trace") else 0.0,
     )
 
 

@@ -347,11 +347,11 @@ def comm_kernel_stats(result: dict[str, Any], *, hta_window: bool = True) -> lis
 
 
 
-def rederive_claim(claim: dict[str, Any], rank_results: list[dict[str, Any]]):
+def rederive_claim(metric: str, rank_results: list[dict[str, Any]]):
     """Re-derive a cross-rank claim (straggler rank, busbw) by the verifier's independent path,
     :func:`ai4s_graph.tools.trace.crossrank_check.rederive_claim` (the full-load reader, its own
     arrival-order and bandwidth arithmetic): ``(value, tolerance, method)``; value None with the
     reason when that path cannot re-derive it."""
     from .crossrank_check import rederive_claim as independent
 
-    return independent(claim, rank_results)
+    return independent(metric, rank_results)

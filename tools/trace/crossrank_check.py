@@ -136,11 +136,10 @@ def busbw(rank_paths: dict[int, str], ctype: str, msg_bytes: float) -> dict[str,
     return {"busbw_gbps": (sum(vals) / len(vals)) if vals else None, "count": len(vals)}
 
 
-def rederive_claim(claim: dict[str, Any], rank_results: list[dict[str, Any]]) -> tuple[Any, Tolerance, str]:
-    """``(value, tolerance, method)`` for a cross-rank claim (``collectives.straggler_rank``,
+def rederive_claim(metric: str, rank_results: list[dict[str, Any]]) -> tuple[Any, Tolerance, str]:
+    """``(value, tolerance, method)`` for a cross-rank claim's ``metric`` (``collectives.straggler_rank``,
     ``collectives.<type>.<bytes>.busbw_gbps``); value None (-> inconclusive) with the reason in
     ``method`` when this path cannot re-derive it (a trace it cannot read, an unknown metric)."""
-    metric = str(claim.get("metric", ""))
     paths = _ranks(rank_results)
     try:
         if metric == "collectives.straggler_rank":

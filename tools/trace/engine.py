@@ -324,6 +324,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
         dataloader_ms_per_step=st["dataloader_ms_per_step"], step_time_ms=st["step_time_ms"],
         gpu_ids=gpu_ids(scan), sources={"all": "stream (the engine: one bounded-memory pass, TraceLens definitions)"},
         warnings=warnings, window=window, per_step=steps, graph_launches=gl,
+        clipped_excess_us=float(sum(x[2] for x in scan.overlaps)),
     )
 
 

@@ -25,7 +25,7 @@ GRAPH_RECORD_HINT = ("profile with ProfilerActivity.CUDA in `activities` and ini
 
 class GraphKernelsNotRecordedError(NoGpuEventsError):
     """The trace has graph launches (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch...) but no GPU
-    event: the graph-replayed kernels were not recorded. Not a CPU-only run."""
+    event: the graph-replayed kernels were not recorded (the host did launch GPU work)."""
 
 
 def graph_not_recorded_message(name: str, launches: dict[str, int]) -> str:
@@ -33,7 +33,7 @@ def graph_not_recorded_message(name: str, launches: dict[str, int]) -> str:
     calls = sum(launches.values())
     apis = ", ".join(f"{k} x{v}" for k, v in sorted(launches.items()))
     return (f"{name}: graph-replayed kernels were not recorded: {calls} graph launches ({apis}) and 0 GPU events "
-            f"(not a CPU-only run). To record them, {GRAPH_RECORD_HINT}")
+            f"(the host did launch GPU work). To record them, {GRAPH_RECORD_HINT}")
 
 
 def window_flags(step_gpu_events: dict[int, int]) -> dict:

@@ -73,6 +73,7 @@ class TraceAnalysis(BaseModel):
     gpu_ids: list[int] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list, description="input-hygiene findings (clipped overlaps ...)")
+    clipped_excess_us: float = Field(0.0, description="µs cut off events that ran past the next start on their stream")
     window: dict[str, Any] = Field(default_factory=dict, description="hygiene.window_flags of the profiled steps")
     per_step: list[dict[str, Any]] = Field(default_factory=list, description="step, ts, dur_ms, gpu_events, gpu_busy_ms")
     graph_launches: dict[str, int] = Field(default_factory=dict, description="graph-launch API -> calls")

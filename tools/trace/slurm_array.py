@@ -23,12 +23,12 @@ from .rank_analysis import analyze_rank
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:+-]*$")
 
 
-def render_slurm_array(rank_traces: dict[int, str | os.PathLike], work_dir: str | os.PathLike, *,
+def render_slurm_array(rank_traces: dict[int, str | os.PathLike] | list[tuple[int, str, str]], work_dir: str | os.PathLike, *,
                        cache_dir: str | None = None, python: str | None = None, partition: str | None = None,
                        account: str | None = None, time_limit: str = "01:00:00", mem: str | None = "8G",
                        max_parallel: int | None = None, job_name: str = "ai4s-rank-trace",
                        pythonpath: str | None = None) -> Path:
-    """Write ``<work_dir>/ranks.json`` (array index -> rank, trace) and the sbatch script
+    """Write ``<work_dir>/ranks.json`` (array index -> rank, label, trace) and the sbatch script
     ``<work_dir>/analyze-ranks.sbatch`` (template ``sbatch/trace-rank-array.sbatch.j2``): a job
     array with one task per rank trace, each running :func:`run_rank_task` into
     ``<work_dir>/results/rank-<r>.json``. Collect with :func:`gather_rank_results`.
@@ -47,7 +47,9 @@ def render_slurm_array(rank_traces: dict[int, str | os.PathLike], work_dir: str 
     wd = Path(work_dir).resolve()
     (wd / "results").mkdir(parents=True, exist_ok=True)
     (wd / "logs").mkdir(parents=True, exist_ok=True)
-    entries = [{"rank": int(r), "trace": str(Path(p).resolve())} for r, p in sorted(rank_traces.items())]
+    items = ([(int(r), str(p), str(r)) for r, p in sorted(rank_traces.items())] if isinstance(rank_traces, dict)
+             else [(int(r), str(p), str(lab)) for r, p, lab in rank_traces])
+    entries = [{"rank": r, "label": lab, "trace": str(Path(p).resolve())} for r, p, lab in items]
     manifest = wd / "ranks.json"
     manifest.write_text(json.dumps(entries, indent=1))
     sbatch_dir = package_dir("sbatch")
@@ -66,13 +68,14 @@ def render_slurm_array(rank_traces: dict[int, str | os.PathLike], work_dir: str 
 def run_rank_task(manifest: str | os.PathLike, index: int, out_dir: str | os.PathLike,
                   cache_dir: str | None = None) -> Path:
     """One array task: analyse entry ``index`` of ``ranks.json`` and write ``rank-<r>.json``
-    atomically into ``out_dir``. Raises InputError for an index outside the manifest."""
+    (``rank-<label>.json``) atomically into ``out_dir``. Raises InputError for an index outside the manifest."""
     entries = json.loads(Path(manifest).read_text())
     if not 0 <= index < len(entries):
         raise InputError(f"array index {index} outside 0..{len(entries) - 1} of {manifest}")
     e = entries[index]
-    res = analyze_rank(e["trace"], int(e["rank"]), cache_dir)
-    out = Path(out_dir) / f"rank-{int(e['rank'])}.json"
+    label = str(e.get("label", e["rank"]))
+    res = analyze_rank(e["trace"], int(e["rank"]), cache_dir, label=label)
+    out = Path(out_dir) / f"rank-{label}.json"
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(res))
     os.replace(tmp, out)
@@ -85,9 +88,10 @@ def gather_rank_results(work_dir: str | os.PathLike) -> list[dict[str, Any]]:
     entries = json.loads((wd / "ranks.json").read_text())
     out, missing = [], []
     for e in entries:
-        p = wd / "results" / f"rank-{int(e['rank'])}.json"
+        label = str(e.get("label", e["rank"]))
+        p = wd / "results" / f"rank-{label}.json"
         if not p.is_file():
-            missing.append(int(e["rank"]))
+            missing.append(int(e["rank"]) if label == str(e["rank"]) else label)
             continue
         out.append(json.loads(p.read_text()))
     if missing:
