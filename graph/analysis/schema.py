@@ -74,6 +74,7 @@ class RankTask(TypedDict):
     rank: int
     path: str
     label: NotRequired[str]  # unique among the run's traces ("0", "0-dup1": tools/trace/ranks.py)
+    n_ranks: NotRequired[int]  # trace files in the run (1: analysed in-process, no worker pool)
 
 
 class Findings(TypedDict, total=False):

@@ -46,8 +46,10 @@ __all__ = [
 BACKENDS = ("auto", "stream", "tracelens", "tracelens-csv", "hta", "kineto")
 CROSS_CHECK_TOOLS = ("tracelens", "tracelens-csv", "hta")
 #: Cross-checks load the whole event list (TraceLens ~17 B of RSS per byte of JSON, HTA ~7,
-#: bench/RESULTS.md): above this size on disk they are skipped, with a note.
+#: bench/RESULTS.md) and take seconds per 10k events (HTA on the 100k-event owlv2 trace: 22 s here):
+#: above this many events or this size on disk they are skipped, with a note.
 CROSS_CHECK_MAX_BYTES = 64 * 1024 * 1024
+CROSS_CHECK_MAX_EVENTS = 200_000
 #: A cross-check "agrees" when every main gpu_timeline row is within 0.1 % of total time of the
 #: engine's (the agreement target of issue 12; TraceLens's own rows are ms with float rounding).
 AGREE_FRACTION_OF_TOTAL = 0.001
@@ -487,12 +489,14 @@ def analyze_traces(paths, workers: int = 0, *, backend: str = "auto",
 
 
 def cross_checks(path: str | Path, analysis: TraceAnalysis, *, tools: tuple[str, ...] = CROSS_CHECK_TOOLS,
-                 max_bytes: int = CROSS_CHECK_MAX_BYTES) -> list[dict[str, Any]]:
+                 max_bytes: int = CROSS_CHECK_MAX_BYTES, n_events: int | None = None,
+                 max_events: int = CROSS_CHECK_MAX_EVENTS) -> list[dict[str, Any]]:
     """Run the optional cross-checks available for one trace and compare their GPU timeline with
     the engine's ``analysis``. Never raises: each entry is ``{"tool", "status", "note"}`` with
     status ``agrees`` / ``differs`` (plus ``max_row_diff_ms`` and ``rows_ms``), ``failed`` (the
     tool raised: its one-line error, e.g. HTA's int16 TypeError on traces of > ~32k events),
-    ``unavailable`` (not installed) or ``skipped`` (file larger than ``max_bytes``). TraceLens
+    ``unavailable`` (not installed) or ``skipped`` (file larger than ``max_bytes`` or more than
+    ``max_events`` events, when ``n_events`` is given). TraceLens
     CSVs are only checked when a ``<stem>_perf_report_csvs/`` folder sits beside the trace."""
     p = Path(path)
     size = p.stat().st_size if p.is_file() else 0
@@ -504,9 +508,10 @@ def cross_checks(path: str | Path, analysis: TraceAnalysis, *, tools: tuple[str,
         if (tool == "tracelens" and not tracelens_available()) or (tool == "hta" and not _hta_available()):
             out.append({"tool": tool, "status": "unavailable", "note": f"{tool} is not installed"})
             continue
-        if tool != "tracelens-csv" and size > max_bytes:
+        if tool != "tracelens-csv" and (size > max_bytes or (n_events or 0) > max_events):
             out.append({"tool": tool, "status": "skipped",
-                        "note": f"{size / 2**20:.0f} MiB on disk > {max_bytes / 2**20:.0f} MiB: {tool} loads every event"})
+                        "note": f"{size / 2**20:.0f} MiB on disk, {n_events or '?'} events (limits {max_bytes / 2**20:.0f} "
+                                f"MiB, {max_events} events): {tool} loads every event"})
             continue
         try:
             other = analyze_trace(p, backend=tool, short_kernel_us=analysis.short_kernels.threshold_us)

@@ -179,13 +179,14 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)
         rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+        n_events = scan.n_events
         del scan, keep
         rec["analysis"] = analysis.model_dump(mode="json")
         rec["cross_checks"] = []
         if params["cross_check"]:
             from .backends import cross_checks  # noqa: PLC0415
 
-            rec["cross_checks"] = cross_checks(p, analysis)
+            rec["cross_checks"] = cross_checks(p, analysis, n_events=n_events)
         return rec
 
     rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params)

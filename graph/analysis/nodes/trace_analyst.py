@@ -100,8 +100,8 @@ def fan_out_ranks(state: AnalysisState) -> list[Send]:
         return [Send(ANALYST, state)]
     if use_slurm_array(state):
         return [Send("trace_array", state)]
-    return [Send("trace_rank", RankTask(request=state["request"], rank=f.rank, path=str(f.path), label=f.label))
-            for f in files]
+    return [Send("trace_rank", RankTask(request=state["request"], rank=f.rank, path=str(f.path), label=f.label,
+                                        n_ranks=len(files))) for f in files]
 
 
 def _as_rank_result(rec: dict[str, Any]) -> RankResult:
@@ -151,7 +151,10 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     rank, path = task["rank"], task["path"]
     label = task.get("label") or str(rank)
     try:
-        res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
+        if task.get("n_ranks") == 1:  # one trace: no worker process (its interpreter would be extra memory)
+            res = _analyze_one(path, rank, cache_dir, label)
+        else:
+            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
     except NoGpuEventsError as e:
         graphs = isinstance(e, GraphKernelsNotRecordedError)
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
