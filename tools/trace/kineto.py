@@ -658,3 +658,30 @@ def gpu_ids(trace: KinetoTrace) -> list[int]:
         if isinstance(d, int):
             ids.add(d)
     return sorted(ids)
+
+
+#: How the verifier's figures are re-derived (quoted in its verdicts).
+REDERIVE_METHOD = ("full-load reader (tools/trace/kineto.py): its own linking, stream clipping, step assignment and "
+                   "interval unions, independent of the analyst's streaming engine")
+
+
+def rederive_figures(path: str | Path) -> dict:
+    """The verifier's figures of one trace by this reader: a dict shaped like
+    ``TraceAnalysis.model_dump()`` (timeline, launch, short_kernels, kernel_count, n_steps,
+    kernels_per_step, step_time_ms, dataloader_ms_per_step, ops_by_category, window) plus ``method``.
+    JSON-able (it may be computed in a worker process, concurrently with the engine's pass).
+    Raises :class:`InputError` / :class:`NoGpuEventsError` on a trace it cannot read."""
+    tr = load_events(path)
+    ks = kernel_stats(tr)
+    out: dict = {
+        "timeline": {k: v.model_dump() for k, v in timeline_of(tr).items()},
+        "launch": launch_stats(tr),
+        "ops_by_category": ops_by_category(tr),
+        "kernel_count": ks["kernel_count"],
+        "short_kernels": ks["short_kernels"],
+        **step_stats(tr),
+        "method": REDERIVE_METHOD,
+    }
+    if out.get("n_steps"):
+        out["kernels_per_step"] = out["kernel_count"] / out["n_steps"]
+    return out

@@ -150,8 +150,13 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
     rank, path = task["rank"], task["path"]
     label = task.get("label") or str(rank)
+    from ....tools.trace.kineto import rederive_figures
+
+    # The verifier's independent re-derivation (the full-load reader) runs in a worker process
+    # while the engine runs: on a trace of hundreds of MB the two passes overlap instead of adding up.
+    verify = _pool(workers).submit(rederive_figures, path)
     try:
-        if task.get("n_ranks") == 1:  # one trace: no worker process (its interpreter would be extra memory)
+        if task.get("n_ranks") == 1:  # one trace: the engine in this process, the re-derivation beside it
             res = _analyze_one(path, rank, cache_dir, label)
         else:
             res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
@@ -175,6 +180,11 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e)}]},
                 StatusLine.make(Outcome.fail, f"rank {label}: {e}"))
     res["rank"], res["label"], res["path"] = rank, label, path
+    try:
+        res["rederived"] = verify.result()
+    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
+        res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
+            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
     warn = f"; {len(res.get('warnings') or [])} input warning(s)" if res.get("warnings") else ""
     return ({"rank_results": [res]},
             StatusLine.make(Outcome.ok, f"rank {label}: engine (stream), {res.get('kernel_count', 0)} kernels"

@@ -20,19 +20,17 @@ from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError
 from ....tools.trace import collectives
+from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
 from .trace_analyst import trace_class
 
 VERIFIER = "trace_verifier"
-METHOD = ("full-load reader (tools/trace/kineto.py): its own linking, stream clipping, step assignment and "
-          "interval unions, independent of the analyst's streaming engine")
+METHOD = REDERIVE_METHOD
 
 
 def rederive(path: str) -> dict[str, Any]:
-    """Re-derive a trace's figures with the full-load reader (memoized per path, size and mtime).
-
-    Returns a dict shaped like ``TraceAnalysis.model_dump()`` (timeline, launch, short_kernels,
-    kernel_count, n_steps, step_time_ms, dataloader_ms_per_step, ops_by_category, window) plus
-    ``method``. Raises :class:`~ai4s_graph.tools.errors.InputError` on a trace it cannot read."""
+    """Re-derive a trace's figures with the full-load reader
+    (:func:`ai4s_graph.tools.trace.kineto.rederive_figures`), memoized per path, size and mtime.
+    Raises :class:`~ai4s_graph.tools.errors.InputError` on a trace it cannot read."""
     import os
 
     try:
@@ -44,21 +42,7 @@ def rederive(path: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _rederive(path: str, _size: int, _mtime_ns: int) -> dict[str, Any]:
-    from ....tools.trace import kineto
-
-    tr = kineto.load_events(path)
-    ks = kineto.kernel_stats(tr)
-    out: dict[str, Any] = {
-        "timeline": {k: v.model_dump() for k, v in kineto.timeline_of(tr).items()},
-        "launch": kineto.launch_stats(tr),
-        "ops_by_category": kineto.ops_by_category(tr),
-        **{k: ks[k] for k in ("kernel_count", "short_kernels")},
-        **kineto.step_stats(tr),
-        "method": METHOD,
-    }
-    if out.get("n_steps"):
-        out["kernels_per_step"] = out["kernel_count"] / out["n_steps"]
-    return out
+    return rederive_figures(path)
 
 
 def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
@@ -102,7 +86,9 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
             out.append(_other_claim(c, rank_results))
             continue
         try:
-            d = rederive(str(res["path"]))
+            if res.get("rederive_error"):
+                raise Ai4sError(res["rederive_error"])
+            d = res.get("rederived") or rederive(str(res["path"]))
         except Ai4sError as e:
             out.append(verdict(c, VERIFIER, None, Tolerance(), METHOD,
                                note=f"the full-load reader could not read the trace: {e}"))
