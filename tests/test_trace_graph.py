@@ -131,3 +131,22 @@ def test_real_trace_over_100k_events_rank_ok_with_hta_installed(shared_data, tmp
     assert "trace_rank           STATUS=ok; reason=rank 0: engine (stream)" in out
     c = _claims(rep)
     assert not [k for k, v in c.items() if k.startswith("tl.") and v.verdict.value != "confirmed"]
+
+
+def test_a_path_that_cannot_read_the_trace_is_inconclusive_never_refuted(shared_data, tmp_path):
+    """The trace changed under the verifier (here: truncated after the engine's pass): every
+    re-derived claim is inconclusive with the reason, none refuted."""
+    from ai4s_graph.graph.analysis.nodes import trace_analyst as TA
+    from ai4s_graph.graph.analysis.nodes import trace_verifier as TV
+    from ai4s_graph.tools.trace import rank_analysis
+
+    p = tmp_path / "trace_rank0.json"
+    shutil.copy(shared_data / "cases" / "partial-ac2g" / "traces" / "trace_rank0.json", p)
+    res = TA._as_rank_result(rank_analysis.analyze_rank(str(p), 0, str(tmp_path / "c"), cross_check=False))
+    claims = TA.claims_for_rank(res)
+    p.write_text(p.read_text()[:200])  # truncated
+    verdicts = TV.verify_trace_claims(claims, [res])
+    assert verdicts and all(v.verdict.value == "inconclusive" for v in verdicts)
+    assert all("could not read the trace" in v.note and "truncated" in v.note for v in verdicts)
+    res["rederive_error"] = "trace_rank0.json: truncated or not valid JSON (x)"
+    assert all(v.verdict.value == "inconclusive" for v in TV.verify_trace_claims(claims, [res]))
