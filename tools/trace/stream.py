@@ -269,6 +269,14 @@ def _num(v: Any) -> int | None:
     return None
 
 
+def _name_mark(nm: str) -> int | None:
+    """A CPU event name's role: its ProfilerStep number, -1 for a DataLoader event, else None."""
+    if nm.startswith("ProfilerStep"):
+        m = _STEP_RE.match(nm)
+        return int(m.group(1)) if m else None
+    return -1 if _DATALOADER_RE.search(nm) else None
+
+
 def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> TraceScan:
     """One streaming pass over a trace; see the module docstring for what is kept and the bound.
 
@@ -295,6 +303,8 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     comm_args: dict[int, dict[str, Any]] = {}
     comm_name_cache: dict[int, bool] = {}
     cat_counts: dict[str, int] = {}
+    marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
+    o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
     n = 0
     for ev in iter_events(p, progress):
         n += 1
@@ -330,6 +340,8 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 if is_comm:
                     comm_args[idx] = {key: args[key] for key in COLLECTIVE_ARG_KEYS if key in args}
             continue
+        if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
+            continue
         ph = ev.get("ph")
         if cat == "ac2g":
             fid = _num(ev.get("id"))
@@ -352,16 +364,18 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             if j is None:
                 j = cpu_index[nm] = len(cpu_names)
                 cpu_names.append(nm)
+                marks.append(_name_mark(nm))
             key = (ev.get("pid"), ev.get("tid"))
             th = threads.get(key)
             if th is None:
                 th = threads[key] = len(threads)
             if is_op:
-                o_ts.append(t)
-                o_end.append(e)
-                o_name.append(j)
-                o_thr.append(th)
-                o_ord.append(n)
+                o_ts_a(t)
+                o_end_a(e)
+                o_name_a(j)
+                o_thr_a(th)
+                o_ord_a(n)
+                mark = marks[j]
             else:
                 l_corr.append(int(c))
                 l_ts.append(t)
@@ -369,13 +383,16 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 l_name.append(j)
                 l_thr.append(th)
                 l_ord.append(n)
-        if not nm or (cat is not None and not is_op and cat != "user_annotation"):
-            continue  # ProfilerStep and DataLoader on the CPU side only (not python_function / GPU copies)
-        if nm.startswith("ProfilerStep"):
-            m = _STEP_RE.match(nm)
-            if m:
-                steps.append((int(m.group(1)), t, e - t))
-        elif (is_op or cat == "user_annotation") and _DATALOADER_RE.search(nm):
+                continue
+        elif cat is None or cat == "user_annotation":
+            mark = _name_mark(nm) if nm else None
+        else:
+            continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
+        if mark is None:
+            continue
+        if mark >= 0:
+            steps.append((mark, t, e - t))
+        else:
             dataloader.append((t, e - t))
     if n == 0:
         raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
