@@ -148,7 +148,8 @@ class GpuEvent:
 class KinetoTrace:
     """The parts of one kineto trace the analyses use. Times are µs on the trace's clock.
 
-    ``cpu_ops``: (ts, end, name, pid, tid); ``runtime``: (ts, end, name, corr, pid, tid);
+    ``cpu_ops``: (ts, end, name, thread); ``runtime``: (ts, end, name, link id, thread), thread = a
+    small code per (pid, tid);
     ``steps``: (ts, dur, step number) of ``ProfilerStep#N`` annotations;
     ``dataloader``: (ts, dur, name) of CPU events whose name mentions DataLoader."""
 
@@ -258,7 +259,8 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     dataloader: list[tuple] = []
     flow_ids: set = set()
     launch_key = None  # "correlation" or "External id" (TraceLens _set_linking_key)
-    stack_items: list[tuple] = []  # (ts, order, end, kind 0=cpu_op 1=runtime, index, pid, tid)
+    stack_items: list[tuple] = []  # (ts, order, end, kind 0=cpu_op 1=runtime, index, thread)
+    threads: dict[tuple, int] = {}  # (pid, tid) -> small thread code (shared small ints, no per-event copies)
 
     for order, ev in enumerate(events):
         if not isinstance(ev, dict):
@@ -291,12 +293,15 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
         elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if launch_key is None and "launch" in name.lower():
                 launch_key = "correlation" if "correlation" in args else "External id"
-            runtime.append((ts, ts + dur, intern(name), (args.get("correlation"), args.get("External id")),
-                            ev.get("pid"), ev.get("tid")))
-            stack_items.append((ts, order, ts + dur, 1, len(runtime) - 1, ev.get("pid"), ev.get("tid")))
+            end = ts + dur
+            thr = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+            runtime.append((ts, end, intern(name), (args.get("correlation"), args.get("External id")), thr))
+            stack_items.append((ts, order, end, 1, len(runtime) - 1, thr))
         elif cat == "cpu_op":
-            cpu_ops.append((ts, ts + dur, intern(name), ev.get("pid"), ev.get("tid")))
-            stack_items.append((ts, order, ts + dur, 0, len(cpu_ops) - 1, ev.get("pid"), ev.get("tid")))
+            end = ts + dur
+            thr = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+            cpu_ops.append((ts, end, intern(name), thr))
+            stack_items.append((ts, order, end, 0, len(cpu_ops) - 1, thr))
             m = _STEP_RE.match(name)
             if m:
                 steps.append((ts, dur, int(m.group(1))))
@@ -324,7 +329,7 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     # Keep only the link id per runtime event, not its args.
     key = launch_key or "correlation"
     k = 0 if key == "correlation" else 1
-    runtime = [(ts, end, name, a[k], pid, tid) for ts, end, name, a, pid, tid in runtime]
+    runtime = [(ts, end, name, a[k], thr) for ts, end, name, a, thr in runtime]
 
     # --- CPU -> GPU linking: every GPU event carrying a launch's link id ------------------
     by_link: dict = defaultdict(list)
@@ -334,7 +339,7 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
             by_link[link].append(i)
     gpu_parent: dict[int, int] = {}  # gpu index -> runtime index
     graph_calls: dict[str, int] = defaultdict(int)
-    for ri, (rts, _end, rname, link, _pid, _tid) in enumerate(runtime):
+    for ri, (rts, _end, rname, link, _thr) in enumerate(runtime):
         if GRAPH_LAUNCH_RE.match(rname):
             graph_calls[rname] += 1
         if link is None:
@@ -389,8 +394,8 @@ def _runtime_parents(stack_items: list[tuple], cpu_ops: list[tuple]) -> dict[int
     stacks: dict = defaultdict(list)
     parent: dict[tuple[int, int], tuple[int, int] | None] = {}
     result: dict[int, int] = {}
-    for ts, _order, end, kind, idx, pid, tid in stack_items:
-        stack = stacks[(pid, tid)]
+    for ts, _order, end, kind, idx, thr in stack_items:
+        stack = stacks[thr]
         while stack and ts >= stack[-1][0]:
             stack.pop()
         if stack and end > stack[-1][0]:
