@@ -1,7 +1,27 @@
-"""TraceLens-style op categories of kernel-launching ops (GEMM, CONV, NORM, SDPA, elementwise,
-reduce, triton, ...), shared by the engine and the verifier's reader as a definition."""
+"""TraceLens's definitions, shared as data by the engine and the verifier's reader: the gpu_timeline
+row names, the communication-kernel rule, and the op categories of kernel-launching ops (GEMM, CONV,
+NORM, SDPA, elementwise, reduce, triton, ...)."""
 
 from __future__ import annotations
+
+import re
+
+TIMELINE_ROWS: tuple[str, ...] = (
+    "computation_time",
+    "exposed_comm_time",
+    "exposed_memcpy_time",
+    "busy_time",
+    "idle_time",
+    "total_time",
+    "total_comm_time",
+    "total_memcpy_time",
+)
+"""Row names of TraceLens's gpu_timeline.csv, in its order."""
+
+MAIN_TIMELINE_ROWS: tuple[str, ...] = TIMELINE_ROWS[:6]
+
+# Communication kernels: TraceLens util.COMMUNICATION_KEYS + DEFAULT_CUSTOM_COLLECTIVE_PATTERNS.
+_COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
 
 # Op-name -> category, following the categories TraceLens assigns through its perf-model
 # registry (TraceLens/PerfModel/torch_op_mapping.py); written out here for the common ops.

@@ -48,7 +48,8 @@ import orjson
 from pydantic import BaseModel
 
 from ..errors import InputError, NoGpuEventsError
-from .categories import OP_CATEGORIES, categorize_op  # noqa: F401 (OP_CATEGORIES re-exported)
+from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
+                         categorize_op)
 from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message, window_flags
 
 # --------------------------------------------------------------------------------------
@@ -64,19 +65,6 @@ class TimelineRow(BaseModel):
     percent: float
 
 
-TIMELINE_ROWS: tuple[str, ...] = (
-    "computation_time",
-    "exposed_comm_time",
-    "exposed_memcpy_time",
-    "busy_time",
-    "idle_time",
-    "total_time",
-    "total_comm_time",
-    "total_memcpy_time",
-)
-"""Row names of TraceLens's gpu_timeline.csv, in its order."""
-
-MAIN_TIMELINE_ROWS: tuple[str, ...] = TIMELINE_ROWS[:6]
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -85,8 +73,6 @@ LAUNCH_KERNEL_NAMES = frozenset(
      "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
 )
 
-# Communication kernels: TraceLens util.COMMUNICATION_KEYS + DEFAULT_CUSTOM_COLLECTIVE_PATTERNS.
-_COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
 # ROCm 7.1 rocclr copy kernels count as memcpy (TraceLens util._ROCM_LEGACY_MEMCPY_NAMES).
 _ROCM_LEGACY_MEMCPY_RE = re.compile(
     r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
 from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message
-from .kineto import _COMM_RE, TIMELINE_ROWS
+from .categories import _COMM_RE, TIMELINE_ROWS
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
