@@ -297,3 +297,13 @@ def test_kineto_independent_path_streams_and_agrees_with_engine_on_real_runs(sha
             k.kernel_count, k.n_steps, k.short_kernels.count, k.launch.launch_calls)
         assert e.window == k.window and e.window["degenerate"] is False
         assert {r.category: r.count for r in e.ops_by_category} == {r.category: r.count for r in k.ops_by_category}
+
+
+def test_progress_callback_reaches_the_file_size(shared_data):
+    """The CLI's progress bar is fed by the engine's pass: bytes read of the file on disk, ending at its size."""
+    p = shared_data / "perf-runs" / "91001" / "traces" / "trace_rank0.json.gz"
+    calls: list[tuple[int, int]] = []
+    engine.analyze(p, progress=lambda done, total: calls.append((done, total)))
+    size = p.stat().st_size
+    assert calls and calls[-1] == (size, size)
+    assert all(0 <= d <= t == size for d, t in calls) and [d for d, _ in calls] == sorted(d for d, _ in calls)
