@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from ai4s_graph.tools.trace import collectives as C
+from ai4s_graph.tools.trace import rank_analysis as R
+from ai4s_graph.tools.trace import slurm_array as SA
 from ai4s_graph.tools.errors import InputError
 
 
@@ -42,7 +44,7 @@ def test_overlap_and_breakdown_match_hta(sampled, tmp_path):
     rep = C.analyze_collectives(files, cache_dir=str(tmp_path), workers=1)
     ov = ta.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
     tb = ta.get_temporal_breakdown(visualize=False).set_index("rank")
-    res = C.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, single_trace=False)
+    res = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, cross_check=False)
     for row, r in zip(rep.per_rank, res):
         assert round(row.comm_comp_overlap_pct, 2) == pytest.approx(ov[row.rank])
         for col in ("idle_time", "compute_time", "non_compute_time", "kernel_time"):
@@ -55,7 +57,7 @@ def test_comm_kernel_time_matches_hta_kernel_breakdown(sampled, tmp_path):
     files, ta = sampled
     _, kd = ta.get_gpu_kernel_breakdown(visualize=False)
     kd = kd[kd["kernel_type"] == "COMMUNICATION"]
-    res = C.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, single_trace=False)
+    res = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, cross_check=False)
     for r in res:
         mine = {x["name"]: x for x in C.comm_kernel_stats(r)}
         ref = kd[kd["rank"] == r["rank"]]
@@ -87,7 +89,7 @@ def test_nccl_data_collectives_bandwidth(shared_data, tmp_path):
     assert rep.per_rank[0].comm_comp_overlap_pct == pytest.approx(
         ta.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0], abs=0.005)
     tb = ta.get_temporal_breakdown(visualize=False).iloc[0]
-    res = C.analyze_rank(p, 0, str(tmp_path), single_trace=False)
+    res = R.analyze_rank(p, 0, str(tmp_path), cross_check=False)
     assert res["hta"]["idle_time"] == pytest.approx(tb["idle_time(us)"], rel=1e-9)
     by = {(g.collective, g.msg_bytes): g for g in rep.groups}
     assert sum(g.count for g in rep.groups) == 21
@@ -132,7 +134,7 @@ def test_straggler_claim_names_the_late_rank(make_traces, shared_data, tmp_path)
                                 source=shared_data / "traces" / "hta" / "nccl_data.json.gz")
     rep2 = C.analyze_collectives(even, cache_dir=str(tmp_path / "cache"), workers=1)
     assert rep2.stragglers.claim is None
-    agg = C.aggregate_ranks(C.analyze_ranks(files, cache_dir=str(tmp_path / "cache"), workers=1, single_trace=False))
+    agg = C.aggregate_ranks(R.analyze_ranks(files, cache_dir=str(tmp_path / "cache"), workers=1, cross_check=False))
     assert json.loads(json.dumps(agg))["stragglers"]["claim"]["rank"] == 2
 
 
@@ -145,29 +147,38 @@ def test_bad_inputs(tmp_path, shared_data):
         C.analyze_collectives({0: empty}, cache_dir=str(tmp_path), workers=1)
     with pytest.raises(InputError):
         C.aggregate_ranks([])
-    r = C.analyze_rank(str(shared_data / "traces" / "hta" / "sampled_rank-0.json.gz"), 0, str(tmp_path), single_trace=False)
-    with pytest.raises(InputError, match="twice"):
-        C.aggregate_ranks([r, r])
+
+
+
+def test_duplicate_rank_kept_apart_never_merged(shared_data, tmp_path):
+    """Two files that both are rank 0: the cross-rank report uses the first and names the other."""
+    d = shared_data / "traces" / "hta"
+    r0 = R.analyze_rank(str(d / "sampled_rank-0.json.gz"), 0, str(tmp_path), cross_check=False)
+    r1 = R.analyze_rank(str(d / "sampled_rank-1.json.gz"), 0, str(tmp_path), cross_check=False, label="0-dup1")
+    rep = C.build_report([r1, r0])
+    assert rep.ranks == [0] and len(rep.per_rank) == 1
+    assert rep.per_rank[0].busy_us == pytest.approx(r0["timeline_us"]["busy_time"])
+    assert any("sampled_rank-0.json.gz and sampled_rank-1.json.gz" in n and "kept apart" in n for n in rep.notes)
 
 
 def test_slurm_array_render_and_task(shared_data, tmp_path):
     d = shared_data / "traces" / "hta"
     files = {0: d / "sampled_rank-0.json.gz", 1: d / "sampled_rank-1.json.gz"}
-    script = C.render_slurm_array(files, tmp_path / "arr", cache_dir=str(tmp_path / "cache"), partition="debug",
+    script = SA.render_slurm_array(files, tmp_path / "arr", cache_dir=str(tmp_path / "cache"), partition="debug",
                                   max_parallel=8, python="/usr/bin/python3")
     text = script.read_text()
     assert text.startswith("#!/bin/bash")
     assert "#SBATCH --array=0-1%8\n" in text and "#SBATCH --partition=debug\n" in text
-    assert "-m ai4s_graph.tools.trace.collectives rank-task" in text and '--index "$SLURM_ARRAY_TASK_ID"' in text
+    assert "-m ai4s_graph.tools.trace.slurm_array rank-task" in text and '--index "$SLURM_ARRAY_TASK_ID"' in text
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     with pytest.raises(InputError, match="partition"):
-        C.render_slurm_array(files, tmp_path / "bad", partition="x; rm -rf /")
+        SA.render_slurm_array(files, tmp_path / "bad", partition="x; rm -rf /")
     # run the two array tasks the way SLURM would, then gather
     for i in (0, 1):
-        C.run_rank_task(tmp_path / "arr" / "ranks.json", i, tmp_path / "arr" / "results", str(tmp_path / "cache"))
-    rep = C.build_report(C.gather_rank_results(tmp_path / "arr"))
+        SA.run_rank_task(tmp_path / "arr" / "ranks.json", i, tmp_path / "arr" / "results", str(tmp_path / "cache"))
+    rep = C.build_report(SA.gather_rank_results(tmp_path / "arr"))
     assert rep.ranks == [0, 1] and rep.stragglers.hta_potential_stragglers == [1]
     (tmp_path / "arr" / "results" / "rank-1.json").unlink()
     with pytest.raises(InputError, match=r"missing for ranks \[1\]"):
-        C.gather_rank_results(tmp_path / "arr")
+        SA.gather_rank_results(tmp_path / "arr")

@@ -313,5 +313,5 @@ def test_a_rerun_takes_rank_results_from_the_trace_cache(shared_data, tmp_path):
     code, first = _run(*args)
     assert code == 0 and "from the trace cache" not in first
     code, second = _run(*args, "--fresh")
-    assert code == 0 and "rank 0: hta backend, 2805 kernels (from the trace cache: same content hash)" in second
+    assert code == 0 and "rank 0: engine (stream), 2805 kernels (from the trace cache: same content hash)" in second
     assert _report(tmp_path).bottleneck.klass.value == "compute-bound"

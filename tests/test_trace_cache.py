@@ -8,6 +8,8 @@ import hashlib
 import shutil
 
 from ai4s_graph.tools.trace import collectives as C
+from ai4s_graph.tools.trace import rank_analysis as R
+from ai4s_graph.tools.trace import slurm_array as SA
 from ai4s_graph.tools.trace import cache as TC
 
 
@@ -36,18 +38,18 @@ def test_analyze_rank_served_from_cache_and_modified_trace_misses(shared_data, t
     shutil.copy(shared_data / "traces" / "hta" / "sampled_rank-0.json.gz", trace)
     cache_dir = str(tmp_path / "cache")
     scans = []
-    real_scan = C.ts_mod.scan_trace
-    monkeypatch.setattr(C.ts_mod, "scan_trace", lambda p: scans.append(p) or real_scan(p))
+    real_scan = R.ts_mod.scan_trace
+    monkeypatch.setattr(R.ts_mod, "scan_trace", lambda p, progress=None: scans.append(p) or real_scan(p))
 
-    first = C.analyze_rank(str(trace), 0, cache_dir, single_trace=False)
-    again = C.analyze_rank(str(trace), 0, cache_dir, single_trace=False)
+    first = R.analyze_rank(str(trace), 0, cache_dir, cross_check=False)
+    again = R.analyze_rank(str(trace), 0, cache_dir, cross_check=False)
     assert first["from_cache"] is False and again["from_cache"] is True
     assert len(scans) == 1  # the second call did not parse the trace
     assert again["timeline_us"] == first["timeline_us"] and again["comm"] == first["comm"]
     assert again["sha256"] == first["sha256"]
 
     # the same bytes under another rank id: cached result, relabelled rank
-    other = C.analyze_rank(str(trace), 5, cache_dir, single_trace=False)
+    other = R.analyze_rank(str(trace), 5, cache_dir, cross_check=False)
     assert other["from_cache"] is True and other["rank"] == 5
 
     # modify the trace (drop its last kernel): a miss, parsed again, different numbers
@@ -58,7 +60,7 @@ def test_analyze_rank_served_from_cache_and_modified_trace_misses(shared_data, t
     del data["traceEvents"][kernels[-1]]
     with gzip.open(trace, "wt") as fh:
         json.dump(data, fh)
-    changed = C.analyze_rank(str(trace), 0, cache_dir, single_trace=False)
+    changed = R.analyze_rank(str(trace), 0, cache_dir, cross_check=False)
     assert changed["from_cache"] is False and len(scans) == 2
     assert changed["sha256"] != first["sha256"]
     assert changed["n_gpu_events"] == first["n_gpu_events"] - 1
@@ -74,14 +76,14 @@ def test_default_cache_dir_under_state_dir(monkeypatch, tmp_path):
 def test_analyze_ranks_warm_run_parses_nothing(shared_data, tmp_path, monkeypatch):
     d = shared_data / "traces" / "hta"
     files = {0: d / "sampled_rank-0.json.gz", 1: d / "sampled_rank-1.json.gz"}
-    cold = C.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, single_trace=False)
+    cold = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, cross_check=False)
     assert [r["from_cache"] for r in cold] == [False, False]
 
     def boom(p):
         raise AssertionError(f"parsed {p} on a warm run")
 
-    monkeypatch.setattr(C.ts_mod, "scan_trace", boom)
-    warm = C.analyze_ranks(files, cache_dir=str(tmp_path), workers=2, single_trace=False)
+    monkeypatch.setattr(R.ts_mod, "scan_trace", boom)
+    warm = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=2, cross_check=False)
     assert [r["from_cache"] for r in warm] == [True, True]
     assert [r["rank"] for r in warm] == [0, 1]
     assert C.build_report(warm).stragglers.hta_potential_stragglers == [1]

@@ -16,7 +16,7 @@ Keys written by both parallel branches merge through reducers: lists concatenate
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -69,6 +69,8 @@ class RankTask(TypedDict):
     request: RunRequest
     rank: int
     path: str
+    label: NotRequired[str]  # unique among the run's traces ("0", "0-dup1": tools/trace/ranks.py)
+    n_ranks: NotRequired[int]  # trace files in the run (1: analysed in-process, no worker pool)
 
 
 class Findings(TypedDict, total=False):

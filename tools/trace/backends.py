@@ -1,7 +1,11 @@
 """Analysis of one PyTorch profiler (kineto) trace: GPU timeline, kernels, steps, launch overhead.
 
 ``analyze_trace(path)`` returns a :class:`TraceAnalysis` whose ``timeline`` is keyed exactly by
-TraceLens's ``gpu_timeline`` row names. Backends, tried in this order by ``backend="auto"``:
+TraceLens's ``gpu_timeline`` row names. ``backend="auto"`` (and ``"stream"``) is the project's ONE
+engine, :mod:`ai4s_graph.tools.trace.engine`: a bounded-memory streaming pass that computes every
+figure at every trace size. The other backends are optional cross-checks
+(:func:`cross_checks` runs those available and records agreement, or why one could not run, as
+evidence; a failing cross-check is a note, never a failed analysis):
 
 - ``"tracelens"``: AMD-AGI/TraceLens when ``import TraceLens`` works
   (``generate_perf_report_pytorch``; not on PyPI, installs from git);
@@ -11,7 +15,7 @@ TraceLens's ``gpu_timeline`` row names. Backends, tried in this order by ``backe
   (``HTA_DISABLE_NS_ROUNDING=1``, ``include_last_profiler_step=True``, ``trace_files={rank:
   path}``); the TraceLens definitions are then computed on HTA's data frame with numpy.
 
-``backend="kineto"`` uses :mod:`ai4s_graph.tools.trace.kineto`, the project's own reader and the
+``backend="kineto"`` uses :mod:`ai4s_graph.tools.trace.kineto`, the project's full-load reader and the
 verifier's independent path. With the TraceLens backends, figures TraceLens does not report
 (steps, DataLoader time, launch statistics, GPU ids) come from the kineto reader, and
 ``sources`` says so.
@@ -21,95 +25,36 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from typing import Any, Callable
 
-from . import kineto
+from . import engine, kineto
 from ..errors import InputError, NoGpuEventsError, ToolUnavailableError
 from .kineto import MAIN_TIMELINE_ROWS, TIMELINE_ROWS, TimelineRow
+from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
+from .ranks import find_rank_traces
 
 __all__ = [
     "BACKENDS", "CategoryRow", "KernelRow", "LaunchStats", "ShortKernels", "TimelineRow",
     "TraceAnalysis", "TIMELINE_ROWS", "MAIN_TIMELINE_ROWS", "analyze_trace", "analyze_traces",
-    "find_rank_traces", "tracelens_available", "csv_report_dir",
+    "find_rank_traces", "tracelens_available", "csv_report_dir", "cross_checks",
 ]
 
-BACKENDS = ("auto", "tracelens", "tracelens-csv", "hta", "kineto")
+BACKENDS = ("auto", "stream", "tracelens", "tracelens-csv", "hta", "kineto")
+CROSS_CHECK_TOOLS = ("tracelens", "tracelens-csv", "hta")
+#: Cross-checks load the whole event list (TraceLens ~17 B of RSS per byte of JSON, HTA ~7,
+#: bench/RESULTS.md) and take seconds per 10k events (HTA on the 100k-event owlv2 trace: 22 s here):
+#: above this many events or this size on disk they are skipped, with a note.
+CROSS_CHECK_MAX_BYTES = 64 * 1024 * 1024
+CROSS_CHECK_MAX_EVENTS = 200_000
+#: A cross-check "agrees" when every main gpu_timeline row is within 0.1 % of total time of the
+#: engine's (the agreement target of issue 12; TraceLens's own rows are ms with float rounding).
+AGREE_FRACTION_OF_TOTAL = 0.001
 SHORT_KERNEL_US = 10.0
 """TraceLens's default ``short_kernel_threshold_us`` (generate_perf_report_pytorch)."""
-
-
-class CategoryRow(BaseModel):
-    """One op/kernel category: launcher (or kernel) ``count``, kernel time in ms, percent of
-    the summed kernel time (TraceLens's ops_summary_by_category columns)."""
-
-    category: str
-    count: int
-    kernel_time_ms: float
-    percent: float
-
-
-class KernelRow(BaseModel):
-    """One kernel name: invocations, total and mean duration (µs), percent of kernel time."""
-
-    name: str
-    count: int
-    total_us: float
-    mean_us: float
-    percent: float
-
-
-class ShortKernels(BaseModel):
-    """Kernels shorter than ``threshold_us``; ``percent`` is of the summed kernel time,
-    ``percent_of_total_time`` of the GPU timeline's total_time (TraceLens's column)."""
-
-    threshold_us: float
-    count: int
-    count_per_step: float | None
-    time_ms: float
-    percent: float
-    percent_of_total_time: float
-
-
-class LaunchStats(BaseModel):
-    """Dispatch-bound evidence: mean kernel duration and median idle gap between consecutive
-    kernels on the GPU (µs), number of kernel-launch API calls and their mean CPU time (µs)."""
-
-    mean_kernel_us: float
-    median_gap_us: float
-    launch_calls: int
-    mean_launch_cpu_us: float
-
-
-class TraceAnalysis(BaseModel):
-    """Figures from one rank's trace. Times: ms unless the field name says µs (``_us``)."""
-
-    path: str
-    backend: str
-    rank: int | None
-    timeline: dict[str, TimelineRow]
-    ops_by_category: list[CategoryRow] = Field(default_factory=list)
-    kernels_by_category: list[CategoryRow] = Field(default_factory=list)
-    top_kernels: list[KernelRow] = Field(default_factory=list)
-    kernel_count: int
-    n_steps: int
-    kernels_per_step: float | None
-    short_kernels: ShortKernels
-    launch: LaunchStats
-    dataloader_ms_per_step: float
-    step_time_ms: float | None
-    gpu_ids: list[int] = Field(default_factory=list)
-    sources: dict[str, str] = Field(default_factory=dict)
-
-    def timeline_json(self, *, with_totals: bool = False) -> dict[str, dict[str, float]]:
-        """``{"computation_time": {"time_ms": .., "percent": ..}, ...}`` for the six main rows
-        (plus total_comm_time and total_memcpy_time when ``with_totals``)."""
-        rows = TIMELINE_ROWS if with_totals else MAIN_TIMELINE_ROWS
-        return {k: self.timeline[k].model_dump() for k in rows if k in self.timeline}
 
 
 # --------------------------------------------------------------------------------------
@@ -153,35 +98,7 @@ def _hta_available() -> bool:
 def _resolve_backend(path: Path, backend: str) -> str:
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend != "auto":
-        return backend
-    if tracelens_available():
-        return "tracelens"
-    if csv_report_dir(path) is not None:
-        return "tracelens-csv"
-    if _hta_available():
-        return "hta"
-    return "kineto"
-
-
-def find_rank_traces(perf_run_dir: str | Path) -> list[Path]:
-    """Trace files of one profiled run: ``<dir>/traces/*.json`` and ``*.json.gz`` (or the
-    folder itself when it has no ``traces/``), sorted by the rank number in the file name
-    (``trace_rank3.json.gz`` → 3), then by name.
-
-    Raises :class:`InputError` when the folder does not exist or holds no trace."""
-    d = Path(perf_run_dir)
-    if not d.is_dir():
-        raise InputError(f"{d}: run folder not found")
-    tdir = d / "traces" if (d / "traces").is_dir() else d
-    files = [p for p in tdir.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))]
-    if not files:
-        raise InputError(f"{tdir}: no *.json or *.json.gz trace files")
-    def key(p: Path):
-        m = re.search(r"rank[_-]?(\d+)", p.name)
-        return (int(m.group(1)) if m else 1 << 30, p.name)
-
-    return sorted(files, key=key)
+    return "stream" if backend == "auto" else backend
 
 
 def _kineto_extras(tr: kineto.KinetoTrace, short_kernel_us: float) -> dict:
@@ -193,6 +110,8 @@ def _kineto_extras(tr: kineto.KinetoTrace, short_kernel_us: float) -> dict:
         "launch": kineto.launch_stats(tr),
         "gpu_ids": kineto.gpu_ids(tr),
         "rank": tr.rank,
+        "warnings": [f"GPU event '{a}' (stream {st}) runs {x:.3f} us past the start of '{b}' on the same stream: "
+                     "clipped at that start" for a, b, st, x in tr.overlaps],
     }
 
 
@@ -229,7 +148,9 @@ def _assemble(path: Path, backend: str, timeline: dict[str, TimelineRow], ex: di
         kernels_per_step=(kcount / n_steps) if n_steps else None,
         short_kernels=short, launch=LaunchStats(**ex["launch"]),
         dataloader_ms_per_step=st["dataloader_ms_per_step"], step_time_ms=st["step_time_ms"],
-        gpu_ids=ex["gpu_ids"], sources=sources or {},
+        gpu_ids=ex["gpu_ids"], sources=sources or {}, warnings=ex.get("warnings") or [],
+        window=st.get("window") or {}, graph_launches=(ex["trace"].graph_launches if ex.get("trace") else {}),
+        clipped_excess_us=sum(x[3] for x in ex["trace"].overlaps) if ex.get("trace") else 0.0,
     )
 
 
@@ -273,7 +194,6 @@ def _from_tracelens_frames(path: Path, backend: str, frames: dict, short_kernel_
         sources["ops_by_category"] = backend
     kcount = top = kcat = short = None
     ksum = frames.get("kernel_summary")
-    total_us = timeline["total_time"].time_ms * 1e3
     if ksum is not None and len(ksum):
         kcount = int(ksum["Kernel duration (µs)_count"].sum())
         ktime = float(ksum["Kernel duration (µs)_sum"].sum())
@@ -501,11 +421,13 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
 # --------------------------------------------------------------------------------------
 
 
-def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: float = SHORT_KERNEL_US) -> TraceAnalysis:
+def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: float = SHORT_KERNEL_US,
+                  progress: Callable[[int, int], None] | None = None) -> TraceAnalysis:
     """Analyze one kineto trace (``*.json`` / ``*.json.gz``).
 
-    ``backend``: ``auto`` (tracelens → tracelens-csv → hta → kineto, first available),
-    ``tracelens``, ``tracelens-csv``, ``hta`` or ``kineto``. ``short_kernel_us``: kernels
+    ``backend``: ``auto`` = ``stream`` (the engine), or a cross-check backend: ``tracelens``,
+    ``tracelens-csv``, ``hta`` or ``kineto``. ``progress(bytes_read, file_size)``: optional callback
+    of the engine's pass. ``short_kernel_us``: kernels
     shorter than this count as short (default 10 µs, TraceLens's default threshold).
 
     Raises :class:`InputError` (missing, empty, truncated, non-JSON or non-kineto file; bad
@@ -514,7 +436,9 @@ def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: f
     p = Path(path)
     chosen = _resolve_backend(p, backend)
     try:
-        if chosen == "kineto":
+        if chosen == "stream":
+            res = engine.analyze(p, short_kernel_us=short_kernel_us, progress=progress)
+        elif chosen == "kineto":
             res = _analyze_kineto(p, short_kernel_us)
         elif chosen == "hta":
             res = _analyze_hta(p, short_kernel_us)
@@ -563,3 +487,43 @@ def analyze_traces(paths, workers: int = 0, *, backend: str = "auto",
     with ProcessPoolExecutor(max_workers=n) as pool:
         return list(pool.map(_analyze_one, jobs))
 
+
+def cross_checks(path: str | Path, analysis: TraceAnalysis, *, tools: tuple[str, ...] = CROSS_CHECK_TOOLS,
+                 max_bytes: int = CROSS_CHECK_MAX_BYTES, n_events: int | None = None,
+                 max_events: int = CROSS_CHECK_MAX_EVENTS) -> list[dict[str, Any]]:
+    """Run the optional cross-checks available for one trace and compare their GPU timeline with
+    the engine's ``analysis``. Never raises: each entry is ``{"tool", "status", "note"}`` with
+    status ``agrees`` / ``differs`` (plus ``max_row_diff_ms`` and ``rows_ms``), ``failed`` (the
+    tool raised: its one-line error, e.g. HTA's int16 TypeError on traces of > ~32k events),
+    ``unavailable`` (not installed) or ``skipped`` (file larger than ``max_bytes`` or more than
+    ``max_events`` events, when ``n_events`` is given). TraceLens
+    CSVs are only checked when a ``<stem>_perf_report_csvs/`` folder sits beside the trace."""
+    p = Path(path)
+    size = p.stat().st_size if p.is_file() else 0
+    out: list[dict[str, Any]] = []
+    total = analysis.timeline["total_time"].time_ms
+    for tool in tools:
+        if tool == "tracelens-csv" and csv_report_dir(p) is None:
+            continue
+        if (tool == "tracelens" and not tracelens_available()) or (tool == "hta" and not _hta_available()):
+            out.append({"tool": tool, "status": "unavailable", "note": f"{tool} is not installed"})
+            continue
+        if tool != "tracelens-csv" and (size > max_bytes or (n_events or 0) > max_events):
+            out.append({"tool": tool, "status": "skipped",
+                        "note": f"{size / 2**20:.0f} MiB on disk, {n_events or '?'} events (limits {max_bytes / 2**20:.0f} "
+                                f"MiB, {max_events} events): {tool} loads every event"})
+            continue
+        try:
+            other = analyze_trace(p, backend=tool, short_kernel_us=analysis.short_kernels.threshold_us)
+        except Exception as e:  # noqa: BLE001 - a third-party tool's failure is a note, never the rank's
+            msg = " ".join(str(e).split())[:240]
+            out.append({"tool": tool, "status": "failed", "note": f"{type(e).__name__}: {msg}"})
+            continue
+        rows = {k: other.timeline[k].time_ms for k in MAIN_TIMELINE_ROWS if k in other.timeline}
+        worst = max((abs(v - analysis.timeline[k].time_ms) for k, v in rows.items()), default=0.0)
+        ok = worst <= AGREE_FRACTION_OF_TOTAL * total
+        out.append({"tool": tool, "status": "agrees" if ok else "differs", "max_row_diff_ms": worst, "rows_ms": rows,
+                    "note": (f"gpu_timeline rows within {worst:.4g} ms of the engine's" if ok else
+                             f"gpu_timeline rows differ by up to {worst:.4g} ms (> 0.1% of {total:.4g} ms)")
+                    + (f"; {len(analysis.warnings)} hygiene warning(s) apply to the engine only" if analysis.warnings and not ok else "")})
+    return out

@@ -11,12 +11,15 @@ Definitions follow TraceLens (AMD-AGI/TraceLens, ``TraceLens/TreePerf/gpu_event_
 ``TraceLens/Trace2Tree/trace_to_tree.py`` for CPU-GPU linking), read there and re-written here:
 
 - GPU events are ``cat`` in {kernel, gpu_memcpy, gpu_memset}. By default only events *linked*
-  to a CPU launch are counted (TraceLens's ``include_unlinked_kernels=False``): a runtime/driver
-  event whose correlation id has an ``ac2g`` flow start and end, the end pointing at the GPU
-  event's (pid, tid); graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) link every GPU
-  event with their correlation id. In a trace with no ``ac2g`` flows at all (older kineto;
-  TraceLens reports "No GPU events" there) a GPU event links to the runtime call with its
-  correlation id, and a trace where nothing links counts every GPU event.
+  to a CPU launch are counted (TraceLens's ``include_unlinked_kernels=False``). Here a GPU event
+  links to every runtime/driver call carrying its correlation id (kernel launches, memcpys and
+  graph launches of the runtime and driver APIs, CUDA and HIP: all kernels a graph launch replays
+  share its id), and to an ``ac2g`` flow start half with its id; a finishing half alone is no
+  launch (real traces hold them for kernels launched before the window). A trace where nothing
+  links counts every GPU event. (TraceLens itself needs both flow halves and drops a kernel whose
+  launch wrote only the finishing half.)
+- Events on one (device, stream) run in issue order (CUDA C++ Programming Guide, "Streams"): an
+  event whose end runs past the next event's start on its stream is clipped at that start.
 - communication = kernels/memsets whose name matches ``nccl``, ``rccl`` or
   ``cross_device_reduce`` (case-insensitive); memcpy = ``gpu_memcpy`` plus ROCm 7.1 rocclr copy
   kernels; computation = every other kernel and ``gpu_memset`` (TraceLens files memsets
@@ -45,6 +48,9 @@ import orjson
 from pydantic import BaseModel
 
 from ..errors import InputError, NoGpuEventsError
+from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
+                         categorize_op)
+from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message, window_flags
 
 # --------------------------------------------------------------------------------------
 # Models and constants
@@ -59,30 +65,14 @@ class TimelineRow(BaseModel):
     percent: float
 
 
-TIMELINE_ROWS: tuple[str, ...] = (
-    "computation_time",
-    "exposed_comm_time",
-    "exposed_memcpy_time",
-    "busy_time",
-    "idle_time",
-    "total_time",
-    "total_comm_time",
-    "total_memcpy_time",
-)
-"""Row names of TraceLens's gpu_timeline.csv, in its order."""
-
-MAIN_TIMELINE_ROWS: tuple[str, ...] = TIMELINE_ROWS[:6]
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 LAUNCH_KERNEL_NAMES = frozenset(
     {"cudaLaunchKernel", "hipLaunchKernel", "cudaLaunchKernelExC", "hipExtLaunchKernel",
      "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
 )
 
-# Communication kernels: TraceLens util.COMMUNICATION_KEYS + DEFAULT_CUSTOM_COLLECTIVE_PATTERNS.
-_COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
 # ROCm 7.1 rocclr copy kernels count as memcpy (TraceLens util._ROCM_LEGACY_MEMCPY_NAMES).
 _ROCM_LEGACY_MEMCPY_RE = re.compile(
     r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
@@ -92,6 +82,8 @@ _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 COMPUTE, COMM, MEMCPY = 0, 1, 2
+_COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
+_CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
 
 
 def classify_gpu_event(cat: str, name: str) -> int:
@@ -133,13 +125,17 @@ class GpuEvent:
     external_id: int | None
     linked: bool = False
     launcher: int = -1  # index into KinetoTrace.cpu_ops of the nearest cpu_op, or -1
+    launch_ts: float | None = None  # start of the CPU call that launched it
+    comm_args: dict | None = None  # collective metadata of a communication kernel (record_param_comms args)
+    dur_raw: float = 0.0  # duration as recorded (dur is clipped at the next start on its stream)
 
 
 @dataclass(slots=True)
 class KinetoTrace:
     """The parts of one kineto trace the analyses use. Times are µs on the trace's clock.
 
-    ``cpu_ops``: (ts, end, name, pid, tid); ``runtime``: (ts, end, name, corr, pid, tid);
+    ``cpu_ops``: (ts, end, name, thread); ``runtime``: (ts, end, name, link id, thread), thread = a
+    small code per (pid, tid);
     ``steps``: (ts, dur, step number) of ``ProfilerStep#N`` annotations;
     ``dataloader``: (ts, dur, name) of CPU events whose name mentions DataLoader."""
 
@@ -152,6 +148,8 @@ class KinetoTrace:
     dataloader: list[tuple] = field(default_factory=list)
     has_flows: bool = False
     linked_only: bool = True
+    overlaps: list[tuple] = field(default_factory=list)  # (name, next name, stream, excess µs)
+    graph_launches: dict = field(default_factory=dict)  # {API name: calls}
 
 
 def read_trace_json(path: str | Path) -> dict:
@@ -193,20 +191,51 @@ def _rank_of(data: dict) -> int | None:
     return None
 
 
+def _stream_events(p: Path):
+    """``(rank, event iterator)``: ``distributedInfo.rank`` from the file's head and the
+    ``traceEvents`` one at a time (ijson), so memory holds only the kept intervals, never the event
+    list. The iterator raises :class:`InputError` (one line) on a truncated or malformed file."""
+    from .stream import read_header  # header keys only (before traceEvents)
+
+    if not p.is_file():
+        raise InputError(f"{p.name}: trace file not found ({p})")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p.name}: trace file is empty")
+    head = read_header(p, ("distributedInfo",))
+    rank = _rank_of(head)
+
+    def gen():
+        import ijson
+
+        n = 0
+        try:
+            with open(p, "rb") as raw:
+                magic = raw.read(2)
+                raw.seek(0)
+                fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+                for ev in ijson.items(fh, "traceEvents.item", use_float=True):
+                    n += 1
+                    yield ev
+        except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
+            msg = " ".join(str(e).split())[:120] or type(e).__name__
+            raise InputError(f"{p.name}: truncated or not valid JSON ({msg})") from e
+        if n == 0:
+            raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
+
+    return rank, gen()
+
+
 def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTrace:
     """Load the GPU, runtime, cpu_op, ProfilerStep and DataLoader intervals of one trace.
 
-    GPU events are marked ``linked`` by TraceLens's CPU→GPU linking rule (see module
-    docstring); each kernel's ``launcher`` is the innermost ``cpu_op`` enclosing its launch
+    The events are streamed (never held as a list); GPU events are marked ``linked`` by the
+    linking rule of the module docstring; each kernel's ``launcher`` is the innermost ``cpu_op`` enclosing its launch
     call on the same thread (TraceLens's host call-stack rule, incl. the <1 µs "bleed" rule).
 
     Raises :class:`InputError` for unreadable input and :class:`NoGpuEventsError` when the
     trace holds no kernel/memcpy/memset event (a CPU-only run)."""
     p = Path(path)
-    data = read_trace_json(p)
-    rank = _rank_of(data)
-    events = data.pop("traceEvents")
-    del data
+    rank, events = _stream_events(p)
 
     intern = sys.intern
     gpu: list[GpuEvent] = []
@@ -214,10 +243,10 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     runtime: list[tuple] = []
     steps: list[tuple] = []
     dataloader: list[tuple] = []
-    flow_start: set = set()
-    flow_end: dict = {}
+    flow_ids: set = set()
     launch_key = None  # "correlation" or "External id" (TraceLens _set_linking_key)
-    stack_items: list[tuple] = []  # (ts, order, end, kind 0=cpu_op 1=runtime, index, pid, tid)
+    stack_items: list[tuple] = []  # (ts, order, end, kind 0=cpu_op 1=runtime, index, thread)
+    threads: dict[tuple, int] = {}  # (pid, tid) -> small thread code (shared small ints, no per-event copies)
 
     for order, ev in enumerate(events):
         if not isinstance(ev, dict):
@@ -225,10 +254,8 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
         cat = ev.get("cat")
         ph = ev.get("ph")
         if cat == "ac2g":
-            if ph == "s":
-                flow_start.add(ev.get("id"))
-            elif ph == "f":
-                flow_end[ev.get("id")] = (ev.get("pid"), ev.get("tid"))
+            if ph == "s":  # the start half sits on the launching CPU thread
+                flow_ids.add(ev.get("id"))
             continue
         if ph != "X":
             continue
@@ -246,15 +273,21 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
                 pid=ev.get("pid"), tid=ev.get("tid"), stream=args.get("stream"),
                 device=args.get("device"), external_id=args.get("External id"),
             )
+            if g.kind == COMM:
+                g.comm_args = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
             gpu.append(g)
-        elif cat in RUNTIME_CATS:
+        elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if launch_key is None and "launch" in name.lower():
                 launch_key = "correlation" if "correlation" in args else "External id"
-            runtime.append((ts, ts + dur, intern(name), args, ev.get("pid"), ev.get("tid")))
-            stack_items.append((ts, order, ts + dur, 1, len(runtime) - 1, ev.get("pid"), ev.get("tid")))
+            end = ts + dur
+            thr = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+            runtime.append((ts, end, intern(name), (args.get("correlation"), args.get("External id")), thr))
+            stack_items.append((ts, order, end, 1, len(runtime) - 1, thr))
         elif cat == "cpu_op":
-            cpu_ops.append((ts, ts + dur, intern(name), ev.get("pid"), ev.get("tid")))
-            stack_items.append((ts, order, ts + dur, 0, len(cpu_ops) - 1, ev.get("pid"), ev.get("tid")))
+            end = ts + dur
+            thr = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+            cpu_ops.append((ts, end, intern(name), thr))
+            stack_items.append((ts, order, end, 0, len(cpu_ops) - 1, thr))
             m = _STEP_RE.match(name)
             if m:
                 steps.append((ts, dur, int(m.group(1))))
@@ -269,38 +302,42 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     del events
 
     if not gpu:
-        raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events (CPU-only trace?)")
+        graphs: dict[str, int] = defaultdict(int)
+        for r in runtime:
+            if GRAPH_LAUNCH_RE.match(r[2]):
+                graphs[r[2]] += 1
+        if graphs:
+            raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, dict(graphs)))
+        raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events (CPU-only run?)")
+
+    overlaps = _clip_streams(gpu)
 
     # Keep only the link id per runtime event, not its args.
     key = launch_key or "correlation"
-    runtime = [(ts, end, name, a.get(key), pid, tid) for ts, end, name, a, pid, tid in runtime]
+    k = 0 if key == "correlation" else 1
+    runtime = [(ts, end, name, a[k], thr) for ts, end, name, a, thr in runtime]
 
-    # --- CPU -> GPU linking (TraceToTree.add_gpu_ops_to_tree) -------------------------
+    # --- CPU -> GPU linking: every GPU event carrying a launch's link id ------------------
     by_link: dict = defaultdict(list)
-    by_pid_tid_link: dict = {}
     for i, g in enumerate(gpu):
         link = g.corr if key == "correlation" else g.external_id
         if link is not None:
             by_link[link].append(i)
-            by_pid_tid_link[(g.pid, g.tid, link)] = i
     gpu_parent: dict[int, int] = {}  # gpu index -> runtime index
-    for ri, (_ts, _end, rname, link, _pid, _tid) in enumerate(runtime):
+    graph_calls: dict[str, int] = defaultdict(int)
+    for ri, (rts, _end, rname, link, _thr) in enumerate(runtime):
+        if GRAPH_LAUNCH_RE.match(rname):
+            graph_calls[rname] += 1
         if link is None:
             continue
-        if rname in GRAPH_LAUNCH_NAMES or not flow_start:
-            # graph launches link every GPU event of their correlation id; so does every
-            # launch in an older trace without ac2g flows (HTA's rule, correlation only)
-            targets = by_link.get(link, [])
-        else:
-            if link not in flow_start or link not in flow_end:
-                continue
-            fpid, ftid = flow_end[link]
-            t = by_pid_tid_link.get((fpid, ftid, link))
-            targets = [] if t is None else [t]
-        for gi in targets:
+        for gi in by_link.get(link, ()):
             gpu[gi].linked = True
+            gpu[gi].launch_ts = rts
             gpu_parent[gi] = ri
-    has_flows = bool(flow_start)
+    for g in gpu:  # a flow start half with the kernel's correlation id, no runtime call in the trace
+        if not g.linked and g.corr is not None and g.corr in flow_ids:
+            g.linked = True
+    has_flows = bool(flow_ids)
     # A trace where nothing links (no runtime events) counts every GPU event.
     linked_only = any(g.linked for g in gpu)
 
@@ -312,8 +349,27 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     return KinetoTrace(
         path=p, rank=rank, gpu=gpu, cpu_ops=cpu_ops, runtime=runtime, steps=sorted(steps),
         dataloader=dataloader, has_flows=has_flows,
-        linked_only=linked_only and not include_unlinked,
+        linked_only=linked_only and not include_unlinked, overlaps=overlaps, graph_launches=dict(graph_calls),
     )
+
+
+def _clip_streams(gpu: list[GpuEvent]) -> list[tuple]:
+    """Clip, in place, each GPU event whose end runs past the start of the next event on its
+    (device, stream); returns ``(name, next name, stream, excess µs)`` per clipped event."""
+    per_stream: dict = defaultdict(list)
+    for g in gpu:
+        g.dur_raw = g.dur
+        if g.stream is not None:
+            per_stream[(g.device if g.device is not None else g.pid, g.stream)].append(g)
+    out = []
+    for (_dev, stream), evs in per_stream.items():
+        evs.sort(key=lambda x: x.ts)
+        for a, b in zip(evs, evs[1:]):
+            if a.end > b.ts:
+                out.append((a.name, b.name, stream, a.end - b.ts))
+                a.end = b.ts
+                a.dur = b.ts - a.ts
+    return out
 
 
 def _runtime_parents(stack_items: list[tuple], cpu_ops: list[tuple]) -> dict[int, int]:
@@ -324,8 +380,8 @@ def _runtime_parents(stack_items: list[tuple], cpu_ops: list[tuple]) -> dict[int
     stacks: dict = defaultdict(list)
     parent: dict[tuple[int, int], tuple[int, int] | None] = {}
     result: dict[int, int] = {}
-    for ts, _order, end, kind, idx, pid, tid in stack_items:
-        stack = stacks[(pid, tid)]
+    for ts, _order, end, kind, idx, thr in stack_items:
+        stack = stacks[thr]
         while stack and ts >= stack[-1][0]:
             stack.pop()
         if stack and end > stack[-1][0]:
@@ -450,67 +506,6 @@ def rederive_timeline(path: str | Path, *, include_unlinked: bool = False) -> di
 # Kernel counts, op categories, steps, launch statistics
 # --------------------------------------------------------------------------------------
 
-# Op-name -> category, following the categories TraceLens assigns through its perf-model
-# registry (TraceLens/PerfModel/torch_op_mapping.py); written out here for the common ops.
-_GEMM = ("aten::mm", "aten::addmm", "aten::_scaled_mm", "aten::bmm", "aten::baddbmm",
-         "tex_ts::te_gemm_ts", "trtllm::cublas_scaled_mm", "bitsandbytes::int8_linear_matmul",
-         "vllm::gemm_with_dynamic_quant")
-_SDPA_FWD = ("FlashAttnFunc", "flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward",
-             "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_efficient_attention",
-             "aten::_scaled_dot_product_flash_attention", "aiter::_flash_attn_forward",
-             "aiter::wrapper_fmha_v3_fwd", "aiter::mha_fwd", "aiter::fmha_v3_fwd", "flash_attn_3::fwd",
-             "EvoformerAttention", "aten::_efficient_attention_forward")
-_SDPA_BWD = ("flash_attn::_flash_attn_backward", "flash_attn::_flash_attn_varlen_backward",
-             "aiter::_flash_attn_backward", "aiter::wrapper_fmha_v3_bwd", "aiter::mha_bwd",
-             "FlashAttnFuncBackward", "FusedAttnFuncBackward",
-             "aten::_scaled_dot_product_cudnn_attention_backward",
-             "aten::_scaled_dot_product_efficient_attention_backward",
-             "aten::_scaled_dot_product_flash_attention_backward", "aten::_efficient_attention_backward")
-_CONV_FWD = ("aten::convolution", "aten::miopen_convolution", "aten::cudnn_convolution", "ConvBias_", "ConvBiasReLU_")
-_CONV_BWD = ("aten::convolution_backward", "ConvBias_Backward", "ConvBiasReLU_Backward")
-_NORM_KINDS = ("batch", "layer", "group", "instance")
-_NORM_FWD = tuple(f"aten::{v}{k}_norm" for k in _NORM_KINDS for v in ("", "native_", "miopen_", "cudnn_")) + (
-    "aten::_fused_rms_norm", "primus::fused_ln_modulate")
-_NORM_BWD = tuple(f"aten::{v}{k}_norm_backward" for k in _NORM_KINDS + ("rms",)
-                  for v in ("", "native_", "miopen_", "cudnn_")) + (
-    "aten::_fused_rms_norm_backward", "primus::fused_ln_modulate_backward")
-_ELEMENTWISE = ("aten::copy", "aten::copy_", "aten::clamp_min", "aten::clamp_min_", "aten::clamp_max",
-                "aten::clamp_max_", "aten::sigmoid", "aten::rsqrt", "aten::silu", "aten::neg", "aten::pow",
-                "aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add", "aten::add_",
-                "aten::sigmoid_backward", "aten::threshold_backward", "aten::replication_pad1d",
-                "aten::replication_pad2d", "aten::replication_pad3d", "aten::upsample_nearest1d",
-                "aten::upsample_nearest2d", "aten::upsample_nearest3d", "LigerSiLUMulFunction")
-_REDUCE = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
-           "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
-
-OP_CATEGORIES: dict[str, str] = {}
-for _names, _cat in ((_GEMM, "GEMM"), (_SDPA_FWD, "SDPA_fwd"), (_SDPA_BWD, "SDPA_bwd"), (_CONV_FWD, "CONV_fwd"),
-                     (_CONV_BWD, "CONV_bwd"), (_NORM_FWD, "NORM_fwd"), (_NORM_BWD, "NORM_bwd"),
-                     (_ELEMENTWISE, "elementwise"), (_REDUCE, "reduce")):
-    for _n in _names:
-        OP_CATEGORIES[_n] = _cat
-
-
-def categorize_op(name: str, first_kernel_name: str = "") -> str:
-    """TraceLens-style op category (GEMM, CONV_fwd/bwd, NORM_fwd/bwd, SDPA_fwd/bwd, elementwise,
-    reduce, triton, record_param_comms, multi_tensor_apply, other) of a kernel-launching op.
-
-    Unknown ops fall back on the first kernel's name when it is an ATen native kernel
-    (``void at::native...`` containing elementwise / reduce / multi_tensor_apply)."""
-    cat = OP_CATEGORIES.get(name)
-    if cat:
-        return cat
-    if name.startswith("triton"):
-        return "triton"
-    if name.startswith("record_param_comms"):
-        return "record_param_comms"
-    if first_kernel_name.startswith("void at::native"):
-        for needle in ("elementwise", "reduce", "multi_tensor_apply"):
-            if needle in first_kernel_name:
-                return needle
-    return "other"
-
-
 def ops_by_category(trace: KinetoTrace) -> list[dict]:
     """TraceLens's ops_summary_by_category from the raw trace: kernel launchers (innermost
     cpu_op of a linked kernel's launch, or the runtime call when none) grouped by category.
@@ -595,16 +590,38 @@ def count_kernels(path: str | Path, short_kernel_us: float = 10.0) -> dict:
     return kernel_stats(load_events(path), short_kernel_us=short_kernel_us)
 
 
+def step_gpu_events(trace: KinetoTrace) -> dict[int, int]:
+    """``{ProfilerStep number: GPU events launched in it}``: a counted GPU event belongs to the step
+    whose CPU interval holds the start of its launch call (its own start when it has no launch)."""
+    import bisect
+
+    steps = sorted(trace.steps)
+    starts = [s[0] for s in steps]
+    counts = {n: 0 for _ts, _d, n in steps}
+    if not steps:
+        return counts
+    for g in trace.gpu:
+        if trace.linked_only and not g.linked:
+            continue
+        t = g.launch_ts if g.launch_ts is not None else g.ts
+        k = bisect.bisect_right(starts, t) - 1
+        if k >= 0 and t < steps[k][0] + steps[k][1]:
+            counts[steps[k][2]] += 1
+    return counts
+
+
 def step_stats(trace: KinetoTrace) -> dict:
     """``n_steps`` (ProfilerStep#N annotations), ``step_time_ms`` (mean duration),
     ``dataloader_ms_per_step`` (CPU ms in DataLoader ops, e.g. ``enumerate(DataLoader)#...
-    __next__``, divided by the step count, or the total when there are no steps)."""
+    __next__``, divided by the step count, or the total when there are no steps) and ``window``
+    (:func:`~ai4s_graph.tools.trace.hygiene.window_flags` of the GPU events launched per step)."""
     n = len(trace.steps)
     dl_ms = sum(d for _ts, d, _n in trace.dataloader) / 1e3
     return {
         "n_steps": n,
         "step_time_ms": (sum(d for _ts, d, _n in trace.steps) / n / 1e3) if n else None,
         "dataloader_ms_per_step": dl_ms / n if n else dl_ms,
+        "window": window_flags(step_gpu_events(trace)),
     }
 
 
@@ -632,3 +649,30 @@ def gpu_ids(trace: KinetoTrace) -> list[int]:
         if isinstance(d, int):
             ids.add(d)
     return sorted(ids)
+
+
+#: How the verifier's figures are re-derived (quoted in its verdicts).
+REDERIVE_METHOD = ("full-load reader (tools/trace/kineto.py): its own linking, stream clipping, step assignment and "
+                   "interval unions, independent of the analyst's streaming engine")
+
+
+def rederive_figures(path: str | Path) -> dict:
+    """The verifier's figures of one trace by this reader: a dict shaped like
+    ``TraceAnalysis.model_dump()`` (timeline, launch, short_kernels, kernel_count, n_steps,
+    kernels_per_step, step_time_ms, dataloader_ms_per_step, ops_by_category, window) plus ``method``.
+    JSON-able (it may be computed in a worker process, concurrently with the engine's pass).
+    Raises :class:`InputError` / :class:`NoGpuEventsError` on a trace it cannot read."""
+    tr = load_events(path)
+    ks = kernel_stats(tr)
+    out: dict = {
+        "timeline": {k: v.model_dump() for k, v in timeline_of(tr).items()},
+        "launch": launch_stats(tr),
+        "ops_by_category": ops_by_category(tr),
+        "kernel_count": ks["kernel_count"],
+        "short_kernels": ks["short_kernels"],
+        **step_stats(tr),
+        "method": REDERIVE_METHOD,
+    }
+    if out.get("n_steps"):
+        out["kernels_per_step"] = out["kernel_count"] / out["n_steps"]
+    return out

@@ -1,27 +1,40 @@
-"""Bounded-memory analysis of PyTorch profiler (kineto) traces of hundreds of MB to GBs.
+"""Bounded-memory reading of PyTorch profiler (kineto) traces of hundreds of MB to GBs: the engine's
+one pass over the file.
 
 The trace is read once with ``ijson`` (yajl2 C backend) as a stream of events; the event list is
-never materialized. Of each event only what the analyses need is kept, in compact numpy arrays:
+never materialized. Of each event only what the analyses need is kept, in compact arrays:
 
-* every GPU event (``cat`` in ``kernel``, ``gpu_memcpy``, ``gpu_memset``): start and duration
-  (float64 µs), interned name id (int32), kind (int8), stream (int32), correlation id (int64):
-  33 bytes per GPU event (66 while the growable buffers are being doubled);
-* every CPU-side event carrying a ``correlation`` (the ``cuda_runtime`` / ``cuda_driver`` launches):
-  correlation id and start, 16 bytes per launch (HTA's "kernels launched in the profiled steps" window);
-* the ``ProfilerStep#N`` annotations and, for communication kernels only, their collective
-  metadata (``Collective name``, ``In msg nelems``, ``dtype``, ``Group size``, process group ...);
-* one copy of each distinct GPU event name.
+* every GPU event (``cat`` in ``kernel``, ``gpu_memcpy``, ``gpu_memset``): start, duration as
+  recorded and duration clipped at the next event's start on the same stream (float64 µs), interned
+  name id, kind, device, stream, correlation id (45 bytes per GPU event);
+* every CPU-side event carrying a ``correlation`` (``cuda_runtime`` / ``cuda_driver`` launches,
+  graph launches): correlation, start, end, interned name, thread, event index (40 bytes);
+* every ``cpu_op``: start, end, interned name, thread, event index (32 bytes), for TraceLens's
+  launcher rule;
+* the ids of ``ac2g`` flow start halves (8 bytes each), ``ProfilerStep#N`` and DataLoader intervals, and,
+  for communication kernels only, their collective metadata;
+* one copy of each distinct name.
 
-**Memory bound.** Peak RSS = interpreter + imports (~30 MiB for this module, ~85 MiB with the
-pandas/pydantic of tools.collectives) + at most 66 B x GPU events + 32 B x launches (array
-doubling) + the distinct names + ijson's 64 KiB read buffer. It does not grow with the CPU-side
-events or with the size of the JSON text. Measured (bench/RESULTS.md): a 1.01 GB kineto trace
-(5.2 M events, 0.49 M GPU events, 1.13 M launches; 33 MiB of arrays) is scanned in 16 s at 64 MiB
-peak RSS, and the whole per-rank + collective analysis of it peaks at 162 MiB; TraceLens and
-HolisticTraceAnalysis load the whole event list (1.7 GiB / 0.7 GiB already for a 100 MB trace).
+**Memory bound.** Peak RSS = interpreter + imports + the arrays above (doubled while a growable
+buffer is reallocated) + ijson's 64 KiB read buffer. It grows with the number of GPU events, launches
+and cpu_ops (tens of bytes each), never with the JSON text (hundreds of bytes per event).
 
-The gpu_timeline rows follow TraceLens's (over the GPU events linked to a CPU launch, as TraceLens's
-default ``include_unlinked_kernels=False``) ``GPUEventAnalyser.compute_metrics`` definitions
+**Linking** (a GPU event is *linked* to a CPU launch): its correlation id is that of a CPU-side
+event carrying ``args.correlation`` (any runtime or driver API call: kernel launches, memcpys, graph
+launches of the runtime and driver APIs on CUDA and HIP), or the id of an ``ac2g`` flow *start*
+half (written on the launching CPU thread). A launch whose flow carries only its finishing half (some
+HIP driver-API launches) still links through its correlation id, and every kernel replayed by one
+graph launch (they share its correlation id) links to it. A finishing half alone is no launch: real
+traces hold such halves for kernels launched before the profiled window began (TraceLens leaves
+those kernels out too).
+
+**Clipping.** Work on one stream runs in issue order (CUDA C++ Programming Guide, "Streams":
+commands in a stream execute in order; HIP likewise). An event whose recorded end runs past the
+start of the next event on the same (device, stream) is clipped at that start, and the scan keeps
+a warning naming the pair (a known rocprof/MI355 export fault writes such ``dur`` values).
+
+The gpu_timeline rows follow TraceLens's (over the linked GPU events, as TraceLens's default
+``include_unlinked_kernels=False``) ``GPUEventAnalyser.compute_metrics`` definitions
 (AMD-AGI/TraceLens, TraceLens/TreePerf/gpu_event_analyser.py): computation = union of non-communication
 kernels and memsets; communication = union of kernels whose name contains ``nccl``/``rccl``
 (or ``cross_device_reduce``); exposed communication = communication not covered by computation;
@@ -34,15 +47,17 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
-from .kineto import _COMM_RE, TIMELINE_ROWS
+from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message
+from .categories import _COMM_RE, TIMELINE_ROWS
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
@@ -55,7 +70,7 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "1"
+STREAM_VERSION = "2"
 
 #: GPU event categories of kineto traces, as TraceLens and HTA read them.
 GPU_CATS: dict[str, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
@@ -88,6 +103,9 @@ COLLECTIVE_ARG_KEYS = (
 )
 
 _STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
+_DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
+#: CPU-side categories that are never launches, even when they carry a correlation id.
+_CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
 
 GPU_TIMELINE_ROWS = TIMELINE_ROWS  # TraceLens gpu_timeline.csv row names, in its order
 
@@ -98,13 +116,16 @@ LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
 class TraceScan:
     """What one streaming pass keeps of a trace. Times are µs as in the trace (float64).
 
-    ``ts``/``dur``/``name_id``/``kind``/``stream``/``corr``: one entry per GPU event, trace order.
-    ``names``: distinct GPU event names (``name_id`` indexes it).
-    ``launch_corr``/``launch_ts``: CPU-side events with a correlation id (kernel launches).
-    ``steps``: ``(step_number, ts, dur)`` of each ``ProfilerStep#N``.
+    GPU events, trace order: ``ts``, ``dur`` (clipped on its stream), ``dur_raw`` (as recorded),
+    ``name_id`` (into ``names``), ``kind``, ``device``, ``stream``, ``corr``.
+    Launches (CPU events with a correlation id): ``launch_corr``, ``launch_ts``, ``launch_end``,
+    ``launch_name`` (into ``cpu_names``), ``launch_thread``, ``launch_order`` (event index).
+    cpu_ops: ``op_ts``, ``op_end``, ``op_name`` (into ``cpu_names``), ``op_thread``, ``op_order``.
+    ``flow_ids``: ids of ``ac2g`` flow start halves (written on the launching CPU thread). ``steps``: ``(number, ts, dur)``.
+    ``dataloader``: ``(ts, dur)`` of CPU events whose name mentions DataLoader.
     ``comm_args``: GPU event index -> collective metadata, for communication kernels.
-    ``header``: small top-level keys found before ``traceEvents`` (``distributedInfo`` ...).
-    """
+    ``overlaps``: ``(i, j, excess_us)``: event i ran ``excess_us`` past the start of j, next on its
+    stream (i was clipped). ``header``: top-level keys before ``traceEvents``."""
 
     path: str
     n_events: int
@@ -117,10 +138,25 @@ class TraceScan:
     names: list[str]
     launch_corr: np.ndarray
     launch_ts: np.ndarray
+    dur_raw: np.ndarray | None = None
+    device: np.ndarray | None = None
+    launch_end: np.ndarray | None = None
+    launch_name: np.ndarray | None = None
+    launch_thread: np.ndarray | None = None
+    launch_order: np.ndarray | None = None
+    op_ts: np.ndarray | None = None
+    op_end: np.ndarray | None = None
+    op_name: np.ndarray | None = None
+    op_thread: np.ndarray | None = None
+    op_order: np.ndarray | None = None
+    flow_ids: np.ndarray | None = None
+    cpu_names: list[str] = field(default_factory=list)
     steps: list[tuple[int, float, float]] = field(default_factory=list)
+    dataloader: list[tuple[float, float]] = field(default_factory=list)
     comm_args: dict[int, dict[str, Any]] = field(default_factory=dict)
     header: dict[str, Any] = field(default_factory=dict)
     cat_counts: dict[str, int] = field(default_factory=dict)
+    overlaps: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
     def n_gpu_events(self) -> int:
@@ -128,9 +164,22 @@ class TraceScan:
 
     def nbytes(self) -> int:
         """Bytes held by the numpy arrays (the part that grows with the trace)."""
-        arrs = (self.ts, self.dur, self.name_id, self.kind, self.stream, self.corr,
-                self.launch_corr, self.launch_ts)
-        return int(sum(a.nbytes for a in arrs))
+        return int(sum(a.nbytes for a in vars(self).values() if isinstance(a, np.ndarray)))
+
+    def link_ids(self) -> np.ndarray:
+        """Sorted unique ids a GPU event can link to: launch correlations and ac2g flow-start ids."""
+        ids = self.launch_corr if self.flow_ids is None else np.concatenate([self.launch_corr, self.flow_ids])
+        return np.unique(ids)
+
+    def graph_launches(self) -> dict[str, int]:
+        """``{API name: calls}`` of graph launches (runtime and driver APIs, CUDA and HIP)."""
+        if self.launch_name is None or self.launch_name.size == 0:
+            return {}
+        gids = [i for i, nm in enumerate(self.cpu_names) if GRAPH_LAUNCH_RE.match(nm)]
+        if not gids:
+            return {}
+        cnt = np.bincount(self.launch_name, minlength=len(self.cpu_names))
+        return {self.cpu_names[i]: int(cnt[i]) for i in gids if cnt[i]}
 
 
 def _open(path: Path):
@@ -142,9 +191,9 @@ def _open(path: Path):
 def _check_path(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"trace not found: {p}")
+        raise InputError(f"{p.name}: trace file not found ({p})")
     if p.stat().st_size == 0:
-        raise InputError(f"trace is empty (0 bytes): {p}")
+        raise InputError(f"{p.name}: trace file is empty")
     return p
 
 
@@ -175,44 +224,89 @@ def read_header(path: str | os.PathLike, keys: tuple[str, ...] = ("distributedIn
                     if key in keys:
                         builder = ObjectBuilder()
     except _JSON_ERRORS as err:
-        raise InputError(f"trace is not valid JSON: {p}: {str(err).splitlines()[0][:120]}") from err
+        raise InputError(f"{p.name}: trace is not valid JSON ({str(err).splitlines()[0][:120]})") from err
     return out
 
 
-def iter_events(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+def iter_events(path: str | os.PathLike,
+                progress: Callable[[int, int], None] | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
+    ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     Memory: one event at a time plus ijson's 64 KiB buffer. Raises InputError (one line) on a
     missing, empty, truncated or malformed file."""
     p = _check_path(path)
+    size = p.stat().st_size
     try:
-        with _open(p) as fh:
-            yield from ijson.items(fh, "traceEvents.item", use_float=True)
-    except _JSON_ERRORS as err:
+        with open(p, "rb") as raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+            if progress is None:
+                yield from ijson.items(fh, "traceEvents.item", use_float=True)
+                return
+            step, nxt = 1 << 20, 0
+            for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
+                if not n & 1023:
+                    pos = raw.tell()
+                    if pos >= nxt:
+                        progress(pos, size)
+                        nxt = pos + step
+                yield ev
+            progress(size, size)
+    except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise InputError(f"trace is truncated or not valid JSON: {p}: {msg}") from err
+        raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
 
 
-def scan_trace(path: str | os.PathLike) -> TraceScan:
+def _num(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return int(v)
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _name_mark(nm: str) -> int | None:
+    """A CPU event name's role: its ProfilerStep number, -1 for a DataLoader event, else None."""
+    if nm.startswith("ProfilerStep"):
+        m = _STEP_RE.match(nm)
+        return int(m.group(1)) if m else None
+    return -1 if _DATALOADER_RE.search(nm) else None
+
+
+def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> TraceScan:
     """One streaming pass over a trace; see the module docstring for what is kept and the bound.
 
-    Raises InputError (missing / empty / truncated / malformed) and NoGpuEventsError (no kernel,
-    memcpy or memset event)."""
+    ``progress(bytes_read, file_size)``: optional callback (the CLI's progress bar).
+    Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
+    launches but no GPU event: the replayed kernels were not recorded) and NoGpuEventsError (no
+    kernel, memcpy or memset event and no graph launch)."""
     p = _check_path(path)
     header = read_header(p)
     ts, dur = array("d"), array("d")
-    name_id, stream = array("i"), array("i")
+    name_id, stream, device = array("i"), array("i"), array("i")
     kind = array("b")
     corr = array("q")
-    l_corr, l_ts = array("q"), array("d")
+    l_corr, l_ts, l_end, l_name, l_thr, l_ord = array("q"), array("d"), array("d"), array("i"), array("i"), array("q")
+    o_ts, o_end, o_name, o_thr, o_ord = array("d"), array("d"), array("i"), array("i"), array("q")
+    flows = array("q")
     names: list[str] = []
     name_index: dict[str, int] = {}
+    cpu_names: list[str] = []
+    cpu_index: dict[str, int] = {}
+    threads: dict[tuple, int] = {}
     steps: list[tuple[int, float, float]] = []
+    dataloader: list[tuple[float, float]] = []
     comm_args: dict[int, dict[str, Any]] = {}
     comm_name_cache: dict[int, bool] = {}
     cat_counts: dict[str, int] = {}
+    marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
+    o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
     n = 0
-    for ev in iter_events(p):
+    for ev in iter_events(p, progress):
         n += 1
         cat = ev.get("cat")
         cat_counts[cat] = cat_counts.get(cat, 0) + 1
@@ -235,6 +329,8 @@ def scan_trace(path: str | os.PathLike) -> TraceScan:
             kind.append(k)
             s = args.get("stream", -1)
             stream.append(int(s) if isinstance(s, (int, float)) else -1)
+            dv = args.get("device", ev.get("pid"))
+            device.append(int(dv) if isinstance(dv, (int, float)) else -1)
             c = args.get("correlation", -1)
             corr.append(int(c) if isinstance(c, (int, float)) else -1)
             if k == KIND_KERNEL:
@@ -244,33 +340,131 @@ def scan_trace(path: str | os.PathLike) -> TraceScan:
                 if is_comm:
                     comm_args[idx] = {key: args[key] for key in COLLECTIVE_ARG_KEYS if key in args}
             continue
-        if cat == "ac2g" or ev.get("ph") not in ("X", None):
+        if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
             continue
+        ph = ev.get("ph")
+        if cat == "ac2g":
+            fid = _num(ev.get("id"))
+            if fid is not None and ph == "s":  # the start half sits on the launching CPU thread
+                flows.append(fid)
+            continue
+        if ph not in ("X", None):
+            continue
+        t = ev.get("ts")
+        if t is None:
+            continue
+        t = float(t)
+        e = t + float(ev.get("dur") or 0.0)
+        nm = ev.get("name") or ""
         args = ev.get("args")
-        if args:
-            c = args.get("correlation")
-            if isinstance(c, (int, float)) and ev.get("ts") is not None:
+        c = args.get("correlation") if args and cat not in _CPU_SIDE_CATS else None
+        is_op = cat == "cpu_op"
+        if (c is not None and isinstance(c, (int, float))) or is_op:
+            j = cpu_index.get(nm)
+            if j is None:
+                j = cpu_index[nm] = len(cpu_names)
+                cpu_names.append(nm)
+                marks.append(_name_mark(nm))
+            key = (ev.get("pid"), ev.get("tid"))
+            th = threads.get(key)
+            if th is None:
+                th = threads[key] = len(threads)
+            if is_op:
+                o_ts_a(t)
+                o_end_a(e)
+                o_name_a(j)
+                o_thr_a(th)
+                o_ord_a(n)
+                mark = marks[j]
+            else:
                 l_corr.append(int(c))
-                l_ts.append(float(ev["ts"]))
-        nm = ev.get("name")
-        if nm and nm.startswith("ProfilerStep"):
-            m = _STEP_RE.match(nm)
-            if m and ev.get("ts") is not None:
-                steps.append((int(m.group(1)), float(ev["ts"]), float(ev.get("dur") or 0.0)))
+                l_ts.append(t)
+                l_end.append(e)
+                l_name.append(j)
+                l_thr.append(th)
+                l_ord.append(n)
+                continue
+        elif cat is None or cat == "user_annotation":
+            mark = _name_mark(nm) if nm else None
+        else:
+            continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
+        if mark is None:
+            continue
+        if mark >= 0:
+            steps.append((mark, t, e - t))
+        else:
+            dataloader.append((t, e - t))
     if n == 0:
-        raise InputError(f"trace has no traceEvents: {p}")
-    if len(ts) == 0:
-        raise NoGpuEventsError(f"trace has no GPU kernel, memcpy or memset events: {p}")
+        raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
     steps.sort(key=lambda s: s[1])
-    return TraceScan(
+    scan = TraceScan(
         path=str(p), n_events=n,
-        ts=np.frombuffer(ts, dtype=np.float64), dur=np.frombuffer(dur, dtype=np.float64),
+        ts=np.frombuffer(ts, dtype=np.float64), dur=np.frombuffer(dur, dtype=np.float64).copy(),
+        dur_raw=np.frombuffer(dur, dtype=np.float64),
         name_id=np.frombuffer(name_id, dtype=np.int32), kind=np.frombuffer(kind, dtype=np.int8),
+        device=np.frombuffer(device, dtype=np.int32),
         stream=np.frombuffer(stream, dtype=np.int32), corr=np.frombuffer(corr, dtype=np.int64),
         names=names, launch_corr=np.frombuffer(l_corr, dtype=np.int64),
-        launch_ts=np.frombuffer(l_ts, dtype=np.float64), steps=steps, comm_args=comm_args,
+        launch_ts=np.frombuffer(l_ts, dtype=np.float64), launch_end=np.frombuffer(l_end, dtype=np.float64),
+        launch_name=np.frombuffer(l_name, dtype=np.int32), launch_thread=np.frombuffer(l_thr, dtype=np.int32),
+        launch_order=np.frombuffer(l_ord, dtype=np.int64),
+        op_ts=np.frombuffer(o_ts, dtype=np.float64), op_end=np.frombuffer(o_end, dtype=np.float64),
+        op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
+        op_order=np.frombuffer(o_ord, dtype=np.int64), flow_ids=np.frombuffer(flows, dtype=np.int64),
+        cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts,
     )
+    if len(ts) == 0:
+        gl = scan.graph_launches()
+        if gl:
+            raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, gl))
+        raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events and no graph launch (a CPU-only run?)")
+    clip_stream_overlaps(scan)
+    return scan
+
+
+def clip_stream_overlaps(scan: TraceScan) -> list[tuple[int, int, float]]:
+    """Clip each GPU event whose end runs past the start of the next event on its (device, stream)
+    at that start (in place on ``scan.dur``; ``scan.dur_raw`` keeps the recorded values).
+
+    Work on one stream executes in issue order (CUDA C++ Programming Guide, "Streams"), so such an
+    end is an export fault, not real overlap. Events without a stream (-1) are left alone. Returns
+    and stores ``scan.overlaps``: ``(i, j, excess_us)`` per clipped event i, j its successor."""
+    has = scan.stream >= 0
+    idx = np.flatnonzero(has)
+    out: list[tuple[int, int, float]] = []
+    if idx.size > 1:
+        order = idx[np.lexsort((scan.ts[idx], scan.stream[idx], scan.device[idx]))]
+        same = (scan.device[order][1:] == scan.device[order][:-1]) & (scan.stream[order][1:] == scan.stream[order][:-1])
+        end = scan.ts[order] + scan.dur_raw[order]
+        nxt = scan.ts[order][1:]
+        bad = np.flatnonzero(same & (end[:-1] > nxt))
+        for b in bad.tolist():
+            i, j = int(order[b]), int(order[b + 1])
+            excess = float(end[b] - nxt[b])
+            scan.dur[i] = max(0.0, float(nxt[b] - scan.ts[i]))
+            out.append((i, j, excess))
+    scan.overlaps = out
+    return out
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
+    """One warning line per clipped event (the ``limit`` largest excesses, then a count)."""
+    if not scan.overlaps:
+        return []
+    rows = sorted(scan.overlaps, key=lambda x: -x[2])
+    out = []
+    for i, j, excess in rows[:limit]:
+        out.append(f"GPU event '{_short(scan.names[scan.name_id[i]])}' (stream {int(scan.stream[i])}, ts {scan.ts[i]:.3f} us) "
+                   f"runs {excess:.3f} us past the start of '{_short(scan.names[scan.name_id[j]])}' (ts {scan.ts[j]:.3f} us) "
+                   "on the same stream: clipped at that start")
+    if len(rows) > limit:
+        out.append(f"... and {len(rows) - limit} more overlapping GPU events on one stream, clipped the same way")
+    return out
 
 
 # --------------------------------------------------------------------------- classification
@@ -291,33 +485,6 @@ def tracelens_classes(scan: TraceScan) -> np.ndarray:
     cls = np.where(scan.kind == KIND_MEMCPY, CLS_MEMCPY, cls)
     cls = np.where((scan.kind == KIND_KERNEL) & legacy[scan.name_id], CLS_MEMCPY, cls)
     return cls.astype(np.int8)
-
-
-# HolisticTraceAnalysis kernel types (hta/common/types.py patterns, re.match = anchored at start).
-HTA_COMM_RE = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
-HTA_MEMORY_RE = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
-HTA_NON_COMPUTE_RE = re.compile(
-    r"(^nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)|(cuda.*LaunchKernel)"
-    r"|(^runFunction)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)|(^cpum_exe_subgraph)|(^hccl)"
-    r"|(^collective_subgraph_execution)"
-)
-HTA_COMM, HTA_MEMORY, HTA_COMPUTE, HTA_OTHER = 0, 1, 2, 3
-
-
-def hta_classes(scan: TraceScan) -> np.ndarray:
-    """Per GPU event HTA kernel type (HTA_COMM / HTA_MEMORY / HTA_COMPUTE / HTA_OTHER) by name,
-    as HolisticTraceAnalysis's ``get_kernel_type`` assigns it (name patterns of hta/common/types.py)."""
-    per_name = np.empty(len(scan.names), dtype=np.int8)
-    for i, nm in enumerate(scan.names):
-        if HTA_COMM_RE.match(nm):
-            per_name[i] = HTA_COMM
-        elif HTA_MEMORY_RE.match(nm):
-            per_name[i] = HTA_MEMORY
-        elif not HTA_NON_COMPUTE_RE.match(nm):
-            per_name[i] = HTA_COMPUTE
-        else:
-            per_name[i] = HTA_OTHER
-    return per_name[scan.name_id]
 
 
 # --------------------------------------------------------------------------- interval algebra
@@ -348,8 +515,8 @@ def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np
 def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
     """Which GPU events to analyse (bool mask over the scan's GPU events).
 
-    ``linked`` (default): events whose correlation id matches a CPU-side launch in the trace, which
-    is what TraceLens's gpu_timeline keeps (``include_unlinked_kernels=False``); a trace with no
+    ``linked`` (default): events whose correlation id matches a CPU-side launch or an ac2g flow
+    half in the trace (see the module docstring), which is what TraceLens's gpu_timeline keeps (``include_unlinked_kernels=False``); a trace with no
     launch correlation at all (GPU-only) keeps every event. ``all``: every GPU event.
     ``profiler_steps``: events launched by a CPU-side event starting at or before the end of the
     last ProfilerStep (HTA with ``include_last_profiler_step=True``). ``drop_last_step``: launched
@@ -358,10 +525,10 @@ def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
     Raises InputError on an unknown window name."""
     if window not in ("linked", "all", "profiler_steps", "drop_last_step"):
         raise InputError(f"unknown launch window {window!r}: use linked, all, profiler_steps or drop_last_step")
-    if window == "all" or scan.launch_corr.size == 0:
+    if window == "all" or scan.link_ids().size == 0:
         return np.ones(scan.n_gpu_events, dtype=bool)
     if window == "linked" or not scan.steps:
-        return np.isin(scan.corr, scan.launch_corr)
+        return np.isin(scan.corr, scan.link_ids())
     if window == "profiler_steps":
         ok = scan.launch_ts <= max(s[1] + s[2] for s in scan.steps)
     else:
@@ -419,39 +586,6 @@ def kernel_counts(scan: TraceScan, mask: np.ndarray | None = None, top: int | No
     rows = [{"name": scan.names[i], "count": int(cnt[i]), "total_us": float(tot[i])}
             for i in order if cnt[i] > 0]
     return rows[:top] if top else rows
-
-
-def hta_temporal_breakdown(scan: TraceScan, mask: np.ndarray | None = None) -> dict[str, float]:
-    """HTA's ``get_temporal_breakdown`` for one rank, in µs: ``idle_time``, ``compute_time``,
-    ``non_compute_time``, ``kernel_time`` (first start to last end of GPU kernels on a stream)."""
-    sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
-    t0 = scan.ts[sel].min()
-    s = scan.ts[sel] - t0
-    e = s + scan.dur[sel]
-    busy = union_length(s, e)
-    kernel_time = float(e.max() - s.min())
-    comp = hta_classes(scan)[sel] == HTA_COMPUTE
-    compute = union_length(s[comp], e[comp])
-    idle = kernel_time - busy
-    return {"idle_time": idle, "compute_time": compute, "non_compute_time": kernel_time - compute - idle,
-            "kernel_time": kernel_time}
-
-
-def hta_comm_comp_overlap(scan: TraceScan, mask: np.ndarray | None = None) -> float | None:
-    """HTA's ``get_comm_comp_overlap`` for one rank: percent of (merged) communication-kernel time
-    that overlaps (merged) computation-kernel time; None without communication kernels."""
-    sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
-    cls = hta_classes(scan)[sel]
-    s = scan.ts[sel] - scan.ts[sel].min()
-    e = s + scan.dur[sel]
-    comm, comp = cls == HTA_COMM, cls == HTA_COMPUTE
-    comm_t = union_length(s[comm], e[comm])
-    if comm_t <= 0:
-        return None
-    comp_t = union_length(s[comp], e[comp])
-    both = comm | comp
-    overlap = comm_t + comp_t - union_length(s[both], e[both])
-    return 100.0 * overlap / comm_t
 
 
 def analyze_trace_streaming(path: str | os.PathLike, *, window: LaunchWindow = "linked",

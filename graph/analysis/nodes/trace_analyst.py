@@ -1,6 +1,13 @@
 """The trace analyst: one ``trace_rank`` task per rank trace (LangGraph ``Send``, run in worker
 processes), then ``trace_analyst`` gathers them into claims about the GPU timeline, the
 kernels and the data loader. Claims are MADE here; ``trace_verifier`` checks them.
+
+Every figure comes from the trace engine (:mod:`ai4s_graph.tools.trace.engine`, one bounded-memory
+pass per rank, at every trace size); TraceLens, its CSVs and HTA are optional cross-checks whose
+agreement or failure is a note on the rank. Each rank's tables are written beside the report as
+TraceLens-shaped CSVs (``<out>/perf_report_csvs/rank<label>/``). A rank's identity comes from
+:mod:`ai4s_graph.tools.trace.ranks` (distributedInfo, then ``rank<N>`` in the name, then file
+order); two files claiming one rank stay apart (labels ``0`` and ``0-dup1``).
 """
 
 from __future__ import annotations
@@ -13,13 +20,15 @@ from typing import Any
 
 from langgraph.types import Send
 
-from ..claimkit import claim
+from ..claimkit import PCT_TOL, claim
 from ..configuration import llm_manifest, llm_request, run_dir
-from ..diagnosis import classify_trace
+from ..diagnosis import Diagnosis, classify_trace
 from ..schema import AnalysisState, RankResult, RankTask
 from ...runtime import journal, node
-from ....state import Claim, Evidence, Outcome, StatusLine
+from ....state import BottleneckClass, Claim, Evidence, Outcome, StatusLine
 from ....tools.errors import Ai4sError, NoGpuEventsError
+from ....tools.trace import ranks as rank_identity
+from ....tools.trace.hygiene import GraphKernelsNotRecordedError
 
 ANALYST = "trace_analyst"
 _POOL: ProcessPoolExecutor | None = None
@@ -54,16 +63,19 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def rank_traces(state: AnalysisState) -> list[tuple[int, str]]:
-    """(rank, absolute path) of every rank trace listed in the manifest's artifacts."""
+def rank_files(state: AnalysisState) -> tuple[list[rank_identity.RankFile], list[str]]:
+    """Every rank trace listed in the manifest's artifacts with its rank identity
+    (:func:`ai4s_graph.tools.trace.ranks.identify_ranks`), and the identity notes."""
     manifest = state.get("manifest")
     base = run_dir(state)
     paths = [base / p for p in (manifest.artifacts.traces if manifest is not None else [])]
-    out = []
-    for i, p in enumerate(paths):
-        digits = "".join(ch for ch in p.name.split(".")[0].split("rank")[-1] if ch.isdigit())
-        out.append((int(digits) if digits else i, str(p)))
-    return sorted(out)
+    files, notes = rank_identity.identify_ranks(paths)
+    return sorted(files, key=lambda f: (f.rank, f.label)), notes
+
+
+def rank_traces(state: AnalysisState) -> list[tuple[int, str]]:
+    """(rank, absolute path) of every rank trace listed in the manifest's artifacts, by rank identity."""
+    return [(f.rank, str(f.path)) for f in rank_files(state)[0]]
 
 
 # A world larger than this is analysed as a SLURM job array when a cluster config is given.
@@ -83,74 +95,101 @@ def fan_out_ranks(state: AnalysisState) -> list[Send]:
     """One ``Send('trace_rank', ...)`` per rank trace (worker processes on this machine), or one
     ``trace_array`` task that analyses them as a SLURM job array; straight to the analyst when
     there is no trace."""
-    traces = rank_traces(state)
-    if not traces:
+    files, _ = rank_files(state)
+    if not files:
         return [Send(ANALYST, state)]
     if use_slurm_array(state):
         return [Send("trace_array", state)]
-    return [Send("trace_rank", RankTask(request=state["request"], rank=r, path=p)) for r, p in traces]
+    return [Send("trace_rank", RankTask(request=state["request"], rank=f.rank, path=str(f.path), label=f.label,
+                                        n_ranks=len(files))) for f in files]
 
 
 def _as_rank_result(rec: dict[str, Any]) -> RankResult:
-    """An ``analyze_rank`` record in the shape the analyst reads (TraceAnalysis fields on top)."""
+    """An ``analyze_rank`` record in the shape the analyst reads: the engine's ``TraceAnalysis``
+    fields on top, the per-rank record (timeline, comm kernels, steps) under ``stream``, plus
+    ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``."""
     rec = dict(rec)
-    single = rec.pop("single_trace", None)
-    out = dict(single) if single else {"timeline": rec.get("timeline"), "backend": "streaming",
-                                       "single_trace_error": rec.get("single_trace_error")}
+    out = dict(rec.pop("analysis"))
+    out["tables"] = rec.pop("tables", None)
+    out["cross_checks"] = rec.get("cross_checks") or []
     out["stream"] = rec
     out["from_cache"] = rec.get("from_cache", False)
-    out["rank"] = rec.get("rank") if out.get("rank") is None else out["rank"]
+    out["rank"] = rec.get("rank")
+    out["label"] = rec.get("label") or str(rec.get("rank"))
     out["path"] = rec.get("path")
     return out
 
 
-def _analyze_one(path: str, rank: int, cache_dir: str | None) -> RankResult:
-    """Worker-process body: analyse one rank trace through the content-hash cache
-    (:func:`ai4s_graph.tools.trace.collectives.analyze_rank`: a bounded-memory streaming pass, plus the
-    full single-trace analysis of :mod:`ai4s_graph.tools.trace.backends` for traces small enough).
-    Returns the ``TraceAnalysis`` fields at the top level and the streaming record under ``stream``."""
-    from ....tools.trace import collectives
+def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> RankResult:
+    """Worker-process body: the engine on one rank trace through the content-hash cache
+    (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`), plus the optional cross-checks."""
+    from ....tools.trace import rank_analysis
 
-    return _as_rank_result(collectives.analyze_rank(path, rank, cache_dir))
+    return _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=True))
+
+
+def _checks_note(checks: list[dict[str, Any]]) -> str:
+    """``cross-checks: hta agrees, tracelens unavailable`` (one line; failures carry their reason)."""
+    if not checks:
+        return ""
+    parts = []
+    for c in checks:
+        part = f"{c['tool']} {c['status']}"
+        if c["status"] in ("failed", "differs"):
+            part += f" ({c['note'][:100]})"
+        parts.append(part)
+    return "; cross-checks: " + ", ".join(parts)
 
 
 @node("trace_rank")
 def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
-    """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key)."""
+    """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key). A
+    cross-check's failure (HTA, TraceLens) is a note in the status line, never the rank's failure."""
     req = task["request"]
     workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
     cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
     rank, path = task["rank"], task["path"]
+    label = task.get("label") or str(rank)
+    from ....tools.trace.kineto import rederive_figures
+
+    # The verifier's independent re-derivation (the full-load reader) runs in a worker process
+    # while the engine runs: on a trace of hundreds of MB the two passes overlap instead of adding up.
+    verify = _pool(workers).submit(rederive_figures, path)
     try:
-        res = _pool(workers).submit(_analyze_one, path, rank, cache_dir).result()
+        if task.get("n_ranks") == 1:  # one trace: the engine in this process, the re-derivation beside it
+            res = _analyze_one(path, rank, cache_dir, label)
+        else:
+            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
     except NoGpuEventsError as e:
-        return ({"rank_results": [{"rank": rank, "path": path, "error": str(e), "no_gpu_events": True}]},
-                StatusLine.make(Outcome.partial, f"rank {rank}: {e}"))
+        graphs = isinstance(e, GraphKernelsNotRecordedError)
+        return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
+                                   "no_gpu_events": True, "graph_kernels_not_recorded": graphs}]},
+                StatusLine.make(Outcome.partial, f"rank {label}: {e}"))
     except (Ai4sError, ValueError, TypeError, KeyError) as e:
         msg = str(e) if isinstance(e, Ai4sError) else \
             f"{Path(path).name}: malformed trace event ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
-        return ({"rank_results": [{"rank": rank, "path": path, "error": msg}]},
-                StatusLine.make(Outcome.fail, f"rank {rank}: {msg}"))
+        return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": msg}]},
+                StatusLine.make(Outcome.fail, f"rank {label}: {msg}"))
     res = dict(res)
-    err = res.get("single_trace_error")
-    if not err:
-        from ....tools.trace.kineto import TimelineRow
-        from ....tools.trace.backends import check_timeline
+    from ....tools.trace.backends import check_timeline
+    from ....tools.trace.kineto import TimelineRow
 
-        try:
-            check_timeline({k: TimelineRow.model_validate(v) for k, v in (res.get("timeline") or {}).items()}, path)
-        except Ai4sError as e:
-            err = str(e)
-    if err:
-        return ({"rank_results": [{"rank": rank, "path": path, "error": err}]},
-                StatusLine.make(Outcome.fail, f"rank {rank}: {err}"))
-    if res.get("rank") is None:
-        res["rank"] = rank
-    res["path"] = path
+    try:
+        check_timeline({k: TimelineRow.model_validate(v) for k, v in (res.get("timeline") or {}).items()}, path)
+    except Ai4sError as e:
+        return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e)}]},
+                StatusLine.make(Outcome.fail, f"rank {label}: {e}"))
+    res["rank"], res["label"], res["path"] = rank, label, path
+    try:
+        res["rederived"] = verify.result()
+    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
+        res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
+            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    warn = f"; {len(res.get('warnings') or [])} input warning(s)" if res.get("warnings") else ""
     return ({"rank_results": [res]},
-            StatusLine.make(Outcome.ok, f"rank {rank}: {res.get('backend', '?')} backend, "
-                                        f"{res.get('kernel_count', 0)} kernels"
-                                        + (" (from the trace cache: same content hash)" if res.get("from_cache") else "")))
+            StatusLine.make(Outcome.ok, f"rank {label}: engine (stream), {res.get('kernel_count', 0)} kernels"
+                                        + (" (from the trace cache: same content hash)" if res.get("from_cache") else "")
+                                        + warn + _checks_note(res.get("cross_checks") or [])))
 
 
 @node("trace_array")
@@ -161,7 +200,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     waits for the same array instead of submitting another."""
     import json
 
-    from ....tools.trace import collectives
+    from ....tools.trace import slurm_array
     from ....tools.slurm import client as slurm
 
     req = state["request"]
@@ -171,8 +210,8 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         jobid = json.loads(marker.read_text())["jobid"]
     else:
         cfg = slurm.load_cluster_config(req.cluster_config) if req.cluster_config else None
-        script = collectives.render_slurm_array(
-            {r: p for r, p in rank_traces(state)}, work, mem=None,
+        script = slurm_array.render_slurm_array(
+            [(f.rank, str(f.path), f.label) for f in rank_files(state)[0]], work, mem=None,
             partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
             cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
         jobid = slurm.sbatch(script)
@@ -184,7 +223,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     except slurm.WaitTimeout as e:
         return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
     try:
-        results = [_as_rank_result(r) for r in collectives.gather_rank_results(work)]
+        results = [_as_rank_result(r) for r in slurm_array.gather_rank_results(work)]
     except Ai4sError as e:
         states = ",".join(sorted({t.base_state for t in tasks}))
         return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},
@@ -196,14 +235,27 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
 
 
 def _ev(res: RankResult, query: str, returned: Any) -> Evidence:
-    return Evidence(tool="tracelens.analyze_trace", query=f"{Path(res['path']).name}: {query}",
-                    returned=returned, args={"path": res["path"], "rank": res.get("rank")},
+    return Evidence(tool="trace.engine", query=f"{Path(res['path']).name}: {query}",
+                    returned=returned, args={"path": res["path"], "rank": res.get("rank"), "label": res.get("label")},
                     backend=res.get("backend"))
+
+
+def trace_class(res: dict[str, Any]) -> Diagnosis:
+    """:func:`~ai4s_graph.graph.analysis.diagnosis.classify_trace`, except on a profiled window that is
+    not a steady state (``window.degenerate``: some profiled steps launched no GPU work while others
+    did, tools/trace/hygiene.py): then ``unknown``, since the rules read a steady-state window (seed 001
+    T19) and GPU work in one step of eight must not pass as compute-bound."""
+    d = classify_trace(res)
+    w = res.get("window") or {}
+    if w.get("degenerate"):
+        return Diagnosis(BottleneckClass.unknown, f"{w.get('reason')}; the rules need a steady-state window "
+                                                  f"(on the busy part alone: {d.klass.value})", d.inputs, 0.3)
+    return d
 
 
 def claims_for_rank(res: RankResult) -> list[Claim]:
     """The deterministic claims about one analysed rank trace (see the module docstring)."""
-    r = res.get("rank", 0)
+    r = res.get("label") or res.get("rank", 0)
     tl = res.get("timeline") or {}
     out: list[Claim] = []
 
@@ -260,7 +312,7 @@ def claims_for_rank(res: RankResult) -> list[Claim]:
                          [_ev(res, "dataloader_ms_per_step / step_time_ms * 100",
                               {"dataloader_ms_per_step": res["dataloader_ms_per_step"],
                                "step_time_ms": res["step_time_ms"], "percent": share})], confidence=0.8))
-    d = classify_trace(res)
+    d = trace_class(res)
     out.append(claim(f"tl.r{r}.bottleneck", ANALYST,
                      f"Rank {r}: the trace says {d.klass.value}: {d.rule}.", "diagnosis.trace_bottleneck_class",
                      d.klass.value, "class",
@@ -279,18 +331,29 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                 StatusLine.make(Outcome.fail, "no rank trace was analysed"))
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
-    missing = [f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
+               else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    _, id_notes = rank_files(state)
+    missing += [f"trace_analyst: {n}" for n in id_notes]
     claims: list[Claim] = []
     for res in good:
         claims.extend(claims_for_rank(res))
-    findings = {"trace": {"ranks": good, "errors": bad}}
+        if _material_clip(res) or (res.get("window") or {}).get("degenerate"):
+            missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
+    tables = _write_tables(state, good)
+    findings = {"trace": {"ranks": good, "errors": bad, "rank_notes": id_notes, "tables": tables,
+                          "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
     if len(good) > 1:
         findings["trace"]["multi_rank"] = _multi_rank(state, good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
     update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
     if not good:
-        if all(r.get("no_gpu_events") for r in bad):
-            st = StatusLine.make(Outcome.partial, "no GPU events in the trace (CPU-only run): no GPU timeline")
+        graphs = [r for r in bad if r.get("graph_kernels_not_recorded")]
+        if graphs:
+            st = StatusLine.make(Outcome.partial, graphs[0]["error"])
+        elif all(r.get("no_gpu_events") for r in bad):
+            st = StatusLine.make(Outcome.partial, "no GPU events and no graph launch in the trace (CPU-only run): "
+                                                  "no GPU timeline")
         else:
             st = StatusLine.make(Outcome.fail, bad[0]["error"])
         return update, st
@@ -310,9 +373,37 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         return update, StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces analysed; "
                                                         f"{bad[0]['error']}")
     primary = good[0]
-    d = classify_trace(primary)
+    d = trace_class(primary)
     return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
                                               f"{d.klass.value}, {len(claims)} claims")
+
+
+def _material_clip(res: RankResult) -> bool:
+    """True when the time clipped off overlapping events on one stream exceeds the agreement
+    tolerance of a timeline claim (claimkit.PCT_TOL: 1 % of total time), i.e. when it could change a
+    claim; smaller clips (sub-µs timestamp jitter, seen on real H200 traces) stay in the findings."""
+    total_us = float(((res.get("timeline") or {}).get("total_time") or {}).get("time_ms") or 0.0) * 1e3
+    return float(res.get("clipped_excess_us") or 0.0) > (PCT_TOL.abs or 0.0) / 100.0 * total_us
+
+
+def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
+    """Each rank's engine tables as TraceLens-shaped CSVs (gpu_timeline, ops_summary_by_category,
+    kernel_summary, short_kernels_summary) in ``<out>/perf_report_csvs/rank<label>/``; the folders
+    written. A folder that cannot be written is skipped (the report says so under missing)."""
+    from ....tools.trace import tables
+    from ....tools.trace.models import TraceAnalysis
+
+    out_dir = Path(state["request"].out_dir) / "perf_report_csvs"
+    written = []
+    for res in good:
+        fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
+        try:
+            d = out_dir / f"rank{res.get('label') or res.get('rank')}"
+            tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
+            written.append(str(d))
+        except (OSError, ValueError):
+            continue
+    return written
 
 
 def _multi_rank(state: AnalysisState, good: list[RankResult]) -> dict[str, Any]:

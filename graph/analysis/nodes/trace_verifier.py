@@ -1,7 +1,11 @@
 """The trace verifier: re-derives every trace claim from the raw trace by a different code path
-than the analyst used (our own kineto reader, :mod:`ai4s_graph.tools.trace.kineto`, when the analyst
-used TraceLens/HTA/TraceLens CSVs; HolisticTraceAnalysis when the analyst used the kineto path),
-and marks each claim confirmed, refuted, inconclusive or unsupported. Claims are CHECKED here.
+than the analyst's. The analyst's figures come from the engine (:mod:`ai4s_graph.tools.trace.engine`,
+a streaming scan into numpy arrays); the verifier re-reads each trace with the full-load reader
+(:mod:`ai4s_graph.tools.trace.kineto`: per-event objects, its own linking, stream clipping, step
+assignment and interval arithmetic in plain Python), and re-derives cross-rank claims (straggler,
+busbw) from the kernels of every rank (:func:`ai4s_graph.tools.trace.collectives.rederive_claim`).
+It marks each claim confirmed, refuted, inconclusive or unsupported; a path that cannot read a
+trace gives ``inconclusive`` with the reason, never ``refuted``. Claims are CHECKED here.
 """
 
 from __future__ import annotations
@@ -11,44 +15,34 @@ from typing import Any
 
 from ..claimkit import PCT_TOL, REL_TOL, verdict
 from ..configuration import llm_manifest, llm_request
-from ..diagnosis import classify_trace
 from ..schema import AnalysisState, RankResult
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError
+from ....tools.trace import collectives
+from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
+from .trace_analyst import trace_class
 
 VERIFIER = "trace_verifier"
+METHOD = REDERIVE_METHOD
+
+
+def rederive(path: str) -> dict[str, Any]:
+    """Re-derive a trace's figures with the full-load reader
+    (:func:`ai4s_graph.tools.trace.kineto.rederive_figures`), memoized per path, size and mtime.
+    Raises :class:`~ai4s_graph.tools.errors.InputError` on a trace it cannot read."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    return _rederive(path, st.st_size if st else -1, st.st_mtime_ns if st else -1)
 
 
 @lru_cache(maxsize=8)
-def rederive(path: str, analyst_backend: str) -> dict[str, Any]:
-    """Re-derive a trace's figures by the path the analyst did NOT use.
-
-    Returns a dict shaped like ``TraceAnalysis.model_dump()`` (timeline, launch, short_kernels,
-    kernel_count, n_steps, step_time_ms, dataloader_ms_per_step, ops_by_category) plus
-    ``method``. Raises :class:`~ai4s_graph.tools.errors.InputError` on a bad trace."""
-    if analyst_backend == "kineto":
-        from ....tools.trace import backends as tracelens
-
-        res = tracelens.analyze_trace(path, backend="hta").model_dump()
-        res["method"] = "HolisticTraceAnalysis temporal breakdown (the analyst used the kineto path)"
-        return res
-    from ....tools.trace import kineto
-
-    tr = kineto.load_events(path)
-    ks = kineto.kernel_stats(tr)
-    out: dict[str, Any] = {
-        "timeline": {k: v.model_dump() for k, v in kineto.timeline_of(tr).items()},
-        "launch": kineto.launch_stats(tr),
-        "ops_by_category": kineto.ops_by_category(tr),
-        **{k: ks[k] for k in ("kernel_count", "short_kernels")},
-        **kineto.step_stats(tr),
-        "method": "own kineto reader + interval unions (tools/kineto.py), independent of "
-                  f"the analyst's {analyst_backend} backend",
-    }
-    if out.get("n_steps"):
-        out["kernels_per_step"] = out["kernel_count"] / out["n_steps"]
-    return out
+def _rederive(path: str, _size: int, _mtime_ns: int) -> dict[str, Any]:
+    return rederive_figures(path)
 
 
 def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
@@ -73,31 +67,35 @@ def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
             return None, PCT_TOL
         return 100.0 * float(d["dataloader_ms_per_step"]) / float(d["step_time_ms"]), Tolerance(abs=2.0)
     if metric == "diagnosis.trace_bottleneck_class":
-        return classify_trace(d).klass.value, Tolerance()
+        return trace_class(d).klass.value, Tolerance()
     return None, Tolerance()
 
 
 def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> list[VerifiedClaim]:
-    """Verdicts for every ``trace_analyst`` claim about a single rank (ids ``tl.r<rank>.*``);
-    claims with other metrics (multi-rank collectives) are re-derived by
-    :func:`ai4s_graph.tools.trace.collectives.rederive_claim` when present, else inconclusive."""
-    by_rank = {r.get("rank"): r for r in rank_results if "error" not in r}
+    """Verdicts for every ``trace_analyst`` claim. A claim about one rank trace is matched to that
+    trace by the path its evidence cites (two files claiming one rank never swap claims) and
+    re-derived by :func:`rederive`; a cross-rank claim (straggler, busbw) by
+    :func:`ai4s_graph.tools.trace.collectives.rederive_claim`."""
+    by_path = {str(r.get("path")): r for r in rank_results if "error" not in r}
     out = []
     for c in claims:
         if c.analyst != "trace_analyst":
             continue
-        res = by_rank.get(c.evidence[0].args.get("rank"))
-        if res is None:
+        res = by_path.get(str(c.evidence[0].args.get("path"))) if c.evidence else None
+        if res is None or c.metric.startswith("collectives."):
             out.append(_other_claim(c, rank_results))
             continue
         try:
-            d = rederive(res["path"], res.get("backend", "hta"))
+            if res.get("rederive_error"):
+                raise Ai4sError(res["rederive_error"])
+            d = res.get("rederived") or rederive(str(res["path"]))
         except Ai4sError as e:
-            out.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
+            out.append(verdict(c, VERIFIER, None, Tolerance(), METHOD,
+                               note=f"the full-load reader could not read the trace: {e}"))
             continue
         value, tol = _value_for(c.metric, d)
         if value is None:
-            out.append(_other_claim(c, rank_results))
+            out.append(verdict(c, VERIFIER, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
             continue
         if isinstance(value, float):
             value = round(value, 4)
@@ -106,15 +104,9 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
 
 
 def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
-    try:
-        from ....tools.trace import collectives
-
-        if hasattr(collectives, "rederive_claim"):
-            value, tol, method = collectives.rederive_claim(c, rank_results)
-            return verdict(c, VERIFIER, value, tol, method)
-    except ImportError:
-        pass
-    return verdict(c, VERIFIER, None, Tolerance(), "no independent path for this metric")
+    """A cross-rank claim, re-derived from every rank's kernels by the independent path."""
+    value, tol, method = collectives.rederive_claim(c.metric, rank_results)
+    return verdict(c, VERIFIER, value, tol, method)
 
 
 @node(VERIFIER)

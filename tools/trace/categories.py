@@ -1,0 +1,84 @@
+"""TraceLens's definitions, shared as data by the engine and the verifier's reader: the gpu_timeline
+row names, the communication-kernel rule, and the op categories of kernel-launching ops (GEMM, CONV,
+NORM, SDPA, elementwise, reduce, triton, ...)."""
+
+from __future__ import annotations
+
+import re
+
+TIMELINE_ROWS: tuple[str, ...] = (
+    "computation_time",
+    "exposed_comm_time",
+    "exposed_memcpy_time",
+    "busy_time",
+    "idle_time",
+    "total_time",
+    "total_comm_time",
+    "total_memcpy_time",
+)
+"""Row names of TraceLens's gpu_timeline.csv, in its order."""
+
+MAIN_TIMELINE_ROWS: tuple[str, ...] = TIMELINE_ROWS[:6]
+
+# Communication kernels: TraceLens util.COMMUNICATION_KEYS + DEFAULT_CUSTOM_COLLECTIVE_PATTERNS.
+_COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
+
+# Op-name -> category, following the categories TraceLens assigns through its perf-model
+# registry (TraceLens/PerfModel/torch_op_mapping.py); written out here for the common ops.
+_GEMM = ("aten::mm", "aten::addmm", "aten::_scaled_mm", "aten::bmm", "aten::baddbmm",
+         "tex_ts::te_gemm_ts", "trtllm::cublas_scaled_mm", "bitsandbytes::int8_linear_matmul",
+         "vllm::gemm_with_dynamic_quant")
+_SDPA_FWD = ("FlashAttnFunc", "flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward",
+             "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_efficient_attention",
+             "aten::_scaled_dot_product_flash_attention", "aiter::_flash_attn_forward",
+             "aiter::wrapper_fmha_v3_fwd", "aiter::mha_fwd", "aiter::fmha_v3_fwd", "flash_attn_3::fwd",
+             "EvoformerAttention", "aten::_efficient_attention_forward")
+_SDPA_BWD = ("flash_attn::_flash_attn_backward", "flash_attn::_flash_attn_varlen_backward",
+             "aiter::_flash_attn_backward", "aiter::wrapper_fmha_v3_bwd", "aiter::mha_bwd",
+             "FlashAttnFuncBackward", "FusedAttnFuncBackward",
+             "aten::_scaled_dot_product_cudnn_attention_backward",
+             "aten::_scaled_dot_product_efficient_attention_backward",
+             "aten::_scaled_dot_product_flash_attention_backward", "aten::_efficient_attention_backward")
+_CONV_FWD = ("aten::convolution", "aten::miopen_convolution", "aten::cudnn_convolution", "ConvBias_", "ConvBiasReLU_")
+_CONV_BWD = ("aten::convolution_backward", "ConvBias_Backward", "ConvBiasReLU_Backward")
+_NORM_KINDS = ("batch", "layer", "group", "instance")
+_NORM_FWD = tuple(f"aten::{v}{k}_norm" for k in _NORM_KINDS for v in ("", "native_", "miopen_", "cudnn_")) + (
+    "aten::_fused_rms_norm", "primus::fused_ln_modulate")
+_NORM_BWD = tuple(f"aten::{v}{k}_norm_backward" for k in _NORM_KINDS + ("rms",)
+                  for v in ("", "native_", "miopen_", "cudnn_")) + (
+    "aten::_fused_rms_norm_backward", "primus::fused_ln_modulate_backward")
+_ELEMENTWISE = ("aten::copy", "aten::copy_", "aten::clamp_min", "aten::clamp_min_", "aten::clamp_max",
+                "aten::clamp_max_", "aten::sigmoid", "aten::rsqrt", "aten::silu", "aten::neg", "aten::pow",
+                "aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add", "aten::add_",
+                "aten::sigmoid_backward", "aten::threshold_backward", "aten::replication_pad1d",
+                "aten::replication_pad2d", "aten::replication_pad3d", "aten::upsample_nearest1d",
+                "aten::upsample_nearest2d", "aten::upsample_nearest3d", "LigerSiLUMulFunction")
+_REDUCE = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
+           "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
+
+OP_CATEGORIES: dict[str, str] = {}
+for _names, _cat in ((_GEMM, "GEMM"), (_SDPA_FWD, "SDPA_fwd"), (_SDPA_BWD, "SDPA_bwd"), (_CONV_FWD, "CONV_fwd"),
+                     (_CONV_BWD, "CONV_bwd"), (_NORM_FWD, "NORM_fwd"), (_NORM_BWD, "NORM_bwd"),
+                     (_ELEMENTWISE, "elementwise"), (_REDUCE, "reduce")):
+    for _n in _names:
+        OP_CATEGORIES[_n] = _cat
+
+
+def categorize_op(name: str, first_kernel_name: str = "") -> str:
+    """TraceLens-style op category (GEMM, CONV_fwd/bwd, NORM_fwd/bwd, SDPA_fwd/bwd, elementwise,
+    reduce, triton, record_param_comms, multi_tensor_apply, other) of a kernel-launching op.
+
+    Unknown ops fall back on the first kernel's name when it is an ATen native kernel
+    (``void at::native...`` containing elementwise / reduce / multi_tensor_apply)."""
+    cat = OP_CATEGORIES.get(name)
+    if cat:
+        return cat
+    if name.startswith("triton"):
+        return "triton"
+    if name.startswith("record_param_comms"):
+        return "record_param_comms"
+    if first_kernel_name.startswith("void at::native"):
+        for needle in ("elementwise", "reduce", "multi_tensor_apply"):
+            if needle in first_kernel_name:
+                return needle
+    return "other"

@@ -1,0 +1,357 @@
+"""The trace engine: every per-rank figure, at every trace size, from ONE streaming scan
+(:func:`ai4s_graph.tools.trace.stream.scan_trace`, bounded memory).
+
+From the scan's arrays it computes what TraceLens's perf report and HolisticTraceAnalysis give,
+with the same definitions: the GPU timeline rows (``gpu_timeline``), ops by category
+(``ops_summary_by_category``: kernel launchers by TraceLens's host call-stack rule), kernel
+statistics (``kernel_summary``) and short kernels (``short_kernels_summary``), kernel launch
+overhead, DataLoader / CPU time, per-step figures, and the input-hygiene findings (clipped
+overlaps, graph launches, a profiled window that is not a steady state). Communication kernels and
+collectives across ranks are in :mod:`.rank_analysis` / :mod:`.collectives`, from the same scan.
+
+Definitions (read in AMD-AGI/TraceLens and re-written over numpy arrays):
+
+- launcher of a GPU event: the innermost ``cpu_op`` enclosing the launch call on the same thread
+  (``BaseTraceToTree.build_host_call_stack_tree``: a child that bleeds < 1 µs past its parent
+  still nests; pass-through ``execute`` ops are skipped);
+- ops by category: per launcher, the union of its direct non-communication GPU events; count =
+  launchers, time = those unions summed (``total_direct_kernel_time``);
+- kernel statistics over every ``kernel`` event, linked or not (TraceLens ``kernel_summary``);
+  short = duration < 10 µs (its ``short_kernel_threshold_us``);
+- kernel launch overhead: mean kernel duration, median gap between consecutive kernels, the
+  launch-API calls and their mean CPU duration.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from .categories import categorize_op
+from .kineto import LAUNCH_KERNEL_NAMES, TimelineRow
+from .hygiene import window_flags
+from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
+from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, gpu_timeline, overlap_warnings, scan_trace,
+                     tracelens_classes, union_length, window_mask)
+
+#: TraceLens's default ``short_kernel_threshold_us`` (generate_perf_report_pytorch).
+SHORT_KERNEL_US = 10.0
+
+
+# --------------------------------------------------------------------------- linking
+
+
+def launch_index(scan: TraceScan) -> np.ndarray:
+    """Per GPU event, the index of the launch (CPU call) with its correlation id, or -1."""
+    out = np.full(scan.n_gpu_events, -1, dtype=np.int64)
+    lc = scan.launch_corr
+    if lc.size == 0:
+        return out
+    order = np.argsort(lc, kind="stable")
+    lc_s = lc[order]
+    pos = np.searchsorted(lc_s, scan.corr)
+    pos_c = np.minimum(pos, lc_s.size - 1)
+    found = (pos < lc_s.size) & (lc_s[pos_c] == scan.corr)
+    out[found] = order[pos_c[found]]
+    return out
+
+
+def launch_parents(scan: TraceScan) -> np.ndarray:
+    """Per launch, the index of the innermost enclosing ``cpu_op`` on its thread (TraceLens's
+    host call-stack rule, see the module docstring), or -1."""
+    n_l, n_o = scan.launch_corr.size, scan.op_ts.size
+    parent_of_launch = np.full(n_l, -1, dtype=np.int64)
+    if n_l == 0 or n_o == 0:
+        return parent_of_launch
+    thr = np.concatenate([scan.op_thread, scan.launch_thread])
+    ts = np.concatenate([scan.op_ts, scan.launch_ts])
+    order_ev = np.concatenate([scan.op_order, scan.launch_order])
+    end = np.concatenate([scan.op_end, scan.launch_end])
+    isop = np.concatenate([np.ones(n_o, dtype=bool), np.zeros(n_l, dtype=bool)])
+    idx = np.concatenate([np.arange(n_o), np.arange(n_l)])
+    order = np.lexsort((order_ev, ts, thr))
+    execute = {i for i, nm in enumerate(scan.cpu_names) if nm == "execute"}
+    op_name = scan.op_name
+    stack: list[tuple[float, int]] = []  # (end, node); node >= 0: cpu_op index, < 0: launch
+    parent: dict[int, int] = {}  # cpu_op index -> parent cpu_op index (or -1)
+    cur_thr = None
+    for k in order.tolist():
+        t = thr[k]
+        if t != cur_thr:
+            stack = []
+            cur_thr = t
+        s, e = ts[k], end[k]
+        while stack and s >= stack[-1][0]:
+            stack.pop()
+        if stack and e > stack[-1][0]:
+            if stack[-1][0] - s < 1.0 and len(stack) >= 2:
+                stack.pop()
+            else:
+                continue  # a large bleed: TraceLens leaves the event out of the tree
+        par = -1
+        for j in range(len(stack) - 1, -1, -1):  # innermost enclosing cpu_op
+            node = stack[j][1]
+            if node >= 0:
+                par = node
+                break
+        if isop[k]:
+            i = int(idx[k])
+            parent[i] = par
+            stack.append((e, i))
+        else:
+            # skip pass-through ``execute`` ops, as TraceLens does
+            while par >= 0 and int(op_name[par]) in execute:
+                par = parent.get(par, -1)
+            parent_of_launch[int(idx[k])] = par
+            stack.append((e, -1))
+    return parent_of_launch
+
+
+def launchers(scan: TraceScan) -> np.ndarray:
+    """Per GPU event, the index of its launcher ``cpu_op`` (-1 when none)."""
+    li = launch_index(scan)
+    lp = launch_parents(scan)
+    out = np.full(scan.n_gpu_events, -1, dtype=np.int64)
+    ok = li >= 0
+    if lp.size:
+        out[ok] = lp[li[ok]]
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _category_per_event(scan: TraceScan, launcher: np.ndarray) -> list[str]:
+    memo: dict[tuple[int, int], str] = {}
+    out = []
+    for i in range(scan.n_gpu_events):
+        op = int(launcher[i])
+        if op < 0:
+            out.append("")
+            continue
+        key = (int(scan.op_name[op]), int(scan.name_id[i]))
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = categorize_op(scan.cpu_names[key[0]], scan.names[key[1]])
+        out.append(c)
+    return out
+
+
+def ops_by_category(scan: TraceScan, linked: np.ndarray, launcher: np.ndarray) -> list[dict[str, Any]]:
+    """TraceLens's ops_summary_by_category: rows ``{category, count, kernel_time_ms, percent}``
+    (see the module docstring), largest time first. Communication kernels are left out."""
+    cls = tracelens_classes(scan)
+    sel = np.flatnonzero(linked & (cls != CLS_COMM))
+    agg: dict[str, list[float]] = {}
+    if sel.size:
+        op = launcher[sel]
+        has = op >= 0
+        # GPU events without a launcher cpu_op: one "other" launcher each
+        lone = sel[~has]
+        if lone.size:
+            agg["other"] = [int(lone.size), float(np.sum(scan.dur[lone]))]
+        g = sel[has]
+        gop = op[has]
+        order = np.lexsort((scan.ts[g], gop))
+        g, gop = g[order], gop[order]
+        bounds = np.flatnonzero(np.diff(gop)) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [g.size]])
+        t0 = scan.ts[g].min() if g.size else 0.0
+        s_all = scan.ts[g] - t0
+        e_all = s_all + scan.dur[g]
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            first = int(g[a])
+            o = int(gop[a])
+            cat = categorize_op(scan.cpu_names[int(scan.op_name[o])], scan.names[int(scan.name_id[first])])
+            if b - a == 1:
+                t = float(e_all[a] - s_all[a])
+            else:
+                t = union_length(s_all[a:b], e_all[a:b])
+            row = agg.setdefault(cat, [0, 0.0])
+            row[0] += 1
+            row[1] += t
+    total = sum(v[1] for v in agg.values())
+    rows = [{"category": c, "count": int(v[0]), "kernel_time_ms": v[1] / 1e3,
+             "percent": (v[1] / total * 100.0) if total else 0.0} for c, v in agg.items()]
+    rows.sort(key=lambda r: -r["kernel_time_ms"])
+    return rows
+
+
+def kernel_stats(scan: TraceScan, launcher: np.ndarray, total_us: float, *,
+                 short_kernel_us: float = SHORT_KERNEL_US, top: int = 20) -> dict[str, Any]:
+    """Kernel figures over every ``kernel`` event (linked or not, as TraceLens's kernel_summary):
+    ``kernel_count``, ``kernel_time_us``, ``top_kernels``, ``kernels_by_category`` (per launcher
+    category, ``unlinked`` without one), ``short_kernels`` (count, time_us, percents, and the count /
+    time of those with a launcher cpu_op, the figures TraceLens's short_kernels_summary sums to)."""
+    k = scan.kind == KIND_KERNEL
+    ki = np.flatnonzero(k)
+    durs = scan.dur[ki]
+    ktime = float(durs.sum())
+    nn = len(scan.names)
+    cnt = np.bincount(scan.name_id[ki], minlength=nn)
+    tot = np.bincount(scan.name_id[ki], weights=durs, minlength=nn)
+    order = np.argsort(-tot, kind="stable")
+    tops = [{"name": scan.names[i], "count": int(cnt[i]), "total_us": float(tot[i]),
+             "mean_us": float(tot[i]) / int(cnt[i]), "percent": float(tot[i]) / ktime * 100.0 if ktime else 0.0}
+            for i in order[:top] if cnt[i] > 0]
+    cats = _category_per_event(scan, launcher)
+    by_cat: dict[str, list[float]] = {}
+    for i, d in zip(ki.tolist(), durs.tolist()):
+        c = cats[i] or "unlinked"
+        row = by_cat.setdefault(c, [0, 0.0])
+        row[0] += 1
+        row[1] += d
+    short = durs < short_kernel_us
+    with_op = launcher[ki] >= 0
+    return {
+        "kernel_count": int(ki.size),
+        "kernel_time_us": ktime,
+        "top_kernels": tops,
+        "kernels_by_category": sorted(
+            ({"category": c, "count": int(v[0]), "kernel_time_ms": v[1] / 1e3,
+              "percent": (v[1] / ktime * 100.0) if ktime else 0.0} for c, v in by_cat.items()),
+            key=lambda r: -r["kernel_time_ms"]),
+        "short_kernels": {
+            "threshold_us": short_kernel_us, "count": int(short.sum()), "time_us": float(durs[short].sum()),
+            "percent_of_kernel_time": float(durs[short].sum()) / ktime * 100.0 if ktime else 0.0,
+            "percent_of_total_time": float(durs[short].sum()) / total_us * 100.0 if total_us else 0.0,
+            "count_with_cpu_op": int((short & with_op).sum()),
+            "time_us_with_cpu_op": float(durs[short & with_op].sum()),
+        },
+        "categories": cats,
+    }
+
+
+def launch_stats(scan: TraceScan) -> dict[str, Any]:
+    """``mean_kernel_us``, ``median_gap_us`` (start of a kernel minus end of the previous one on the
+    GPU, overlaps clipped to 0), ``launch_calls`` (cudaLaunchKernel / hipLaunchKernel and variants)
+    and ``mean_launch_cpu_us`` (their mean CPU duration)."""
+    ki = np.flatnonzero(scan.kind == KIND_KERNEL)
+    ts, dur = scan.ts[ki], scan.dur[ki]
+    end = ts + dur
+    order = np.lexsort((dur, end, ts))
+    s, e = ts[order], end[order]
+    gaps = np.maximum(0.0, s[1:] - e[:-1])
+    lids = [i for i, nm in enumerate(scan.cpu_names) if nm in LAUNCH_KERNEL_NAMES]
+    lm = np.isin(scan.launch_name, lids) if lids else np.zeros(scan.launch_corr.size, dtype=bool)
+    ld = (scan.launch_end - scan.launch_ts)[lm]
+    return {
+        "mean_kernel_us": float(dur.mean()) if dur.size else 0.0,
+        "median_gap_us": float(np.median(gaps)) if gaps.size else 0.0,
+        "launch_calls": int(lm.sum()),
+        "mean_launch_cpu_us": float(ld.mean()) if ld.size else 0.0,
+    }
+
+
+def per_step(scan: TraceScan, linked: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per ProfilerStep: ``step``, ``ts``, ``dur_ms``, ``gpu_events`` (GPU events whose launch call
+    starts inside the step; their own start when unlinked), ``gpu_busy_ms`` (union of those events);
+    and :func:`~ai4s_graph.tools.trace.hygiene.window_flags` over them."""
+    if not scan.steps:
+        return [], window_flags({})
+    li = launch_index(scan)
+    t = scan.ts if scan.launch_ts.size == 0 else np.where(li >= 0, scan.launch_ts[np.maximum(li, 0)], scan.ts)
+    starts = np.array([s[1] for s in scan.steps])
+    k = np.searchsorted(starts, t, side="right") - 1
+    durs = np.array([s[2] for s in scan.steps])
+    inside = (k >= 0) & linked
+    inside[inside] &= t[inside] < (starts[k[inside]] + durs[k[inside]])
+    rows, counts = [], {}
+    for j, (num, st, d) in enumerate(scan.steps):
+        sel = inside & (k == j)
+        n = int(sel.sum())
+        busy = union_length(scan.ts[sel] - st, scan.ts[sel] - st + scan.dur[sel]) if n else 0.0
+        rows.append({"step": num, "ts": st, "dur_ms": d / 1e3, "gpu_events": n, "gpu_busy_ms": busy / 1e3})
+        counts[num] = counts.get(num, 0) + n
+    return rows, window_flags(counts)
+
+
+def dataloader_stats(scan: TraceScan) -> dict[str, Any]:
+    """``n_steps``, ``step_time_ms`` (mean ProfilerStep duration) and ``dataloader_ms_per_step``
+    (CPU ms in DataLoader events per step; the total when there are no steps)."""
+    n = len(scan.steps)
+    dl_ms = sum(d for _t, d in scan.dataloader) / 1e3
+    return {"n_steps": n, "step_time_ms": (sum(s[2] for s in scan.steps) / n / 1e3) if n else None,
+            "dataloader_ms_per_step": dl_ms / n if n else dl_ms}
+
+
+def gpu_ids(scan: TraceScan) -> list[int]:
+    """Device ids seen on GPU events (``args.device``, else the GPU pid)."""
+    return sorted(int(d) for d in np.unique(scan.device) if d >= 0)
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
+                 keep: dict[str, Any] | None = None) -> TraceAnalysis:
+    """Every per-rank figure of a scan as a :class:`TraceAnalysis` (backend ``stream``).
+
+    ``keep``: when a dict is given, the intermediate arrays the CSV tables need (``linked``,
+    ``launcher``, ``categories``) are stored in it. Raises NoGpuEventsError when no GPU event links."""
+    linked = window_mask(scan, "linked")
+    tl_us = gpu_timeline(scan, linked)
+    total = tl_us["total_time"]
+    timeline = {k: TimelineRow(time_ms=v / 1e3, percent=(v / total * 100.0) if total > 0 else 0.0)
+                for k, v in tl_us.items()}
+    launcher = launchers(scan)
+    ks = kernel_stats(scan, launcher, total, short_kernel_us=short_kernel_us)
+    st = dataloader_stats(scan)
+    steps, window = per_step(scan, linked)
+    sk = ks["short_kernels"]
+    n_steps = st["n_steps"]
+    warnings = overlap_warnings(scan)
+    if window.get("degenerate"):
+        warnings.append(window["reason"])
+    gl = scan.graph_launches()
+    if keep is not None:
+        keep.update(linked=linked, launcher=launcher, categories=ks["categories"], timeline_us=tl_us)
+    return TraceAnalysis(
+        path=scan.path, backend="stream", rank=_header_rank(scan), timeline=timeline,
+        ops_by_category=[CategoryRow(**r) for r in ops_by_category(scan, linked, launcher)],
+        kernels_by_category=[CategoryRow(**r) for r in ks["kernels_by_category"]],
+        top_kernels=[KernelRow(**r) for r in ks["top_kernels"]],
+        kernel_count=ks["kernel_count"], n_steps=n_steps,
+        kernels_per_step=(ks["kernel_count"] / n_steps) if n_steps else None,
+        short_kernels=ShortKernels(
+            threshold_us=short_kernel_us, count=sk["count"],
+            count_per_step=(sk["count"] / n_steps) if n_steps else None, time_ms=sk["time_us"] / 1e3,
+            percent=sk["percent_of_kernel_time"], percent_of_total_time=sk["percent_of_total_time"]),
+        launch=LaunchStats(**launch_stats(scan)),
+        dataloader_ms_per_step=st["dataloader_ms_per_step"], step_time_ms=st["step_time_ms"],
+        gpu_ids=gpu_ids(scan), sources={"all": "stream (the engine: one bounded-memory pass, TraceLens definitions)"},
+        warnings=warnings, window=window, per_step=steps, graph_launches=gl,
+        clipped_excess_us=float(sum(x[2] for x in scan.overlaps)),
+    )
+
+
+def _header_rank(scan: TraceScan) -> int | None:
+    info = scan.header.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info.get("rank"), bool):
+        return int(info["rank"])
+    return None
+
+
+def analyze(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US,
+            progress: Callable[[int, int], None] | None = None) -> TraceAnalysis:
+    """Scan a trace once and return every per-rank figure (:func:`analyze_scan`).
+
+    Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError and
+    NoGpuEventsError (see :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
+    return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
+
+
+def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US,
+                        progress: Callable[[int, int], None] | None = None) -> tuple[TraceAnalysis, dict[str, list]]:
+    """:func:`analyze` plus the kernel_summary / short_kernels_summary rows of
+    :func:`~ai4s_graph.tools.trace.tables.kernel_tables`, from the same single pass."""
+    from .tables import kernel_tables
+
+    scan = scan_trace(path, progress)
+    keep: dict[str, Any] = {}
+    analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
+    return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
+

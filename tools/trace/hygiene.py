@@ -1,0 +1,57 @@
+"""Input-hygiene facts shared by the engine (:mod:`.stream`) and the verifier's reader (:mod:`.kineto`):
+which CPU calls are graph launches, what to say when their kernels were not recorded, and the rule
+that flags a profiled window that is not a steady state. Each reader applies them with its own code.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import NoGpuEventsError
+
+#: Graph launches of the runtime and driver APIs on CUDA and HIP, with their per-thread-stream and
+#: versioned variants: cudaGraphLaunch, cudaGraphLaunch_ptsz, cudaGraphLaunch_v10000, cuGraphLaunch,
+#: cuGraphLaunch_ptsz, hipGraphLaunch, hipGraphLaunch_spt, hipGraphLaunchExp... (CUDA Runtime / Driver
+#: API references, "Graph Management"; HIP API reference, "Graph Management").
+GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu|hip)GraphLaunch")
+
+#: How to record graph-replayed kernels: a CUDA/HIP graph captured before the profiler was first
+#: initialised replays without kernel records (pytorch/pytorch PR #100441, which added the workaround).
+GRAPH_RECORD_HINT = ("profile with ProfilerActivity.CUDA in `activities` and initialise the profiler before the "
+                     "graph is captured: call torch.profiler._utils._init_for_cuda_graphs() (or run "
+                     "`with torch.profiler.profile(): pass`) before capture (pytorch/pytorch#100441); or profile "
+                     "without graphs (vLLM: --enforce-eager)")
+
+
+class GraphKernelsNotRecordedError(NoGpuEventsError):
+    """The trace has graph launches (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch...) but no GPU
+    event: the graph-replayed kernels were not recorded (the host did launch GPU work)."""
+
+
+def graph_not_recorded_message(name: str, launches: dict[str, int]) -> str:
+    """The one-line message of :class:`GraphKernelsNotRecordedError` for ``{API: calls}``."""
+    calls = sum(launches.values())
+    apis = ", ".join(f"{k} x{v}" for k, v in sorted(launches.items()))
+    return (f"{name}: graph-replayed kernels were not recorded: {calls} graph launches ({apis}) and 0 GPU events "
+            f"(the host did launch GPU work). To record them, {GRAPH_RECORD_HINT}")
+
+
+def window_flags(step_gpu_events: dict[int, int]) -> dict:
+    """Flags on the profiled window from ``{ProfilerStep number: GPU events launched in it}``.
+
+    A steady-state window has every profiled step launch GPU work (seed 001 T19: a scheduled profile
+    of a few steps after warm-up); a step that launched none while others did means the window mixes
+    phases (warm-up, evaluation, a stall), and a GPU timeline over it describes the one busy part
+    only. Returns ``{"n_steps", "steps_with_gpu", "steps_without_gpu": [numbers], "degenerate":
+    bool, "reason": str}``; ``degenerate`` when at least one step launched GPU work and another none."""
+    n = len(step_gpu_events)
+    without = sorted(s for s, c in step_gpu_events.items() if c == 0)
+    with_gpu = n - len(without)
+    degenerate = bool(with_gpu >= 1 and without)
+    reason = ""
+    if degenerate:
+        reason = (f"GPU work was launched in {with_gpu} of {n} profiled steps (none in step(s) "
+                  f"{', '.join(map(str, without[:8]))}{' ...' if len(without) > 8 else ''}): not a steady-state "
+                  "window, so the GPU timeline describes the busy part only")
+    return {"n_steps": n, "steps_with_gpu": with_gpu, "steps_without_gpu": without, "degenerate": degenerate,
+            "reason": reason}

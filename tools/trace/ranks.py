@@ -1,0 +1,109 @@
+"""Which rank each trace file is: ``distributedInfo.rank`` in the trace, then a ``rank<N>``-style
+name pattern, then file order. Digits elsewhere in a name (a GPU model such as ``MI300``, a job id,
+a host number) never make a rank. Two files that claim the same rank are reported and kept apart
+(each keeps its own label and its own claims), never merged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Ai4sError, InputError
+
+#: ``rank3``, ``rank_3``, ``rank-03``, ``RANK3`` as a word part: preceded by the start or a non-letter
+#: (``trace_rank3.json``, ``worker-rank_3.pt.trace.json``, HTA's ``sampled_rank-0.json.gz``), followed
+#: by a non-digit. kineto's ``tensorboard_trace_handler`` writes ``<worker_name>.<pid>...pt.trace.json``
+#: and PyTorch's examples name the worker ``rank_<N>`` / ``rank<N>``.
+RANK_NAME_RE = re.compile(r"(?:^|[^A-Za-z])rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RankFile:
+    """One trace file and the rank it stands for.
+
+    ``source``: ``distributedInfo``, ``file name`` or ``file order``. ``label``: unique among the
+    files given (``"3"``, or ``"3-dup1"`` for the second file claiming rank 3). ``duplicate_of``:
+    the path of the first file with the same rank, for a duplicate."""
+
+    rank: int
+    path: Path
+    source: str
+    label: str
+    duplicate_of: str | None = None
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank in a ``rank<N>``-style file name, else None (``mi300_trace.json`` -> None)."""
+    m = RANK_NAME_RE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _header_rank(path: Path) -> int | None:
+    from .stream import read_header
+
+    try:
+        info = read_header(path).get("distributedInfo")
+    except Ai4sError:
+        return None  # the analysis of that file reports the error
+    r = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
+        return None
+    return int(r)
+
+
+def identify_ranks(paths: list[str | Path]) -> tuple[list[RankFile], list[str]]:
+    """Rank identity of each trace file (see the module docstring), in the order given.
+
+    Returns ``(files, notes)``; ``notes`` says which files got their rank from the file order and
+    which files claim a rank another file already claimed (both are kept, apart)."""
+    ps = [Path(p) for p in paths]
+    found: list[tuple[int | None, str]] = []
+    for p in ps:
+        r = _header_rank(p)
+        if r is not None:
+            found.append((r, "distributedInfo"))
+            continue
+        r = rank_from_name(p.name)
+        found.append((r, "file name") if r is not None else (None, "file order"))
+    used = {r for r, _ in found if r is not None}
+    nxt = 0
+    out: list[RankFile] = []
+    first: dict[int, Path] = {}
+    count: dict[int, int] = {}
+    notes: list[str] = []
+    for p, (r, src) in zip(ps, found):
+        if r is None:
+            while nxt in used:
+                nxt += 1
+            r = nxt
+            used.add(r)
+            notes.append(f"{p.name}: no distributedInfo.rank and no rank<N> in the name: rank {r} by file order")
+        k = count.get(r, 0)
+        count[r] = k + 1
+        if k == 0:
+            first[r] = p
+            out.append(RankFile(r, p, src, str(r)))
+        else:
+            out.append(RankFile(r, p, src, f"{r}-dup{k}", str(first[r])))
+            notes.append(f"{p.name} and {first[r].name} both say rank {r} ({src}): kept apart as ranks "
+                         f"{r} and {r}-dup{k}; cross-rank figures use {first[r].name}")
+    return out, notes
+
+
+def find_rank_traces(perf_run_dir: str | Path) -> list[Path]:
+    """Trace files of one profiled run: ``<dir>/traces/*.json`` and ``*.json.gz`` (or the folder
+    itself when it has no ``traces/``), ordered by rank identity (:func:`identify_ranks`), then name.
+
+    Raises :class:`InputError` when the folder does not exist or holds no trace."""
+    d = Path(perf_run_dir)
+    if not d.is_dir():
+        raise InputError(f"{d}: run folder not found")
+    tdir = d / "traces" if (d / "traces").is_dir() else d
+    files = sorted(p for p in tdir.iterdir()
+                   if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    if not files:
+        raise InputError(f"{tdir}: no *.json or *.json.gz trace files")
+    ident, _ = identify_ranks(files)
+    return [f.path for f in sorted(ident, key=lambda f: (f.rank, f.label, f.path.name))]

@@ -1,0 +1,121 @@
+"""The engine's tables as CSVs named and shaped like the sheets of TraceLens's perf report
+(``generate_perf_report_pytorch(..., output_csvs_dir=D)``), so spreadsheets and TraceLens's compare
+tools read them: ``gpu_timeline.csv``, ``ops_summary_by_category.csv``, ``kernel_summary.csv``,
+``short_kernels_summary.csv`` (column names and order as TraceLens writes them; checked against the
+reports in ``shared/data/traces/tracelens-h100``).
+
+The engine keeps no input shapes, so ``short_kernels_summary.csv``'s ``Input dims`` / ``Input strides``
+/ ``Concrete Inputs`` columns are empty; its rows group by parent op and kernel name.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .kineto import TIMELINE_ROWS
+from .models import TraceAnalysis
+from .stream import KIND_KERNEL, TraceScan
+
+TABLE_FILES = ("gpu_timeline.csv", "ops_summary_by_category.csv", "kernel_summary.csv", "short_kernels_summary.csv")
+
+KERNEL_SUMMARY_COLUMNS = ("Parent op category", "Parent cpu_op", "Kernel name", "Kernel stream",
+                          "Kernel duration (µs)_sum", "Kernel duration (µs)_count", "Kernel duration (µs)_mean",
+                          "Kernel duration (µs)_min", "Kernel duration (µs)_max", "Percent of kernels time (%)",
+                          "Percent of total time (%)")
+SHORT_COLUMNS = ("Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name",
+                 "Short Kernel duration (µs) sum", "Short Kernel count", "Short Kernel duration (µs) mean",
+                 "Short Kernel duration (µs) percent of total time")
+
+
+def kernel_tables(scan: TraceScan, keep: dict[str, Any], total_us: float,
+                  short_kernel_us: float = 10.0) -> dict[str, list[dict[str, Any]]]:
+    """``{"kernel_summary": rows, "short_kernels_summary": rows}`` (TraceLens's columns) from a scan
+    and the ``keep`` dict filled by :func:`~ai4s_graph.tools.trace.engine.analyze_scan`.
+
+    kernel_summary: every kernel event grouped by (parent op category, parent cpu_op, kernel name,
+    stream), largest summed duration first; kernels without a launcher op have empty parent columns.
+    short_kernels_summary: kernels shorter than ``short_kernel_us`` with a launcher op, grouped by
+    (parent cpu_op, kernel name)."""
+    launcher = keep["launcher"]
+    cats = keep["categories"]
+    ki = np.flatnonzero(scan.kind == KIND_KERNEL)
+    ktime = float(scan.dur[ki].sum())
+    groups: dict[tuple, list[float]] = {}
+    shorts: dict[tuple, list[float]] = {}
+    for i in ki.tolist():
+        op = int(launcher[i])
+        op_name = scan.cpu_names[int(scan.op_name[op])] if op >= 0 else ""
+        name = scan.names[int(scan.name_id[i])]
+        d = float(scan.dur[i])
+        key = (cats[i], op_name, name, int(scan.stream[i]))
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [d, 1, d, d]
+        else:
+            g[0] += d
+            g[1] += 1
+            g[2] = min(g[2], d)
+            g[3] = max(g[3], d)
+        if op >= 0 and d < short_kernel_us:
+            s = shorts.setdefault((op_name, name), [0.0, 0])
+            s[0] += d
+            s[1] += 1
+    ks = []
+    for (cat, op_name, name, stream), (tot, n, mn, mx) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+        ks.append(dict(zip(KERNEL_SUMMARY_COLUMNS, (
+            cat, op_name, name, stream, tot, n, tot / n, mn, mx,
+            tot / ktime * 100.0 if ktime else 0.0, tot / total_us * 100.0 if total_us else 0.0))))
+    sk = []
+    for (op_name, name), (tot, n) in sorted(shorts.items(), key=lambda kv: -kv[1][0]):
+        sk.append(dict(zip(SHORT_COLUMNS, (op_name, "", "", "", name, tot, n, tot / n,
+                                           tot / total_us * 100.0 if total_us else 0.0))))
+    return {"kernel_summary": ks, "short_kernels_summary": sk}
+
+
+def timeline_table(analysis: TraceAnalysis) -> list[dict[str, Any]]:
+    """gpu_timeline.csv rows: ``type``, ``time ms``, ``percent``."""
+    return [{"type": k, "time ms": analysis.timeline[k].time_ms, "percent": analysis.timeline[k].percent}
+            for k in TIMELINE_ROWS if k in analysis.timeline]
+
+
+def ops_table(analysis: TraceAnalysis) -> list[dict[str, Any]]:
+    """ops_summary_by_category.csv rows: ``op category``, ``Count``, ``total_direct_kernel_time_ms``,
+    ``Percentage (%)``, ``Cumulative Percentage (%)``."""
+    rows, cum = [], 0.0
+    for r in analysis.ops_by_category:
+        cum += r.percent
+        rows.append({"op category": r.category, "Count": r.count, "total_direct_kernel_time_ms": r.kernel_time_ms,
+                     "Percentage (%)": r.percent, "Cumulative Percentage (%)": cum})
+    return rows
+
+
+def write_tables(out_dir: str | os.PathLike, analysis: TraceAnalysis,
+                 kernel_rows: dict[str, list[dict[str, Any]]] | None) -> list[Path]:
+    """Write the four CSVs into ``out_dir`` (created); ``kernel_rows`` from :func:`kernel_tables`
+    (None: only gpu_timeline.csv and ops_summary_by_category.csv). Returns the paths written."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tables: list[tuple[str, tuple[str, ...], list[dict[str, Any]]]] = [
+        ("gpu_timeline.csv", ("type", "time ms", "percent"), timeline_table(analysis)),
+        ("ops_summary_by_category.csv", ("op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
+                                         "Cumulative Percentage (%)"), ops_table(analysis)),
+    ]
+    if kernel_rows is not None:
+        tables.append(("kernel_summary.csv", KERNEL_SUMMARY_COLUMNS, kernel_rows.get("kernel_summary") or []))
+        tables.append(("short_kernels_summary.csv", SHORT_COLUMNS, kernel_rows.get("short_kernels_summary") or []))
+    out = []
+    for name, cols, rows in tables:
+        p = d / name
+        tmp = p.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(cols))
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, p)
+        out.append(p)
+    return out
