@@ -180,6 +180,15 @@ def register(app: typer.Typer) -> None:
             print(f"STATUS=fail; reason={msg}")
             raise typer.Exit(2)
 
+        from ..graph.analysis.nodes.launcher import preflight
+
+        try:  # refused invocations write nothing (an earlier report in that directory survives)
+            preflight(req)
+        except Ai4sError as e:
+            err_console.print(f"error: {e}")
+            print(f"STATUS=fail; reason={e}")
+            raise typer.Exit(2)
+
         def printer(node: str, line: str) -> None:
             st = StatusLine.parse(line).status.value
             color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]

@@ -181,13 +181,18 @@ def job_window(pq: Any, manifest: Manifest) -> tuple[tuple[float, float], str, l
 
 def window_check(pq: Any, jobid: str, window: tuple[float, float]) -> dict[str, Any] | None:
     """``rmsjob_info``'s span beside the SLURM window: ``{"rmsjob_info": [first, last], "before_s",
-    "after_s"}`` (how far it starts before / ends after the job), or None when it has no samples.
-    A series that outlives the job by more than a scrape interval is Omnistat's stale-series fault."""
-    try:
-        lo, hi = pq.job_window(jobid, hint=window)
-    except InputError:
+    "after_s", "interval_s"}`` (how far it starts before / ends after the job, and its median
+    scrape interval), or None when it has no samples within an hour of the job. A series that
+    outlives the job by more than two scrape intervals is Omnistat's stale-series fault."""
+    import statistics
+
+    series = pq.export(f'rmsjob_info{{jobid="{jobid}"}}', window[0] - 3600, window[1] + 3600)
+    ts = sorted({t for s in series for t, v in zip(s.timestamps, s.values) if v > 0})
+    if not ts:
         return None
-    return {"rmsjob_info": [lo, hi], "before_s": round(window[0] - lo, 3), "after_s": round(hi - window[1], 3)}
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    return {"rmsjob_info": [ts[0], ts[-1]], "before_s": round(window[0] - ts[0], 3),
+            "after_s": round(ts[-1] - window[1], 3), "interval_s": round(statistics.median(gaps), 3) if gaps else None}
 
 
 def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[Claim]]:

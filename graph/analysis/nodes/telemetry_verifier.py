@@ -175,21 +175,18 @@ def verifier_window(state: AnalysisState) -> tuple[tuple[float, float] | None, s
 
 
 def _window_note(state: AnalysisState) -> str:
-    """A contradiction between the SLURM window and rmsjob_info's span, in words ('' if none)."""
+    """A contradiction between the SLURM window and rmsjob_info's span, in words ('' if none):
+    rmsjob_info lagging the job by more than two of its own scrape intervals (at least 1 s)."""
     chk = ((state.get("findings") or {}).get("telemetry") or {}).get("window_check") or {}
     after, before = chk.get("after_s"), chk.get("before_s")
+    slack = max(1.0, 2 * (chk.get("interval_s") or 0.0))
     parts = []
-    if after is not None and after > STALE_SLACK_S:
+    if after is not None and after > slack:
         parts.append(f"rmsjob_info continues {after:.0f} s after the job's SLURM end (a stale series: it is not "
                      "used as the clock)")
-    if before is not None and before > STALE_SLACK_S:
+    if before is not None and before > slack:
         parts.append(f"rmsjob_info starts {before:.0f} s before the job's SLURM start")
     return "; ".join(parts)
-
-
-#: rmsjob_info may lag the SLURM start/end by up to one scrape interval; beyond Prometheus' default
-#: 5 min look-back delta no scrape interval explains it (stale series, seed 000 lesson 5 context).
-STALE_SLACK_S = 300.0
 
 
 def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[VerifiedClaim]:
