@@ -170,6 +170,19 @@ def test_gpu_series_matching_no_job_host_is_reported_missing(shared_data, tmp_pa
     assert _claim(rep, "telemetry.gpu_util.avg") is None
 
 
+def test_a_slurm_node_without_rmsjob_info_is_reported_missing(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96005", start=T0, end=T0 + 20, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, nodes="node[1-2]", log=_log(shared_data))
+    code, out = _run("--job", "96005", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert rep.nodes_list == ["node1", "node2"]
+    assert _claim(rep, "telemetry.gpu_util.avg").claim.value == pytest.approx(75.0)  # node1's GPU
+    assert [m for m in rep.missing if "telemetry" in m] == [
+        "telemetry_analyst: telemetry: no rmsjob_info for SLURM node(s) node2: their telemetry is not in the statistics"]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+
+
 def test_a_job_with_one_scrape_says_how_many_samples(tmp_path):
     # a 10 s job on a 15 s scrape: one GPU sample (at T0) inside the SLURM window, rmsjob_info after it
     run = _gpu_run(tmp_path, "96004", start=T0 - 3, end=T0 + 7, gpu_inst="node1", rms_inst="node1",

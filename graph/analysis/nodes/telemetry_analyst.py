@@ -209,6 +209,11 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
     cov = pq.coverage(manifest.jobid, window)
     vendor = pq.detect_vendor(manifest.jobid, window)
     gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
+    slurm_nodes = list(manifest.nodes_list)
+    if cov.job_hosts and set(slurm_nodes) & set(cov.job_hosts) and set(slurm_nodes) - set(cov.job_hosts):
+        # the exporters name hosts as SLURM does (some match), but not all of the job's nodes report
+        missing.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(n for n in slurm_nodes if n not in cov.job_hosts)}"
+                       ": their telemetry is not in the statistics")
     if not cov.job_hosts:
         missing.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
                        f"{promql.JOIN_MARGIN_S:.0f} s of the job window: its telemetry cannot be joined to it")
