@@ -440,6 +440,23 @@ def in_queue(jobid: str | int) -> bool:
     return cp.returncode == 0 and bool(cp.stdout.strip())
 
 
+def expected_parts(jobid: str | int) -> int:
+    """How many array tasks or het-job components slurmctld knows for ``jobid`` (0 for a plain
+    job, or once the job aged out of slurmctld after MinJobAge; sacct is complete by then).
+    Counted from ``scontrol show job``'s ``ArrayTaskId=`` ranges and ``HetJobOffset=`` records."""
+    jid = check_jobid(jobid)
+    if "_" in jid or "+" in jid:
+        return 0
+    text = scontrol_show_job_text(jid)
+    n = 0
+    for v in re.findall(r"\bArrayTaskId=(\S+)", text):
+        try:
+            n += len(hostlist.expand_hostlist("x[" + v.split("%")[0] + "]"))
+        except hostlist.BadHostlist:
+            n += 1
+    return n or len(re.findall(r"\bHetJobOffset=\d+", text))
+
+
 def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> SacctRecord:
     """Poll :func:`sacct` until the job is in a terminal state and return that record.
 
@@ -459,7 +476,7 @@ def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -
         if rec is not None:
             last = rec
             key = (rec.state, tuple(rec.components), tuple(rec.nodelist))
-            if rec.is_terminal and not in_queue(jid):
+            if rec.is_terminal and not in_queue(jid) and len(rec.components) >= expected_parts(jid):
                 if key == seen:
                     return rec
                 seen = key
