@@ -32,7 +32,6 @@ SIZE_ALLOWED = {
     "tools/cluster/gpu_bench.py",      # helper "dev"
     "graph/agents/llm.py",             # helper "agents"
     "tools/trace/collectives.py",      # helper "trace"
-    "tools/telemetry/promql.py",       # helper "telemetry"
     "tools/cluster/evalcluster.py",    # helper "rules"
 }
 # Optional-import guards around our own modules that their owners are removing today.
