@@ -143,6 +143,8 @@ def register(app: typer.Typer) -> None:
                                                 "under $AI4S_SHARED_DIR/models/ (default: the workload)."),
         nodes: int = typer.Option(1, "--nodes", help="With --submit: nodes."),
         gpus_per_node: int = typer.Option(0, "--gpus-per-node", help="With --submit: GPUs per node."),
+        ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="With --submit: tasks (ranks) "
+                                                      "per node (default: one per GPU, 1 without GPUs)."),
         time_limit: str = typer.Option("00:10:00", "--time-limit", help="With --submit: SLURM time limit."),
         env: list[str] = typer.Option([], "--env", help="With --submit: lever KEY=VALUE (repeatable)."),
         script_arg: list[str] = typer.Option([], "--script-arg", help="With --submit: workload argument (repeatable)."),
@@ -165,7 +167,7 @@ def register(app: typer.Typer) -> None:
         submit_params: dict[str, Any] = {}
         if submit:
             submit_params = {"template": workload, "model": app_model or workload, "nodes": nodes,
-                             "gpus_per_node": gpus_per_node, "time_limit": time_limit, "env": _parse_env(env),
+                             "gpus_per_node": gpus_per_node, "ntasks_per_node": ntasks_per_node, "time_limit": time_limit, "env": _parse_env(env),
                              "script_args": list(script_arg),
                              "cluster_config": str(cluster_config) if cluster_config else None}
         try:
@@ -178,6 +180,15 @@ def register(app: typer.Typer) -> None:
             msg = _first_error(e)
             err_console.print(f"error: {msg}")
             print(f"STATUS=fail; reason={msg}")
+            raise typer.Exit(2)
+
+        from ..graph.analysis.nodes.launcher import preflight
+
+        try:  # refused invocations write nothing (an earlier report in that directory survives)
+            preflight(req)
+        except Ai4sError as e:
+            err_console.print(f"error: {e}")
+            print(f"STATUS=fail; reason={e}")
             raise typer.Exit(2)
 
         def printer(node: str, line: str) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # SLURM job states that end a job (``sacct -X`` State column). PREEMPTED and REQUEUED are not
@@ -65,9 +66,20 @@ class Manifest(BaseModel):
     @field_validator("nodes_list", mode="before")
     @classmethod
     def _nodes(cls, v: Any) -> list[str]:
-        if isinstance(v, str):
-            return [n for n in v.replace(" ", ",").split(",") if n]
-        return list(v or [])
+        """SLURM's compressed hostlists (``gpu[01-03,07]``, as a string or list items) expanded to
+        single names with ``python-hostlist`` (SLURM's syntax, no SLURM needed)."""
+        items = [v] if isinstance(v, str) else list(v or [])
+        out: list[str] = []
+        for item in items:
+            text = str(item).strip()
+            if not text or text.lower().startswith("none"):
+                continue
+            try:
+                names = hostlist.expand_hostlist(text.replace(" ", ","), sort=False)
+            except hostlist.BadHostlist as e:
+                raise ValueError(f"nodes_list: not a SLURM hostlist: {text[:80]!r} ({e})") from None
+            out += [n for n in names if n not in out]
+        return out
 
     @property
     def is_terminal(self) -> bool:

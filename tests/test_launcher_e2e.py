@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,11 +99,40 @@ def test_submit_two_nodes_completes_and_report_lists_slurm_nodes(local_cluster, 
     assert "throughput" in report.lower()
 
 
+def _hold_node2_until_the_first_attempt_runs(name: str, tmp_path: Path) -> threading.Thread:
+    """On a shared, loaded cluster SLURM may place the first attempt on node2 (node1 busy), where
+    the probe passes. A blocker job holds node2 until the first attempt has a node, so it lands on
+    node1 whatever else runs; the blocker is then cancelled so the retry can use node2."""
+    blocker = slurm.sbatch(_blocker_script(tmp_path), extra_args=["--nodelist=node2", "--exclusive"])
+
+    def release() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ids = _jobs_named(name, settle_s=0)
+            rec = slurm.sacct(ids[0]) if ids else None
+            if rec is not None and rec.nodelist:
+                break
+            time.sleep(0.3)
+        slurm.scancel(blocker)
+
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    return t
+
+
+def _blocker_script(tmp_path: Path) -> Path:
+    p = tmp_path / "blocker.sh"
+    p.write_text(f"#!/bin/bash\n#SBATCH --time=00:05:00\n#SBATCH --output={tmp_path}/blocker-%j.out\nsleep 240\n")
+    return p
+
+
 def test_probe_failure_resubmits_once_with_exclude(local_cluster, tmp_path):
     model = f"e2eprobe{uuid.uuid4().hex[:6]}"
     (tmp_path / "scratch" / "node2").mkdir(parents=True)  # node1's per-node mount is missing
     argv = _cmd(tmp_path, model, 1, SHORT, probe_paths=[str(tmp_path / "scratch" / "{node}")])
+    releaser = _hold_node2_until_the_first_attempt_runs(f"ai4s-{model}", tmp_path)
     cp = _run(argv, tmp_path)
+    releaser.join(timeout=5)
     out = tmp_path / "out"
     jobs = _jobs_named(f"ai4s-{model}")
     assert len(jobs) == 2, (jobs, cp.stdout[-3000:])

@@ -56,9 +56,16 @@ def test_healthy_node_exits_0_and_gather_merges_two_nodes(tmp_path):
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 42
     res = parse_probe_file(out / "node_health_probe.txt")
-    assert res.nodes == ["n1", "n2"] and res.bad_nodes == ["n2"]
     js = json.loads((out / "node_health_probe.json").read_text())
-    assert js["bad_nodes"] == ["n2"] and {p["node"] for p in js["parts"]} == {"n1", "n2"}
+    assert res.nodes == ["n1", "n2"] and {p["node"] for p in js["parts"]} == {"n1", "n2"}
+    # n2's missing mount makes it bad. Whether n1's STREAM also falls below 80 % of the two nodes'
+    # median depends on the machine's load during the two back-to-back runs, so the expected answer
+    # is computed from the bandwidths the probe recorded (a ratio within this one measurement)
+    parts = {p["node"]: p["stream"]["all"] for p in js["parts"]}
+    lim = P.Thresholds().stream_rel_min
+    n1_slow = any(parts["n1"][k] < lim * (parts["n1"][k] + parts["n2"][k]) / 2 for k in parts["n1"])
+    want = ["n1", "n2"] if n1_slow else ["n2"]
+    assert res.bad_nodes == want and js["bad_nodes"] == want
     assert "median of 2 node(s)" in {x.check: x for x in res.rows if x.node == "n1"}["stream:all"].detail
 
 

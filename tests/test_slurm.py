@@ -121,7 +121,127 @@ def test_srun_probe_runs_on_one_node(local_cluster):
 
 
 @pytest.mark.slurm
-def test_expand_hostlist_uses_scontrol(local_cluster):
+def test_expand_hostlist_on_the_cluster(local_cluster):
     assert slurm.expand_hostlist("node[1-2]") == ["node1", "node2"]
     assert slurm.expand_hostlist("node[1-3,7],gpu01") == ["node1", "node2", "node3", "node7", "gpu01"]
     assert slurm.expand_hostlist("None assigned") == []
+
+
+# ---------------------------------------------------------------- hostlists, job ids, job states
+def test_expand_hostlist_without_slurm(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: python-hostlist does it
+    assert slurm.expand_hostlist("gpu[01-03,07]") == ["gpu01", "gpu02", "gpu03", "gpu07"]
+    assert slurm.expand_hostlist("node[1-3,7],gpu01") == ["node1", "node2", "node3", "node7", "gpu01"]
+    assert slurm.expand_hostlist("rack[1-2]-n[08-09]") == ["rack1-n08", "rack1-n09", "rack2-n08", "rack2-n09"]
+    assert slurm.expand_hostlist("None assigned") == [] and slurm.expand_hostlist("") == []
+    with pytest.raises(InputError, match="not a SLURM hostlist"):
+        slurm.expand_hostlist("gpu[03-01")
+
+
+def test_manifest_expands_compressed_nodes_list():
+    from ai4s_graph.state import Manifest
+
+    assert Manifest(jobid="91001", nodes_list="gpu[01-03,07]").nodes_list == ["gpu01", "gpu02", "gpu03", "gpu07"]
+    assert Manifest(jobid="1", nodes_list=["node[1-2]", "gpu7"]).nodes_list == ["node1", "node2", "gpu7"]
+
+
+def test_job_ids_follow_slurm_syntax():
+    for good in ("123", "123_4", "123_[1-3]", "123_[1,4-5%2]", "123+0"):
+        assert slurm.check_jobid(good) == good
+    for bad in ("91001; rm -rf /", "12a", "123_", "123+", "1 2", "$(id)", "123_[1-3", "-1"):
+        with pytest.raises(InputError) as ei:
+            slurm.check_jobid(bad)
+        assert "\n" not in str(ei.value) and "not a SLURM job id" in str(ei.value)
+
+
+# sacct -P -n -D -o JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes, built by hand after
+# the real rows of the local cluster (requeue, array, het job, scancel) for the states it cannot make
+PREEMPTED_THEN_COMPLETED = """\
+500|PREEMPTED|0:0|gpu[01-02]|2026-11-30T08:00:00|2026-11-30T08:10:00|00:10:00|2
+500.batch|CANCELLED|0:15|gpu01|2026-11-30T08:00:00|2026-11-30T08:10:00|00:10:00|1
+500|COMPLETED|0:0|gpu[03-04]|2026-11-30T08:12:00|2026-11-30T08:30:00|00:18:00|2
+500.batch|COMPLETED|0:0|gpu03|2026-11-30T08:12:00|2026-11-30T08:30:00|00:18:00|1
+"""
+NODE_FAIL = "501|NODE_FAIL|0:0|gpu07|2026-11-30T08:00:00|2026-11-30T08:01:00|00:01:00|1\n"
+OOM = """\
+502|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
+502.batch|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
+"""
+OOM_STEP_ONLY = """\
+503|COMPLETED|0:0|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
+503.batch|COMPLETED|0:0|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
+503.0|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:01|2026-11-30T08:01:00|00:00:59|1
+"""
+HET = """\
+504+0|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
+504+0.batch|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
+504+1|NODE_FAIL|0:0|node2|2026-11-30T08:00:00|2026-11-30T08:00:09|00:00:09|1
+"""
+ARRAY = """\
+505_1|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
+505_2|FAILED|1:0|node2|2026-11-30T08:00:00|2026-11-30T08:00:06|00:00:06|1
+505_[3-4]|PENDING|0:0|None assigned|Unknown|Unknown|00:00:00|1
+"""
+
+
+def test_job_states_from_all_sacct_rows():
+    r = slurm.job_record(slurm.parse_sacct(PREEMPTED_THEN_COMPLETED), "500")
+    assert r.state == "COMPLETED" and r.is_terminal and r.attempts == ["PREEMPTED"]
+    assert r.nodelist == ["gpu03", "gpu04"] and r.steps == {"batch": "COMPLETED"}
+    assert r.end - r.start == 18 * 60
+    assert slurm.job_record(slurm.parse_sacct(NODE_FAIL), "501").state == "NODE_FAIL"
+    oom = slurm.job_record(slurm.parse_sacct(OOM), "502")
+    assert oom.state == "OUT_OF_MEMORY" and oom.is_terminal and oom.exit_code == "0:125"
+    step = slurm.job_record(slurm.parse_sacct(OOM_STEP_ONLY), "503")
+    assert step.state == "COMPLETED" and step.step_problems == {"0": "OUT_OF_MEMORY"}
+    het = slurm.job_record(slurm.parse_sacct(HET), "504")
+    assert het.components == ["504+0", "504+1"] and het.state == "NODE_FAIL" and het.nodelist == ["node1", "node2"]
+    assert slurm.job_record(slurm.parse_sacct(HET), "504+0").state == "COMPLETED"
+    arr = slurm.parse_sacct(ARRAY)
+    whole = slurm.job_record(arr, "505")
+    assert whole.state == "PENDING" and not whole.is_terminal  # tasks 3-4 have not run
+    two = slurm.job_record(arr, "505_[1-2]")
+    assert two.components == ["505_1", "505_2"] and two.state == "FAILED" and two.exit_code == "1:0"
+    assert slurm.job_record(arr, "505_2").state == "FAILED"
+    assert slurm.job_record(arr, "999") is None
+    cancelled = slurm.job_record(slurm.parse_sacct(
+        "506|CANCELLED by 0|0:0|None assigned|2026-11-30T08:00:00|2026-11-30T08:00:00|00:00:00|0\n"), "506")
+    assert cancelled.state == "CANCELLED by 0" and cancelled.base_state == "CANCELLED" and cancelled.is_terminal
+
+
+@pytest.mark.slurm
+def test_hostlist_agrees_with_scontrol(local_cluster):
+    for hl in ("node[1-2]", "gpu[01-03,07]", "node[1-3,7],gpu01", "rack[1-2]-n[08-09]", "a1,b[2-3]"):
+        assert slurm.expand_hostlist(hl) == slurm.scontrol_hostnames(hl), hl
+
+
+@pytest.mark.slurm
+def test_requeued_job_is_waited_on_until_its_second_run_completes(local_cluster, tmp_path):
+    import subprocess
+    import time
+
+    jid = slurm.sbatch(_script(tmp_path, "rq.sh", "sleep 3"), extra_args=["--requeue"])
+    deadline = time.monotonic() + 60
+    while (slurm.sacct(jid) is None or slurm.sacct(jid).state != "RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    subprocess.run(["scontrol", "requeue", jid], check=True)
+    time.sleep(1.0)
+    # SLURM holds a requeued job back (BeginTime); release it now
+    subprocess.run(["scontrol", "update", f"jobid={jid}", "StartTime=now"], check=True)
+    rec = slurm.wait_for_terminal(jid, timeout_s=90, poll_s=0.5)
+    assert rec.state == "COMPLETED" and rec.attempts == ["REQUEUED"] and rec.steps == {"batch": "COMPLETED"}
+
+
+@pytest.mark.slurm
+def test_array_het_and_cancelled_jobs_on_the_cluster(local_cluster, tmp_path):
+    arr = slurm.sbatch(_script(tmp_path, "arr.sh", 'test "$SLURM_ARRAY_TASK_ID" != 2'), extra_args=["--array=1-3"])
+    het = slurm.sbatch(_script(tmp_path, "het.sh", "srun --het-group=0,1 true"), extra_args=["-n1", ":", "-n1"])
+    long = slurm.sbatch(_script(tmp_path, "long.sh", "sleep 60"))
+    slurm.scancel(long)
+    a = slurm.wait_for_terminal(arr, timeout_s=90, poll_s=0.5)
+    assert a.components == [f"{arr}_1", f"{arr}_2", f"{arr}_3"] and a.state == "FAILED" and a.exit_code == "1:0", a
+    assert slurm.wait_for_terminal(f"{arr}_[1,3]", timeout_s=30).state == "COMPLETED"
+    h = slurm.wait_for_terminal(het, timeout_s=90, poll_s=0.5)
+    assert h.components == [f"{het}+0", f"{het}+1"] and h.state == "COMPLETED" and sorted(h.nodelist) == ["node1", "node2"]
+    c = slurm.wait_for_terminal(long, timeout_s=60, poll_s=0.5)
+    assert c.base_state == "CANCELLED" and c.state.startswith("CANCELLED by ")

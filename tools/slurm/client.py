@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+import hostlist
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -29,11 +30,15 @@ from ...state.manifest import TERMINAL_STATES
 from ..errors import InputError, ToolUnavailableError
 
 __all__ = [
-    "ClusterConfig", "SacctRecord", "WaitTimeout", "TERMINAL_STATES", "expand_hostlist", "load_cluster_config",
-    "parse_parsable", "sacct", "sbatch", "scancel", "scontrol_show_job", "srun_probe", "wait_for_terminal",
+    "ClusterConfig", "SacctRecord", "WaitTimeout", "TERMINAL_STATES", "check_jobid", "expand_hostlist",
+    "job_record", "load_cluster_config", "parse_parsable", "parse_sacct", "sacct", "sbatch", "scancel",
+    "scontrol_show_job", "srun_probe", "wait_for_terminal",
 ]
 
-_JOBID = re.compile(r"^\d+(_\d+)?(\+\d+)?$")
+#: SLURM's job id syntax (sbatch(1), "JOB ID" forms of squeue/sacct): a number, an array task
+#: ``123_4`` or task set ``123_[1-3,7]`` (``%N`` throttle allowed), a het-job component ``123+0``.
+JOBID_SYNTAX = r"\d+(?:_(?:\d+|\[[0-9,\-%]+\]))?(?:\+\d+)?"
+_JOBID = re.compile(rf"^{JOBID_SYNTAX}$")
 _SAFE_NODE = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 DEFAULT_CONFIG_NAMES = (".cluster-config.yaml", ".cluster-config.yml")
 
@@ -116,11 +121,15 @@ def load_cluster_config(path: str | Path | None = None) -> ClusterConfig:
 
 @dataclass
 class SacctRecord:
-    """One ``sacct -X`` row (the job allocation, not its steps).
+    """One job as sacct reports it (built by :func:`job_record` from all its rows).
 
     ``exit_code`` is SLURM's ``code:signal`` string ("0:0", "42:0"); ``nodelist`` is expanded to
     single names (``node[1-2]`` -> ``["node1", "node2"]``), empty while none is allocated;
-    ``start``/``end`` are unix seconds or None (``Unknown``/``None``); ``elapsed_s`` is seconds."""
+    ``start``/``end`` are unix seconds or None (``Unknown``/``None``); ``elapsed_s`` is seconds.
+    ``attempts``: the allocation states of earlier runs under the same id (``["PREEMPTED"]`` for a
+    job preempted, requeued and run again); ``steps``: ``{step: state}`` of its steps
+    (``{"batch": "OUT_OF_MEMORY"}``); ``components``: het-job components or array tasks
+    aggregated into this record (empty for a plain job)."""
 
     jobid: str
     state: str
@@ -129,6 +138,15 @@ class SacctRecord:
     start: float | None = None
     end: float | None = None
     elapsed_s: float = 0.0
+    attempts: list[str] = field(default_factory=list)
+    steps: dict[str, str] = field(default_factory=dict)
+    components: list[str] = field(default_factory=list)
+    alloc_nodes: int = 0
+
+    @property
+    def step_problems(self) -> dict[str, str]:
+        """Steps that did not complete (an OUT_OF_MEMORY step under a COMPLETED job, say)."""
+        return {k: v for k, v in self.steps.items() if v.split()[0] not in ("COMPLETED", "RUNNING", "PENDING")}
 
     @property
     def base_state(self) -> str:
@@ -179,11 +197,17 @@ def _run(argv: list[str], *, timeout: float = 60, env: dict[str, str] | None = N
     return cp
 
 
-def _check_jobid(jobid: str | int) -> str:
+def check_jobid(jobid: str | int) -> str:
+    """``jobid`` (stripped) when it has SLURM's job id syntax (:data:`JOBID_SYNTAX`: ``123``,
+    ``123_4``, ``123_[1-3]``, ``123+0``); else :class:`InputError` with one line. Called before
+    any command runs, so nothing else ever sees a bad id."""
     s = str(jobid).strip()
     if not _JOBID.match(s):
-        raise InputError(f"not a SLURM job id: {s!r}")
+        raise InputError(f"not a SLURM job id: {s[:60]!r} (expected 123, 123_4, 123_[1-3] or 123+0)")
     return s
+
+
+_check_jobid = check_jobid
 
 
 def _check_nodes(nodes: Iterable[str]) -> list[str]:
@@ -195,15 +219,23 @@ def _check_nodes(nodes: Iterable[str]) -> list[str]:
     return out
 
 
-def expand_hostlist(hostlist: str) -> list[str]:
-    """``node[1-2],gpu07`` -> ``["node1", "node2", "gpu07"]`` through ``scontrol show hostnames``
-    (SLURM's own parser). Empty or ``None assigned`` -> []."""
-    hl = (hostlist or "").strip()
+def expand_hostlist(hostlist_text: str) -> list[str]:
+    """``gpu[01-03,07],node1`` -> ``["gpu01", "gpu02", "gpu03", "gpu07", "node1"]`` with the PyPI
+    ``python-hostlist`` parser (SLURM's hostlist syntax, no SLURM needed; it agrees with
+    ``scontrol show hostnames``, tested on the local cluster). Order and zero padding are kept.
+    Empty or ``None assigned`` -> []. Raises :class:`InputError` for a malformed list."""
+    hl = (hostlist_text or "").strip()
     if not hl or hl.lower().startswith("none"):
         return []
-    if "[" not in hl:
-        return [h for h in hl.split(",") if h]
-    cp = _run(["scontrol", "show", "hostnames", hl])
+    try:
+        return list(hostlist.expand_hostlist(hl, sort=False))
+    except hostlist.BadHostlist as e:
+        raise InputError(f"not a SLURM hostlist: {hl[:80]!r} ({e})") from None
+
+
+def scontrol_hostnames(hostlist_text: str) -> list[str]:
+    """SLURM's own expansion (``scontrol show hostnames``); needs the SLURM client commands."""
+    cp = _run(["scontrol", "show", "hostnames", hostlist_text])
     return [h for h in cp.stdout.split() if h]
 
 
@@ -265,33 +297,109 @@ def _parse_elapsed(s: str) -> float:
     return days * 86400 + h * 3600 + m * 60 + sec
 
 
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes"
+#: Which state names a het job or array when its parts disagree: the first present wins.
+_WORST = ("NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "FAILED", "TIMEOUT", "DEADLINE", "CANCELLED", "COMPLETED")
+
+
+def parse_sacct(text: str) -> list[dict[str, str]]:
+    """Rows of ``sacct -P -n -D -o`` :data:`SACCT_FIELDS` output as dicts (``JobID``, ``State``,
+    ...); lines with the wrong number of columns are skipped."""
+    keys = SACCT_FIELDS.split(",")
+    rows = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) == len(keys):
+            rows.append({k: c.strip() for k, c in zip(keys, cols)})
+    return rows
+
+
+def _start_key(row: dict[str, str]) -> float:
+    t = _parse_time(row["Start"])
+    return t if t is not None else float("inf")
+
+
+def _one(rows: list[dict[str, str]], jid: str) -> SacctRecord | None:
+    """The record of one allocation id from its rows (all attempts, all steps)."""
+    allocs = [r for r in rows if r["JobID"] == jid]
+    if not allocs:
+        return None
+    allocs.sort(key=_start_key)  # stable: a requeued attempt (later start, or not started) comes last
+    cur = allocs[-1]
+    cur_start = _parse_time(cur["Start"])
+    # steps of this attempt only (a requeued job's old batch step is CANCELLED)
+    steps = {r["JobID"].split(".", 1)[1]: r["State"] for r in rows if r["JobID"].startswith(jid + ".")
+             and cur_start is not None and (_parse_time(r["Start"]) or 0) >= cur_start}
+    alloc = int(cur["AllocNodes"]) if cur["AllocNodes"].isdigit() else 0
+    return SacctRecord(jobid=jid, state=cur["State"], exit_code=cur["ExitCode"], nodelist=expand_hostlist(cur["NodeList"]),
+                       start=_parse_time(cur["Start"]), end=_parse_time(cur["End"]), elapsed_s=_parse_elapsed(cur["Elapsed"]),
+                       attempts=[r["State"] for r in allocs[:-1]], steps=steps, alloc_nodes=alloc)
+
+
+def job_record(rows: list[dict[str, str]], jobid: str) -> SacctRecord | None:
+    """The job ``jobid`` from ALL its sacct rows (:func:`parse_sacct` of ``sacct -D`` output, not
+    only ``-X``): the latest attempt of a requeued job (PREEMPTED or REQUEUED, then COMPLETED
+    under the same id, gives COMPLETED with ``attempts=["PREEMPTED"]``), its steps' states, and for
+    a het job (``123`` -> ``123+0``, ``123+1``) or an array (``123`` or ``123_[1-3]`` -> its tasks)
+    one record over the parts: not terminal while any part is not; else the worst state
+    (NODE_FAIL > OUT_OF_MEMORY > ... > COMPLETED), union of nodes, first start, last end.
+    ``CANCELLED by N`` keeps its text (``base_state`` is ``CANCELLED``). None when no row matches."""
+    jid = check_jobid(jobid)
+    part_re = rf"{re.escape(jid)}(?:\+\d+|_\d+|_\[[^\]]*\])"
+    if not any(re.fullmatch(part_re, r["JobID"]) for r in rows) or "_[" in jid:
+        rec = _one(rows, jid)
+        if rec is not None:
+            return rec
+    if "_[" in jid:
+        base, rng = jid.split("_", 1)
+        want = {f"{base}_{i[1:]}" for i in hostlist.expand_hostlist("x" + rng.split("%")[0])}
+        ids = sorted({r["JobID"] for r in rows if r["JobID"] in want})
+    else:
+        # array tasks and het components; a pending array's not-yet-run tasks are one 123_[3-4] row
+        ids = sorted({r["JobID"].split(".")[0] for r in rows if re.fullmatch(part_re + r"(?:\..*)?", r["JobID"])})
+    parts = [p for p in (_one(rows, i) for i in ids) if p is not None]
+    if not parts:
+        return None
+    open_ = [p for p in parts if not p.is_terminal]
+    if open_:
+        state = open_[0].state
+    else:
+        bases = {p.base_state for p in parts}
+        worst = next((w for w in _WORST if w in bases), parts[0].base_state)
+        state = next(p.state for p in parts if p.base_state == worst)
+    nodes: list[str] = []
+    for p in parts:
+        nodes += [n for n in p.nodelist if n not in nodes]
+    starts = [p.start for p in parts if p.start is not None]
+    ends = [p.end for p in parts if p.end is not None]
+    bad = next((p.exit_code for p in parts if p.exit_code not in ("0:0", "")), parts[0].exit_code)
+    return SacctRecord(jobid=jid, state=state, exit_code=bad, nodelist=nodes, start=min(starts) if starts else None,
+                       end=max(ends) if ends and not open_ else None, elapsed_s=max(p.elapsed_s for p in parts),
+                       attempts=[a for p in parts for a in p.attempts],
+                       steps={f"{p.jobid}.{k}": v for p in parts for k, v in p.steps.items()},
+                       components=[p.jobid for p in parts], alloc_nodes=sum(p.alloc_nodes for p in parts))
+
+
 def sacct(jobid: str | int) -> SacctRecord | None:
-    """The job's allocation row: ``sacct -X -P -n -j ID -o JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes``.
+    """The job as sacct knows it, from ALL its rows: ``sacct -P -n -D -j ID -o`` :data:`SACCT_FIELDS`
+    (``-D``: every attempt of a requeued job; no ``-X``: steps too), reduced by :func:`job_record`.
 
     Returns None when sacct has no row yet (right after submit, or an id SLURM never had -- the
     caller decides which by waiting). Raises :class:`InputError` for a malformed id,
     :class:`ToolUnavailableError` when sacct is missing or the accounting daemon does not answer."""
-    jid = _check_jobid(jobid)
-    cp = _run(["sacct", "-X", "-P", "-n", "-j", jid, "-o",
-               "JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes"])
-    for line in cp.stdout.splitlines():
-        cols = line.split("|")
-        if len(cols) < 8 or cols[0] != jid:
-            continue
-        nodes = expand_hostlist(cols[3])
-        alloc = int(cols[7]) if cols[7].strip().isdigit() else 0
-        if alloc > len(nodes):
-            # Accounting is asynchronous: right after a job ends, the allocation row can still carry
-            # the batch host alone (seen here: NodeList=node1 with AllocNodes=2 for ~1 s). While
-            # slurmctld still knows the job (MinJobAge), its NodeList is authoritative.
-            ctl = scontrol_show_job_text(jid)
-            m = re.search(r"\bNodeList=(\S+)", ctl)
-            if m and m.group(1) != "(null)":
-                nodes = expand_hostlist(m.group(1))
-        return SacctRecord(jobid=cols[0], state=cols[1].strip(), exit_code=cols[2].strip(),
-                           nodelist=nodes, start=_parse_time(cols[4]),
-                           end=_parse_time(cols[5]), elapsed_s=_parse_elapsed(cols[6]))
-    return None
+    jid = check_jobid(jobid)
+    query = jid.split("_[")[0]
+    cp = _run(["sacct", "-P", "-n", "-D", "-j", query, "-o", SACCT_FIELDS])
+    rec = job_record(parse_sacct(cp.stdout), jid)
+    if rec is not None and not rec.components and rec.alloc_nodes > len(rec.nodelist):
+        # Accounting is asynchronous: right after a job ends, the allocation row can still carry
+        # the batch host alone (seen here: NodeList=node1 with AllocNodes=2 for ~1 s). While
+        # slurmctld still knows the job (MinJobAge), its NodeList is authoritative.
+        ctl = scontrol_show_job_text(jid)
+        m = re.search(r"\bNodeList=(\S+)", ctl)
+        if m and m.group(1) != "(null)":
+            rec.nodelist = expand_hostlist(m.group(1))
+    return rec
 
 
 def scontrol_show_job_text(jobid: str | int) -> str:
@@ -319,22 +427,62 @@ def scancel(jobid: str | int) -> None:
     _run(["scancel", _check_jobid(jobid)], check=False)
 
 
+#: How long sacct may lag behind a job's end (local-slurm.md: 0.1-0.25 s, once more than 1 s):
+#: a terminal record is accepted when it is the same this long later.
+ACCOUNTING_LAG_S = 1.5
+
+
+def in_queue(jobid: str | int) -> bool:
+    """True while ``squeue`` still lists the job (or any task/component of it): pending, running
+    or completing. An id slurmctld no longer knows (``Invalid job id``) is not in the queue."""
+    jid = check_jobid(jobid).split("_[")[0]
+    cp = _run(["squeue", "-h", "-j", jid, "-o", "%i"], check=False)
+    return cp.returncode == 0 and bool(cp.stdout.strip())
+
+
+def expected_parts(jobid: str | int) -> int:
+    """How many array tasks or het-job components slurmctld knows for ``jobid`` (0 for a plain
+    job, or once the job aged out of slurmctld after MinJobAge; sacct is complete by then).
+    Counted from ``scontrol show job``'s ``ArrayTaskId=`` ranges and ``HetJobOffset=`` records."""
+    jid = check_jobid(jobid)
+    if "_" in jid or "+" in jid:
+        return 0
+    text = scontrol_show_job_text(jid)
+    n = 0
+    for v in re.findall(r"\bArrayTaskId=(\S+)", text):
+        try:
+            n += len(hostlist.expand_hostlist("x[" + v.split("%")[0] + "]"))
+        except hostlist.BadHostlist:
+            n += 1
+    return n or len(re.findall(r"\bHetJobOffset=\d+", text))
+
+
 def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> SacctRecord:
-    """Poll :func:`sacct` until the job is in a terminal state and return that row.
+    """Poll :func:`sacct` until the job is in a terminal state and return that record.
 
     An empty answer (no row yet) means unknown and polling goes on; PREEMPTED, REQUEUED, PENDING,
-    RUNNING, ... are not terminal. After ``timeout_s`` seconds raise :class:`WaitTimeout` carrying
-    ``scontrol show job`` output (seed 000: "If the launcher times out waiting for sacct ... it must
-    scontrol show job <id>")."""
-    jid = _check_jobid(jobid)
+    RUNNING, ... are not terminal (all rows are read, so a requeued job's later attempt counts).
+    A terminal record is accepted only once ``squeue`` no longer lists the job and two polls in a
+    row ``ACCOUNTING_LAG_S`` apart agree: sacct shows an array's tasks as they are recorded (measured here: ``132_3`` alone,
+    COMPLETED, while tasks 1 and 2 were still to appear). After ``timeout_s`` seconds raise
+    :class:`WaitTimeout` carrying ``scontrol show job`` output (seed 000: "If the launcher times
+    out waiting for sacct ... it must scontrol show job <id>")."""
+    jid = check_jobid(jobid)
     deadline = time.monotonic() + max(0.0, timeout_s)
     last: SacctRecord | None = None
+    seen: tuple | None = None
     while True:
         rec = sacct(jid)
         if rec is not None:
             last = rec
-            if rec.is_terminal:
-                return rec
+            key = (rec.state, tuple(rec.components), tuple(rec.nodelist))
+            if rec.is_terminal and not in_queue(jid) and len(rec.components) >= expected_parts(jid):
+                if key == seen:
+                    return rec
+                seen = key
+                time.sleep(ACCOUNTING_LAG_S)
+                continue
+            seen = None
         if time.monotonic() >= deadline:
             raise WaitTimeout(jid, timeout_s, last, scontrol_show_job_text(jid))
         time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))

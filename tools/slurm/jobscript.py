@@ -66,14 +66,21 @@ class JobSpec(BaseModel):
     """One job to submit. ``env``: the levers (NAME -> value), exported in the script and listed in
     ``--export``; ``script_args``: arguments for the workload's entry point; ``sbatch_options``:
     extra ``#SBATCH --key=value`` lines; ``exclude``: node names for ``--exclude`` (single nodes,
-    seed lessons 1/18); ``profile``: arm the profiler (``AI4S_PROFILE=1``)."""
+    seed lessons 1/18); ``profile``: arm the profiler (``AI4S_PROFILE=1``). ``ntasks_per_node``
+    left unset launches one task per GPU (``gpus_per_node``; 1 on a CPU-only job)."""
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Tasks ``srun`` starts on each node: ``ntasks_per_node``, else one per GPU, else 1."""
+        return self.ntasks_per_node or max(1, self.gpus_per_node)
 
     template: Literal["generic", "hydragnn", "orbit2", "cpu-toy"] = "cpu-toy"
     job_name: str = "ai4s-perf"
     model: str = "cpu-toy"
     nodes: int = Field(default=1, ge=1, le=4096)
     gpus_per_node: int = Field(default=0, ge=0, le=64)
-    ntasks_per_node: int = Field(default=1, ge=1, le=1024)
+    ntasks_per_node: int | None = Field(default=None, ge=1, le=1024,
+                                        description="tasks per node; None: one per GPU (gpus_per_node), else 1")
     cpus_per_task: int = Field(default=1, ge=1, le=1024)
     time_limit: str = "00:10:00"
     env: dict[str, str] = Field(default_factory=dict)
@@ -149,7 +156,7 @@ def render(spec: JobSpec, cluster: ClusterConfig) -> str:
         export.append(f"AI4S_TSDB_URL={tsdb}")
     export += [f"{k}={v}" for k, v in spec.env.items() if "," not in v]
     ctx = {
-        "spec": spec, "cluster": cluster, "perf_root": str(perf_root(spec, cluster)),
+        "spec": spec, "cluster": cluster, "tasks_per_node": spec.tasks_per_node, "perf_root": str(perf_root(spec, cluster)),
         "export": ",".join(export), "pythonpath": pythonpath, "tsdb_url": tsdb,
         "args": " ".join(shlex.quote(a) for a in spec.script_args),
         "sbatch_options": sorted(spec.sbatch_options.items()),

@@ -1,4 +1,6 @@
-"""GPU and node telemetry: ``promql.py`` (one logical metric set over Omnistat ``rocm_*``,
-dcgm-exporter ``DCGM_FI_*`` and node_exporter names, joined to the job through ``rmsjob_info``) and
-``victoria.py`` (a VictoriaMetrics on loopback loaded from a run's JSON-lines export).
-A new telemetry metric goes in ``promql.py``'s name map."""
+"""GPU and node telemetry, one module per concern: ``metrics.py`` (the logical metric name map over
+Omnistat ``rocm_*``, dcgm-exporter ``DCGM_FI_*`` and node_exporter names; a new metric goes here),
+``promql.py`` (the analysts' PromQL: statistics over the raw samples of the job's SLURM window,
+joined by host through ``rmsjob_info``), ``rawstats.py`` (the verifiers' plain-Python statistics
+over raw samples), ``export.py`` (the JSON-lines export format, from a file or ``/api/v1/export``)
+and ``victoria.py`` (a VictoriaMetrics on loopback loaded from a run's export)."""

@@ -5,6 +5,7 @@ writes ``manifest.json`` (job id, state, nodes list first, artifact paths).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,48 @@ def discover_artifacts(run_dir: Path) -> Artifacts:
         telemetry=telemetry,
         node_health_probe="node_health_probe.txt" if (run_dir / "node_health_probe.txt").exists() else None,
     )
+
+
+def _manifest_jobid(path: Path) -> str | None:
+    """The job id in ``path`` (a manifest.json), or None when it is missing or unreadable (the
+    launcher reports a malformed manifest itself)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    jid = data.get("jobid") if isinstance(data, dict) else None
+    return str(jid).strip() if jid is not None else None
+
+
+def preflight(req: RunRequest) -> None:
+    """Refuse an invocation before anything runs or is written (so an earlier report survives).
+
+    Raises :class:`InputError` (one line) when ``--job`` is not a SLURM job id (``123``, ``123_4``,
+    ``123_[1-3]``, ``123+0``); when the perf-run directory's ``manifest.json`` names another job;
+    when a perf-run directory has no manifest and no ``--job`` says whose it is (it belongs to no
+    job); or when ``--out`` is another job's run directory (its ``manifest.json`` names another
+    job). Submit mode checks only the id: its directory does not exist yet."""
+    from ....tools.slurm import client as slurm
+
+    if req.jobid:
+        slurm.check_jobid(req.jobid)
+    if req.submit:
+        return
+    run_dir = Path(req.perf_run) if req.perf_run else None
+    owner = req.jobid
+    if run_dir is not None and run_dir.is_dir():
+        found = _manifest_jobid(run_dir / "manifest.json")
+        if found is not None and req.jobid and found != str(req.jobid):
+            raise InputError(f"--job {req.jobid} does not match manifest.json jobid {found} in {run_dir}: refused, "
+                             "nothing written")
+        if not (run_dir / "manifest.json").exists() and not req.jobid:
+            raise InputError(f"{run_dir} has no manifest.json and no --job says whose run it is: refused, nothing written")
+        owner = owner or found
+    out = Path(req.out_dir)
+    if run_dir is None or out.resolve() != run_dir.resolve():
+        other = _manifest_jobid(out / "manifest.json")
+        if other is not None and owner and other != str(owner):
+            raise InputError(f"--out {out} is job {other}'s run directory, not job {owner}'s: refused, nothing written")
 
 
 def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:

@@ -159,21 +159,80 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
         yield vm.url, f"VictoriaMetrics on loopback loaded with {', '.join(f.name for f in files)}"
 
 
+#: A job shorter than this many samples per series cannot show a trend; its statistics say so.
+MIN_SAMPLES = 2
+
+
+def job_window(pq: Any, manifest: Manifest) -> tuple[tuple[float, float], str, list[str]]:
+    """The window the statistics cover: the job's SLURM start and end from the manifest (written
+    from sacct); only when the manifest has none, the first..last ``rmsjob_info`` sample (which a
+    stale series stretches). Returns ``(window, source, problems)``. Raises :class:`InputError`
+    when neither bounds the job (no SLURM times and fewer than two ``rmsjob_info`` samples)."""
+    if manifest.start is not None and manifest.end is not None and manifest.end > manifest.start:
+        return (float(manifest.start), float(manifest.end)), "SLURM start/end (manifest.json)", []
+    w = pq.job_window(manifest.jobid)
+    if not w[1] > w[0]:
+        raise InputError(f"job {manifest.jobid} has no SLURM start/end and one rmsjob_info sample time only: "
+                         "the job window is unknown")
+    return w, "rmsjob_info samples (no SLURM start/end in the manifest)", [
+        "telemetry: no SLURM start/end in the manifest: the window is rmsjob_info's span, which a stale series "
+        "stretches"]
+
+
+def window_check(pq: Any, jobid: str, window: tuple[float, float]) -> dict[str, Any] | None:
+    """``rmsjob_info``'s span beside the SLURM window: ``{"rmsjob_info": [first, last], "before_s",
+    "after_s", "interval_s"}`` (how far it starts before / ends after the job, and its median
+    scrape interval), or None when it has no samples within an hour of the job. A series that
+    outlives the job by more than two scrape intervals is Omnistat's stale-series fault."""
+    import statistics
+
+    series = pq.export(f'rmsjob_info{{jobid="{jobid}"}}', window[0] - 3600, window[1] + 3600)
+    ts = sorted({t for s in series for t, v in zip(s.timestamps, s.values) if v > 0})
+    if not ts:
+        return None
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    return {"rmsjob_info": [ts[0], ts[-1]], "before_s": round(window[0] - ts[0], 3),
+            "after_s": round(ts[-1] - window[1], 3), "interval_s": round(statistics.median(gaps), 3) if gaps else None}
+
+
 def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[Claim]]:
-    """Telemetry statistics over the job window, each with its PromQL query as evidence.
+    """Telemetry statistics over the job's SLURM window, each with its PromQL query as evidence;
+    ``findings["missing"]`` lists what could not be joined (job hosts with no GPU series, a job
+    with no ``rmsjob_info``), so telemetry is never dropped silently.
 
     Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
-    :class:`InputError` when it holds no ``rmsjob_info`` for the job."""
-    from ....tools.telemetry import promql
+    :class:`InputError` when the job window is unknown."""
+    from ....tools.telemetry import metrics, promql
 
     pq = promql.PromQL(url)
-    hint = (manifest.start, manifest.end) if manifest.start and manifest.end else None
-    window = pq.job_window(manifest.jobid, hint=hint)
+    window, wsource, missing = job_window(pq, manifest)
+    cov = pq.coverage(manifest.jobid, window)
     vendor = pq.detect_vendor(manifest.jobid, window)
+    gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
+    slurm_nodes = list(manifest.nodes_list)
+    if cov.job_hosts and set(slurm_nodes) & set(cov.job_hosts) and set(slurm_nodes) - set(cov.job_hosts):
+        # the exporters name hosts as SLURM does (some match), but not all of the job's nodes report
+        missing.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(n for n in slurm_nodes if n not in cov.job_hosts)}"
+                       ": their telemetry is not in the statistics")
+    if not cov.job_hosts:
+        missing.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
+                       f"{promql.JOIN_MARGIN_S:.0f} s of the job window: its telemetry cannot be joined to it")
+    elif vendor == "none" and (gpu_job or cov.gpu_hosts):
+        missing.append(f"telemetry: no GPU series matches the job's host(s) {', '.join(sorted(cov.job_hosts))}"
+                       + (f" (GPU series in the window come from {', '.join(cov.gpu_hosts)})" if cov.gpu_hosts else ""))
+    elif vendor != "none" and cov.unmatched:
+        missing.append(f"telemetry: no GPU series for job host(s) {', '.join(cov.unmatched)}: statistics cover "
+                       f"{', '.join(h for h in sorted(cov.job_hosts) if h not in cov.unmatched)} only")
     stats = TELEMETRY_STATS if vendor in ("nvidia", "amd") else CPU_STATS
-    findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "vendor": vendor,
-                                "stats": {}, "series": {}, "units": {}}
+    findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "window_source": wsource,
+                                "job_hosts": cov.job_hosts, "gpu_hosts": cov.gpu_hosts, "vendor": vendor,
+                                "stats": {}, "series": {}, "units": {}, "missing": missing}
+    chk = window_check(pq, manifest.jobid, window)
+    if chk is not None:
+        findings["window_check"] = chk
     claims: list[Claim] = []
+    span = window[1] - window[0]
+    wname = "SLURM" if wsource.startswith("SLURM") else "rmsjob_info"
     for metric, stat in stats:
         try:
             r = pq.job_stat(metric, manifest.jobid, window, stat=stat)
@@ -187,10 +246,12 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
         ev = Evidence(**r.evidence())
         ev.args.update({"url": url, "jobid": manifest.jobid})
         shown = (f"{r.value / 2**30:.2f} GiB" if r.unit == "bytes" else f"{r.value:.4g} {r.unit}")
+        n_series = max(1, len(r.per_instance))
+        few = (f"; only {r.sample_count} sample(s) in the window, too few for a trend"
+               if r.sample_count < MIN_SAMPLES * n_series else f" from {r.sample_count} samples")
         claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
-                            f"Over the job's telemetry window ({window[1] - window[0]:.0f} s of rmsjob_info), the "
-                            f"{stat} {metric.replace('_', ' ')} is {shown}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
-                            r.unit, [ev]))
+                            f"Over the job's {span:.1f} s {wname} window, the {stat} {metric.replace('_', ' ')} is "
+                            f"{shown}{few}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6), r.unit, [ev]))
     for metric in PLOT_METRICS:
         try:
             s = pq.job_series(metric, manifest.jobid, window, step_s=1.0)
@@ -198,7 +259,7 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
             continue
         if s:
             findings["series"][metric] = s
-            findings["units"][metric] = promql.METRICS[metric].unit
+            findings["units"][metric] = metrics.METRICS[metric].unit
     st = findings["stats"]
     util, clk, clk_max = (st.get(k, {}).get("value") for k in ("gpu_util.avg", "sm_clock.avg", "sm_clock.max"))
     pw, pw_max = (st.get(k, {}).get("value") for k in ("power.avg", "power.max"))
@@ -257,6 +318,7 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
             findings["telemetry"], c = analyze_telemetry(url, source, manifest)
         claims += c
         parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
+        problems += findings["telemetry"].pop("missing", [])
         if problems:
             missing += [f"{ANALYST}: {p}" for p in problems]
             outcomes.append(Outcome.partial)

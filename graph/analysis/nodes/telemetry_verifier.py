@@ -133,31 +133,73 @@ def _verify_fom(c: Claim, state: AnalysisState, cache: dict[str, Any]) -> Verifi
 
 
 def _raw_series(state: AnalysisState) -> tuple[list[Any], str]:
-    from ....tools.telemetry import promql
+    from ....tools.telemetry import export
 
     req = state["request"]
     manifest = state["manifest"]
     files = [run_dir(state) / p for p in manifest.artifacts.telemetry]
     if files:
-        series = [s for f in files for s in promql.load_export(f)]
+        series = [s for f in files for s in export.load_export(f)]
         return series, f"raw samples of {', '.join(f.name for f in files)}"
     tel = (state.get("findings") or {}).get("telemetry") or {}
     url = tel.get("url") or req.tsdb_url
     window = tel.get("window")
     names = ['{__name__=~"DCGM_FI_.*|rocm_.*|node_.*|rmsjob_info"}']
-    series = promql.export_raw(url, names, window[0] - 60 if window else None, window[1] + 60 if window else None)
+    series = export.export_raw(url, names, window[0] - 600 if window else None, window[1] + 600 if window else None)
     return series, f"raw samples from {url}/api/v1/export"
 
 
+def verifier_window(state: AnalysisState) -> tuple[tuple[float, float] | None, str]:
+    """The window the verifier re-derives telemetry over, and where it comes from, in words.
+
+    The analyst's window is the manifest's SLURM start/end. An independent source is ``sacct``
+    when SLURM still knows the job (a live cluster); otherwise the same manifest times are used
+    and the returned text says that both rely on one source. ``(None, ...)`` when the analyst had
+    no SLURM window either (then each host's ``rmsjob_info`` span is used, also said)."""
+    from ....tools.slurm import client as slurm
+
+    manifest = state["manifest"]
+    tel = (state.get("findings") or {}).get("telemetry") or {}
+    analyst_src = str(tel.get("window_source") or "")
+    try:
+        rec = slurm.sacct(manifest.jobid)
+    except Ai4sError:
+        rec = None
+    if rec is not None and rec.start is not None and rec.end is not None and rec.end > rec.start:
+        return (rec.start, rec.end), f"window from sacct (job {manifest.jobid}: {rec.state}), independent of the manifest"
+    if manifest.start is not None and manifest.end is not None and manifest.end > manifest.start:
+        same = "the same source as the analyst's" if analyst_src.startswith("SLURM") else "not the analyst's"
+        return ((manifest.start, manifest.end),
+                f"window from manifest.json's SLURM start/end, {same} (sacct does not know job {manifest.jobid})")
+    return None, "window from each host's rmsjob_info span, the same source as the analyst's (no SLURM times)"
+
+
+def _window_note(state: AnalysisState) -> str:
+    """A contradiction between the SLURM window and rmsjob_info's span, in words ('' if none):
+    rmsjob_info lagging the job by more than two of its own scrape intervals (at least 1 s)."""
+    chk = ((state.get("findings") or {}).get("telemetry") or {}).get("window_check") or {}
+    after, before = chk.get("after_s"), chk.get("before_s")
+    slack = max(1.0, 2 * (chk.get("interval_s") or 0.0))
+    parts = []
+    if after is not None and after > slack:
+        parts.append(f"rmsjob_info continues {after:.0f} s after the job's SLURM end (a stale series: it is not "
+                     "used as the clock)")
+    if before is not None and before > slack:
+        parts.append(f"rmsjob_info starts {before:.0f} s before the job's SLURM start")
+    return "; ".join(parts)
+
+
 def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[VerifiedClaim]:
-    from ....tools.telemetry import promql
+    from ....tools.telemetry import rawstats
 
     manifest = state["manifest"]
     try:
         series, how = _raw_series(state)
     except Ai4sError as e:
         return [verdict(c, VERIFIER, None, Tolerance(), "raw telemetry unavailable", note=str(e)) for c in claims]
-    method = f"{how}, inside each instance's rmsjob_info window, plain Python statistics (no PromQL)"
+    window, wtext = verifier_window(state)
+    method = f"{how}, {wtext}, joined by host through rmsjob_info, plain Python statistics (no PromQL)"
+    note = _window_note(state)
     raw: dict[str, float | None] = {}
     out = []
     for c in claims:
@@ -166,12 +208,12 @@ def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[Verifie
             continue
         metric, stat = parts[1], parts[2]
         try:
-            v = promql.raw_job_stat(series, metric, manifest.jobid, stat)
+            v = rawstats.raw_job_stat(series, metric, manifest.jobid, stat, window=window)
         except Ai4sError as e:
             out.append(verdict(c, VERIFIER, None, Tolerance(), method, note=str(e)))
             continue
         raw[f"{metric}.{stat}"] = v
-        out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method))
+        out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method, note=note))
     for c in claims:
         if c.metric == "telemetry.supports_compute":
             sup = telemetry_supports_compute(raw.get("gpu_util.avg"), raw.get("sm_clock.avg"), raw.get("sm_clock.max"),

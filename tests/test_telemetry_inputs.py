@@ -1,0 +1,224 @@
+"""Telemetry inputs you can trust (issue 14): the handed cases of ../shared/data/cases and other
+members of their kinds, built by hand as JSON-lines exports with known answers, through the real
+CLI and a real VictoriaMetrics (started on loopback by the analyst)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ai4s_graph.cli import app
+from ai4s_graph.state import Report
+from ai4s_graph.tools.telemetry import export as E, rawstats as R
+
+pytestmark = pytest.mark.vm
+runner = CliRunner()
+T0 = 1796000000.0  # hand-built jobs start here (unix s)
+
+
+def _run(*args: str) -> tuple[int, str]:
+    r = runner.invoke(app, ["run", *args])
+    return r.exit_code, r.output
+
+
+def _report(out: Path) -> Report:
+    return Report.model_validate_json((out / "report.json").read_text())
+
+
+def _claim(rep: Report, metric: str):
+    return next((v for v in rep.claims if v.claim.metric == metric), None)
+
+
+def _case(shared_data: Path, name: str, tmp_path: Path) -> Path:
+    src = shared_data / "cases" / name
+    if not src.is_dir():
+        pytest.skip(f"case {name} not found under {shared_data / 'cases'}")
+    dst = tmp_path / name
+    shutil.copytree(src, dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def _series(name: str, labels: dict[str, str], points: list[tuple[float, float]]) -> str:
+    return json.dumps({"metric": {"__name__": name, **labels}, "values": [v for _, v in points],
+                       "timestamps": [int(round(t * 1000)) for t, _ in points]}) + "\n"
+
+
+def _gpu_run(tmp: Path, jobid: str, *, start: float, end: float, gpu_inst: str, rms_inst: str,
+             util, power, t_from: float, t_to: float, rms_from: float, rms_to: float, hz: float = 4.0,
+             rms_every: float = 1.0, nodes: str = "node1", log: Path | None = None) -> Path:
+    """A perf-run directory with a manifest (SLURM start/end) and a DCGM-style export sampled at
+    ``hz`` from ``t_from`` to ``t_to``; ``util(t)``/``power(t)`` give the values; ``rmsjob_info``
+    is scraped every ``rms_every`` s from ``rms_from`` to ``rms_to`` on ``rms_inst``."""
+    run = tmp / f"run-{jobid}"
+    (run / "telemetry").mkdir(parents=True)
+    n = int(round((t_to - t_from) * hz)) + 1
+    ts = [t_from + i / hz for i in range(n)]
+    gl = {"gpu": "0", "device": "nvidia0", "modelName": "NVIDIA H200", "Hostname": gpu_inst.split(":")[0],
+          "instance": gpu_inst}
+    text = _series("DCGM_FI_DEV_GPU_UTIL", gl, [(t, util(t)) for t in ts])
+    text += _series("DCGM_FI_DEV_POWER_USAGE", gl, [(t, power(t)) for t in ts])
+    text += _series("DCGM_FI_DEV_SM_CLOCK", gl, [(t, 1980.0) for t in ts])
+    text += _series("DCGM_FI_DEV_FB_USED", gl, [(t, 20000.0) for t in ts])
+    m = int(round((rms_to - rms_from) / rms_every)) + 1
+    text += _series("rmsjob_info", {"instance": rms_inst, "jobid": jobid, "nodes": nodes, "type": "slurm"},
+                    [(rms_from + i * rms_every, 1.0) for i in range(m)])
+    (run / "telemetry" / "export.jsonl").write_text(text)
+    if log is not None:
+        shutil.copy(log, run / "train.log")
+    (run / "manifest.json").write_text(json.dumps({
+        "jobid": jobid, "state": "COMPLETED", "nodes_list": nodes, "num_nodes": 1, "gpus_per_node": 1,
+        "gpu": "NVIDIA H200", "model": "mlip-gnn", "start_unix": start, "end_unix": end}))
+    return run
+
+
+# ------------------------------------------------------------------------------- handed cases
+
+
+def test_offgrid_power_spike_is_the_max(shared_data, tmp_path):
+    run = _case(shared_data, "offgrid-power-spike", tmp_path)
+    code, out = _run("--job", "94005", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    pmax = _claim(rep, "telemetry.power.max")
+    assert pmax.claim.value == 690.0 and pmax.verdict.value == "confirmed"  # one 4 Hz sample at +10.5 s
+    assert "from 121 samples" in pmax.claim.statement
+    assert 'max_over_time(DCGM_FI_DEV_POWER_USAGE[30001ms])' in pmax.claim.evidence[0].query  # no [..:1s] grid
+
+
+def test_short_job_uses_its_slurm_window_and_draws_the_plot(shared_data, tmp_path):
+    run = _case(shared_data, "short-job-one-rms-sample", tmp_path)
+    code, out = _run("--job", "94006", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    util = _claim(rep, "telemetry.gpu_util.avg")
+    # 100 % for 5 s then 20 %, 4 Hz: 20 samples at 100 and 21 at 20 in [start, end] -> 59.02 (60 +- 3)
+    assert util.claim.value == pytest.approx(59.024, abs=0.01) and util.verdict.value == "confirmed"
+    assert "10.0 s SLURM window" in util.claim.statement
+    assert (tmp_path / "o" / "telemetry.png").stat().st_size > 1000
+    assert not [m for m in rep.missing if "telemetry plot" in m]
+
+
+def test_compressed_nodelist_is_expanded_in_manifest_and_report(shared_data, tmp_path):
+    run = _case(shared_data, "nodelist-compressed", tmp_path)
+    code, out = _run("--job", "91001", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    want = ["gpu01", "gpu02", "gpu03", "gpu07"]
+    assert rep.nodes_list == want
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["nodes_list"] == want
+    assert "gpu[01-03" not in (tmp_path / "o" / "report.md").read_text()
+    # the telemetry join runs through rmsjob_info (instance "vm"), not the SLURM names
+    assert _claim(rep, "telemetry.gpu_util.avg").verdict.value == "confirmed"
+
+
+# ------------------------------------------------------------------------------- other members
+
+
+def test_stale_rmsjob_info_does_not_stretch_the_window(tmp_path):
+    """The job runs 60 s at 90 % and 600 W; rmsjob_info outlives it by 120 s while the GPU idles at
+    0 % and 80 W (Omnistat's stale-series fault). The rmsjob_info span would give 30 % and 253 W."""
+    def busy(t):
+        return T0 <= t <= T0 + 60
+    run = _gpu_run(tmp_path, "96001", start=T0, end=T0 + 60, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 90.0 if busy(t) else 0.0, power=lambda t: 600.0 if busy(t) else 80.0,
+                   t_from=T0 - 30, t_to=T0 + 180, rms_from=T0, rms_to=T0 + 180)
+    series = E.load_export(run / "telemetry" / "export.jsonl")
+    assert R.raw_job_stat(series, "gpu_util", "96001") == pytest.approx(30.0, abs=0.2)  # the wrong clock
+    code, out = _run("--job", "96001", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    util, power = _claim(rep, "telemetry.gpu_util.avg"), _claim(rep, "telemetry.power.avg")
+    assert util.claim.value == pytest.approx(90.0) and power.claim.value == pytest.approx(600.0)
+    assert util.verdict.value == "confirmed" and power.verdict.value == "confirmed"
+    # the verifier says where its window came from, and that rmsjob_info outlives the job
+    assert "the same source as the analyst's" in util.method
+    assert "rmsjob_info continues 120 s after the job's SLURM end" in util.note
+
+
+def _log(shared_data: Path) -> Path:
+    log = shared_data / "cases" / "offgrid-power-spike" / "train.log"
+    if not log.is_file():
+        pytest.skip(f"{log} not found")
+    return log
+
+
+def test_exporters_on_different_ports_join_by_host(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96002", start=T0, end=T0 + 20, gpu_inst="node1:9400", rms_inst="node1:8001",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=_log(shared_data))
+    code, out = _run("--job", "96002", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    util = _claim(rep, "telemetry.gpu_util.avg")
+    assert util.claim.value == pytest.approx(75.0) and util.verdict.value == "confirmed"
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=ok")
+    assert not [m for m in rep.missing if "telemetry" in m]
+
+
+def test_gpu_series_matching_no_job_host_is_reported_missing(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96003", start=T0, end=T0 + 20, gpu_inst="node9:9400", rms_inst="node1:8001",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=_log(shared_data))
+    code, out = _run("--job", "96003", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+    miss = [m for m in rep.missing if "no GPU series matches" in m]
+    assert miss == ["telemetry_analyst: telemetry: no GPU series matches the job's host(s) node1 "
+                    "(GPU series in the window come from node9)"]
+    assert _claim(rep, "telemetry.gpu_util.avg") is None
+
+
+def test_a_slurm_node_without_rmsjob_info_is_reported_missing(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96005", start=T0, end=T0 + 20, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, nodes="node[1-2]", log=_log(shared_data))
+    code, out = _run("--job", "96005", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert rep.nodes_list == ["node1", "node2"]
+    assert _claim(rep, "telemetry.gpu_util.avg").claim.value == pytest.approx(75.0)  # node1's GPU
+    assert [m for m in rep.missing if "telemetry" in m] == [
+        "telemetry_analyst: telemetry: no rmsjob_info for SLURM node(s) node2: their telemetry is not in the statistics"]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+
+
+def test_a_job_with_one_scrape_says_how_many_samples(tmp_path):
+    # a 10 s job on a 15 s scrape: one GPU sample (at T0) inside the SLURM window, rmsjob_info after it
+    run = _gpu_run(tmp_path, "96004", start=T0 - 3, end=T0 + 7, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 40.0, power=lambda t: 300.0, t_from=T0 - 15, t_to=T0 + 30, hz=1 / 15,
+                   rms_from=T0 + 15, rms_to=T0 + 15, rms_every=15)
+    code, out = _run("--job", "96004", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    util = _claim(rep, "telemetry.gpu_util.avg")
+    assert util.claim.value == 40.0
+    assert "only 1 sample(s) in the window, too few for a trend" in util.claim.statement
+
+
+# ------------------------------------------------------------------------------- refused runs
+
+
+def _digest(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def test_refused_runs_leave_a_good_report_byte_identical(shared_data, tmp_path):
+    run = _case(shared_data, "offgrid-power-spike", tmp_path)
+    code, _ = _run("--job", "94005", "--perf-run", str(run))
+    assert code == 0 and (run / "report.md").exists() and (run / "report.json").exists()
+    before = _digest(run)
+    for args, why in [
+        (("--job", "91001", "--perf-run", str(run)), "does not match manifest.json jobid 94005"),
+        (("--job", "91001; rm -rf /", "--perf-run", str(run)), "not a SLURM job id"),
+        (("--job", "91003", "--perf-run", str(shared_data / "perf-runs" / "91003"), "--out", str(run)),
+         "is job 94005's run directory"),
+    ]:
+        code, out = _run(*args)
+        assert code == 2, out
+        status = [ln for ln in out.splitlines() if ln.startswith("STATUS=")]
+        assert len(status) == 1 and status[0].startswith("STATUS=fail; reason=") and why in status[0]
+        assert _digest(run) == before  # nothing written, nothing replaced
+    orphan = tmp_path / "orphan"
+    shutil.copytree(run / "telemetry", orphan / "telemetry")
+    code, out = _run("--perf-run", str(orphan))
+    assert code == 2 and "no manifest.json and no --job" in out and sorted(p.name for p in orphan.iterdir()) == ["telemetry"]

@@ -1,0 +1,235 @@
+"""Job statistics from raw telemetry samples in plain Python (the verifiers' path: no PromQL).
+
+Input: :class:`~.export.Series` from a JSON-lines export or ``/api/v1/export``. The job's
+instances are the hosts that carry an ``rmsjob_info{jobid}`` sample with value > 0 near the job
+(``rmsjob_info`` is the join key only, never the clock); a telemetry series belongs to the job
+when its host (``instance`` without a ``:port``, :func:`~.export.host_of`) is one of them, so a
+DCGM exporter on ``node1:9400`` joins a job-info exporter on ``node1:8001``.
+
+The time window is given by the caller (the job's SLURM start and end). Without one, each host's
+first..last ``rmsjob_info`` sample is used (:func:`raw_job_windows`): the fallback for a run with
+no SLURM times, which a stale ``rmsjob_info`` series (one that outlives the job, a known Omnistat
+fault) stretches.
+
+Statistics per series, then across series (:data:`~.metrics.STATS`):
+
+- ``avg``/``max``/``min``/``pNN``: over every raw sample in ``[start, end]`` (the range vector
+  ``m[D]`` evaluated at ``end`` with ``D`` one millisecond longer than the job, so the sample at
+  the start counts): no evaluation grid, so a 690 W sample between grid points is the max. A
+  sample before the window start is never held into it: the exporter may have been silent (a
+  measured VictoriaMetrics 1.79.5 ``integrate()`` uses such a sample only within about one
+  scrape interval, which a plain-Python path cannot reproduce exactly, hence sample means).
+- ``cpu_util`` (a counter): ``avg`` = ``100 * (1 - Δidle / Δall)`` between the first and the last
+  sample in the window (a time-weighted mean by construction); other statistics over the
+  utilisation of each pair of consecutive samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from .export import Series, host_of
+from .metrics import METRICS, QUANTILE, STATS, MetricDef, Source, _g, check_jobid, check_stat
+
+#: Slack (s) at the window start: the PromQL range is ``(end - D, end]`` with whole milliseconds.
+EDGE_S = 0.001
+#: How far around the job window an ``rmsjob_info`` sample still names the job's hosts (s): one
+#: Prometheus look-back delta (5 min), longer than any exporter's scrape interval, so a job shorter
+#: than the scrape interval (one sample, or none inside its window) still finds its hosts.
+JOIN_MARGIN_S = 300.0
+
+
+def raw_job_windows(series_list: Sequence[Series], jobid: str) -> dict[str, tuple[float, float]]:
+    """Per instance, the first and last timestamp (unix s) of ``rmsjob_info{jobid}`` samples
+    with value > 0. ``{}`` when the job has none."""
+    jid = check_jobid(jobid)
+    win: dict[str, tuple[float, float]] = {}
+    for s in series_list:
+        if s.name != "rmsjob_info" or s.metric.get("jobid") != jid:
+            continue
+        ts = [t for t, v in zip(s.timestamps, s.values) if v > 0]
+        if not ts:
+            continue
+        lo, hi = min(ts), max(ts)
+        if s.instance in win:
+            lo, hi = min(lo, win[s.instance][0]), max(hi, win[s.instance][1])
+        win[s.instance] = (lo, hi)
+    return win
+
+
+def raw_job_hosts(series_list: Sequence[Series], jobid: str, window: tuple[float, float] | None = None,
+                  margin_s: float = JOIN_MARGIN_S) -> dict[str, int]:
+    """The job's hosts: ``{host: number of rmsjob_info{jobid} samples > 0}`` within ``window`` ±
+    ``margin_s`` (all time when ``window`` is None). ``{}`` when there is none."""
+    jid = check_jobid(jobid)
+    lo, hi = (float(window[0]) - margin_s, float(window[1]) + margin_s) if window else (-np.inf, np.inf)
+    out: dict[str, int] = {}
+    for s in series_list:
+        if s.name == "rmsjob_info" and s.metric.get("jobid") == jid:
+            n = sum(1 for t, v in zip(s.timestamps, s.values) if v > 0 and lo <= t <= hi)
+            if n:
+                out[s.host] = out.get(s.host, 0) + n
+    return out
+
+
+def _stat_of(values: Sequence[float], stat: str) -> float:
+    a = np.asarray(values, dtype=float)
+    if stat == "avg":
+        return float(a.mean())
+    if stat == "max":
+        return float(a.max())
+    if stat == "min":
+        return float(a.min())
+    return float(np.quantile(a, QUANTILE[stat]))
+
+
+def _across(values: Sequence[float], stat: str) -> float:
+    outer = STATS[stat]
+    return float(max(values) if outer == "max" else min(values) if outer == "min" else np.mean(values))
+
+
+def _pick_source(m: MetricDef, series_list: Sequence[Series], hosts: set[str], vendor: str | None) -> tuple[str, Source]:
+    if vendor is not None:
+        if vendor not in m.sources:
+            raise InputError(f"metric {m.name!r} has no {vendor!r} source")
+        return vendor, m.sources[vendor]
+    present = {s.name for s in series_list if s.host in hosts}
+    for v, src in m.sources.items():
+        if all(i in present for i in src.inputs):
+            return v, src
+    return next(iter(m.sources.items()))
+
+
+def _combined(by_name: dict[str, Series], src: Source) -> tuple[list[float], list[float]]:
+    """Timestamps and values of ``src`` combined at the timestamps all inputs share."""
+    maps = [dict(zip(by_name[n].timestamps, by_name[n].values)) for n in src.inputs]
+    common = sorted(set(maps[0]).intersection(*maps[1:])) if len(maps) > 1 else sorted(maps[0])
+    vals = []
+    for t in common:
+        args = [m[t] for m in maps]
+        vals.append(src.combine(*args) if src.combine else args[0])
+    return common, vals
+
+
+def _cpu_stat(series_list: Sequence[Series], src: Source, hosts: set[str], windows: dict[str, tuple[float, float]],
+              stat: str) -> dict[str, tuple[float, int]]:
+    """``{host: (statistic, intervals)}`` of host CPU utilisation from ``node_cpu_seconds_total``."""
+    acc: dict[str, dict[float, list[float]]] = {}
+    for s in series_list:
+        if s.name == src.inputs[0] and s.host in hosts:
+            per_t = acc.setdefault(s.host, {})
+            for t, v in zip(s.timestamps, s.values):
+                cell = per_t.setdefault(t, [0.0, 0.0])
+                cell[1] += v
+                if s.metric.get("mode") == "idle":
+                    cell[0] += v
+    out = {}
+    for host, per_t in acc.items():
+        lo, hi = windows[host]
+        ts = sorted(per_t)
+        pts = [t for t in ts if lo - EDGE_S <= t <= hi]
+        if len(pts) < 2:
+            continue
+        if stat == "avg":
+            d_idle, d_all = per_t[pts[-1]][0] - per_t[pts[0]][0], per_t[pts[-1]][1] - per_t[pts[0]][1]
+            if d_all > 0:
+                out[host] = (100.0 * (1.0 - d_idle / d_all), len(pts) - 1)
+            continue
+        utils = []
+        for a, b in zip(pts, pts[1:]):
+            d_idle, d_all = per_t[b][0] - per_t[a][0], per_t[b][1] - per_t[a][1]
+            if d_all > 0 and d_idle >= 0:
+                utils.append(100.0 * (1.0 - d_idle / d_all))
+        if utils:
+            out[host] = (_stat_of(utils, stat), len(utils))
+    return out
+
+
+@dataclass
+class RawStat:
+    """What :func:`raw_job_stat_detail` returns: ``value`` (``None`` if no samples),
+    ``per_instance`` values (keyed by host), ``sample_count`` (raw samples in the window, or
+    counter intervals for ``cpu_util``), the ``vendor`` whose names were read, the per-host
+    ``windows`` used and ``window_source`` (``"given"`` or ``"rmsjob_info"``)."""
+
+    value: float | None
+    per_instance: dict[str, float]
+    sample_count: int
+    vendor: str
+    windows: dict[str, tuple[float, float]]
+    window_source: str = "given"
+    hosts: dict[str, int] = field(default_factory=dict)
+
+
+def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",
+                        *, vendor: str | None = None, window: tuple[float, float] | None = None) -> RawStat:
+    """Like :func:`raw_job_stat`, with per-host values, sample count and windows."""
+    check_stat(stat)
+    if window is not None:
+        start, end = float(window[0]), float(window[1])
+        if not (np.isfinite(start) and np.isfinite(end)) or end < start:
+            raise InputError(f"bad time window {window!r}: need finite start <= end (unix seconds)")
+        hosts = raw_job_hosts(series_list, jobid, (start, end))
+        if not hosts:
+            raise InputError(f"unknown job id {jobid!r}: no rmsjob_info{{jobid=\"{jobid}\"}} samples within "
+                             f"{JOIN_MARGIN_S:.0f} s of its window in the export")
+        windows = {h: (start, end) for h in hosts}
+        source = "given"
+    else:
+        inst_w = raw_job_windows(series_list, jobid)
+        if not inst_w:
+            raise InputError(f"unknown job id {jobid!r}: no rmsjob_info{{jobid=\"{jobid}\"}} samples in the export")
+        hosts = raw_job_hosts(series_list, jobid)
+        windows = {}
+        for inst, (lo, hi) in inst_w.items():
+            h = host_of(inst)
+            windows[h] = (min(lo, windows.get(h, (lo, hi))[0]), max(hi, windows.get(h, (lo, hi))[1]))
+        source = "rmsjob_info"
+    if metric in METRICS:
+        vendor, src = _pick_source(METRICS[metric], series_list, set(windows), vendor)
+    else:
+        src, vendor = _g(metric), vendor or "raw"
+    per_series: list[tuple[str, float, int]] = []
+    if src.kind == "cpu_counter":
+        per_series = [(h, v, n) for h, (v, n) in _cpu_stat(series_list, src, set(windows), windows, stat).items()]
+    else:
+        groups: dict[tuple, dict[str, Series]] = {}
+        for s in series_list:
+            if s.name in src.inputs and s.host in windows:
+                groups.setdefault(s.labels_without_name(), {})[s.name] = s
+        for by_name in groups.values():
+            if len(by_name) != len(src.inputs):
+                continue
+            host = next(iter(by_name.values())).host
+            lo, hi = windows[host]
+            ts, vs = _combined(by_name, src)
+            inside = [v for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi]
+            if inside:
+                per_series.append((host, _stat_of(inside, stat), len(inside)))
+    if not per_series:
+        return RawStat(None, {}, 0, vendor, windows, source, hosts)
+    per_host: dict[str, list[float]] = {}
+    for h, v, _ in per_series:
+        per_host.setdefault(h, []).append(v)
+    return RawStat(value=_across([v for _, v, _ in per_series], stat),
+                   per_instance={h: _across(vs, stat) for h, vs in per_host.items()},
+                   sample_count=sum(n for _, _, n in per_series), vendor=vendor, windows=windows,
+                   window_source=source, hosts=hosts)
+
+
+def raw_job_stat(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",
+                 *, vendor: str | None = None, window: tuple[float, float] | None = None) -> float | None:
+    """The statistic of ``metric`` over job ``jobid`` from raw samples (no PromQL).
+
+    ``metric``: a logical name of :data:`~.metrics.METRICS` (vendor chosen by which raw names are
+    present on the job's hosts, or ``vendor=``) or a raw metric name (``DCGM_FI_DEV_POWER_USAGE``).
+    ``window``: ``(start, end)`` unix seconds, the job's SLURM times; ``None`` falls back to each
+    host's ``rmsjob_info`` span. Statistics as in the module docstring. Returns the value in the
+    metric's unit (``None`` when the job's hosts have no samples of the metric in the window).
+    Raises ``InputError`` for a bad or unknown job id (no ``rmsjob_info`` samples near the window),
+    a bad window or an unknown stat."""
+    return raw_job_stat_detail(series_list, metric, jobid, stat, vendor=vendor, window=window).value
