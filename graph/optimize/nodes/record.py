@@ -108,17 +108,17 @@ def write_loop_report(state: dict[str, Any]) -> tuple[Path, Path | None]:
     ]
     if png is not None:
         lines += [f"![{cat.fom.primary} per iteration]({png.name})", ""]
-    lines += ["| iter | lever | class followed | jobs | nodes_list | FOM values | delta % | predicted % | noise % | guard | decision |",
-              "|---:|---|---|---|---|---|---:|---:|---:|---|---|"]
+    lines += ["| iter | lever | jobs | nodes_list | FOM values | delta % | noise % | guard | decision | predicted % | class followed |",
+              "|---:|---|---|---|---|---:|---:|---|---|---:|---|"]
     for r in recs:
         g = r.get("guard")
         gtxt = "-" if not g else GuardResult.model_validate(g).summary()
         nodes = " / ".join(",".join(n) for n in r.get("nodes_list") or []) or "-"
         lines.append(
-            f"| {r['iteration']} | {r.get('lever') or 'baseline'} | {r.get('bottleneck') or '-'} | "
-            f"{', '.join(r.get('job_ids', []))} | {nodes} | "
+            f"| {r['iteration']} | {r.get('lever') or 'baseline'} | {', '.join(r.get('job_ids', []))} | {nodes} | "
             f"{', '.join(fmt(v) for v in r.get('fom_values', [])) or '-'} | {fmt(r.get('delta_pct'), 3)} | "
-            f"{fmt(r.get('predicted_saving_pct'), 3)} | {fmt(r.get('noise_pct'), 3)} | {gtxt} | {r.get('decision')} |")
+            f"{fmt(r.get('noise_pct'), 3)} | {gtxt} | {r.get('decision')} | {fmt(r.get('predicted_saving_pct'), 3)} | "
+            f"{r.get('bottleneck') or '-'} |")
     lines += ["", "## Why", ""]
     for r in recs:
         lines.append(f"- **iteration {r['iteration']} ({r.get('lever') or 'baseline'}) -> {r.get('decision')}**: {r.get('why')}")
