@@ -161,8 +161,9 @@ class LocalExecutor:
         py = shlex.quote(self.cluster.python)
         args = " ".join(shlex.quote(a) for a in spec.script_args)
         if spec.template == "cpu-toy":
-            return (f"{py} -u -m ai4s_graph.workloads.train --out-dir \"$RUN_DIR\" --jobid {jobid} --write-manifest "
-                    f"{args} > \"$RUN_DIR/train.log\"")
+            # the project's workload, or a wrapper of it (AI4S_WORKLOAD_MODULE, e.g. workloads.lever_hooks)
+            return (f"{py} -u -m \"${{AI4S_WORKLOAD_MODULE:-ai4s_graph.workloads.train}}\" --out-dir \"$RUN_DIR\" "
+                    f"--jobid {jobid} --write-manifest {args} > \"$RUN_DIR/train.log\"")
         return f"export RANK_TRACE_DIR=\"$RUN_DIR/traces\"\n{py} -u {args} > \"$RUN_DIR/train.log\" 2>&1"
 
     def render(self, spec: JobSpec, run_dir: Path, jobid: str) -> str:

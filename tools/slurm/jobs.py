@@ -160,7 +160,7 @@ def plan_retry(end: JobEnd, known_bad_path: Path, exclude: list[str], retries_do
     known = health.append_known_bad(known_bad_path, bad, jobid=end.jobid) if bad else \
         health.read_known_bad(known_bad_path)
     excl = sorted(set(exclude) | set(known))
-    what = f"{f.kind} failure ({f.signature})"
+    what = f"{f.kind} failure ({f.signature or 'no signature'})"
     if retries_done >= max_retries:
         return Retry(False, excl, bad, f"{what}; {retries_done} infra retries already (max {max_retries})")
     if not bad:

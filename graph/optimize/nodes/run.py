@@ -125,8 +125,8 @@ def wait_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         code = "exit 42" if rec.exit_status == 42 else f"exit {rec.exit_code}"
         if plan.resubmit:
             return ({"current": cur, "node_hours_used": used, "route": "submit"},
-                    StatusLine.make(Outcome.partial, f"job {job_id} {code}: infrastructure ({f.describe()}); "
-                                                     f"{plan.why} (lever not penalized)"))
+                    StatusLine.make(Outcome.partial, f"job {job_id} {code}: infrastructure, lever not penalized; "
+                                                     f"{plan.why}; {f.describe()}"))
         cur["outcome"] = {"decision": Decision.infra_failed.value,
                           "why": (f"{code} on job {job_id}: {f.describe()}; {plan.why}; "
                                   f"{len(cur['infra_retries'])} infra retries; lever not penalized")}
