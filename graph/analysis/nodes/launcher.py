@@ -12,9 +12,9 @@ from typing import Any
 from ..configuration import ResolvedRun, RunRequest
 from ..schema import AnalysisState
 from ...runtime import node
-from ....state import Artifacts, Manifest, Outcome, StatusLine
+from ....state import Manifest, Outcome, StatusLine
 from ....tools.errors import InputError
-from ....tools.slurm.jobs import discover_artifacts, perf_run_dir  # noqa: F401  (discover_artifacts: re-exported)
+from ....tools.slurm.jobs import discover_artifacts, perf_run_dir
 
 
 def shared_dir() -> Path | None:

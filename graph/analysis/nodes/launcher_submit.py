@@ -19,7 +19,6 @@ Seed 000 sources: "When something goes wrong" (timeout -> ``scontrol show job`` 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
