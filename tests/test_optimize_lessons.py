@@ -132,3 +132,28 @@ def test_pin_follows_the_baseline_nodes_unless_known_bad(tmp_path):
     spec = N.build_spec(L.load_catalog(CATALOG), L.effective_change(L.load_catalog(CATALOG), []), job_name="j",
                         exclude=[], nodelist=["n7"])
     assert spec.sbatch_options["nodelist"] == "n7"
+
+
+def test_analysis_follows_the_best_run_as_the_bottleneck_moves(tmp_path, repo_root):
+    """``--analyze``: the analysis runs on the best run and again after each accepted lever; the
+    next pick follows the new class. Bundled runs with known answers: 92001 dispatch-bound,
+    92003 compute-bound."""
+    st = _state(tmp_path)
+    st["request"]["analyze"] = True
+    ex = repo_root / "examples" / "perf-runs"
+    st["best"] = {"value": 1.0, "levers": [], "run": {**_run("92001", 1.0), "perf_run": str(ex / "92001")}}
+    upd, status = N.analyse_body(st)
+    assert upd["analysis"]["bottleneck"] == "dispatch-bound" and "bottleneck dispatch-bound" in status.reason
+    st.update(upd)
+    again, status = N.analyse_body(st)  # the best did not change: not analysed twice
+    assert "analysis" not in again and "no new best run" in status.reason
+    st["best"] = {"value": 0.5, "levers": ["x"], "run": {**_run("92003", 0.5), "perf_run": str(ex / "92003")}}
+    upd, status = N.analyse_body(st)
+    assert upd["analysis"]["bottleneck"] == "compute-bound" and "moved from dispatch-bound" in status.reason
+    assert [h["bottleneck"] for h in upd["analysis"]["history"]] == ["dispatch-bound", "compute-bound"]
+    st.update(upd)
+    _measured_best = st["best"]
+    st.update(baseline={"values": [1.0, 1.0], "mean": 1.0, "noise_pct": 2.0, "job_ids": ["a", "b"],
+                        "nodes_list": ["n1"]}, iteration=2, best=_measured_best)
+    pick, status = N.make_pick_body()(st)
+    assert pick["current"]["lever"] == "threads_2" and pick["current"]["bottleneck"] == "compute-bound"
