@@ -14,11 +14,16 @@ mkdir -p "$W" "$OUTD"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"; } 2>&1 | tee "$OUTD/gpu.txt"
+declare -A NH=([gnn]=0.04 [vit]=0.055) TO=([gnn]=150 [vit]=230)   # job-time budget (h), wall timeout (s)
 for m in gnn vit; do
-    timeout "${LOOP_TIMEOUT:-210}" python3 -m ai4s_graph.cli optimize --model "$m" --catalog "tools/levers/catalogs/$m.yaml" \
+    timeout "${TO[$m]}" python3 -m ai4s_graph.cli optimize --model "$m" --catalog "tools/levers/catalogs/$m.yaml" \
         --executor local --report "reports/gpu-loops/inputs/$m-baseline-report.json" --iterations 4 \
-        --node-hours "${NODE_HOURS:-0.045}" --loop-root "$W/loops-$m" --shared-dir "$W/shared" --wait-timeout 200 \
+        --node-hours "${NH[$m]}" --loop-root "$W/loops-$m" --shared-dir "$W/shared" --wait-timeout 200 \
         2>&1 | tee "$OUTD/$m.log"
+    # a loop cut by its timeout leaves its detached job running: end it (its own process group)
+    for p in "$W"/shared/models/"$m"/perf-runs/*/.local_job/pid; do
+        [ -f "$p" ] && kill -- -"$(cat "$p")" 2>/dev/null
+    done
     tar czf "$OUTD/$m.tgz" -C "$W" "loops-$m" "shared/models/$m"
 done
 ls -la "$OUTD"
