@@ -1,7 +1,7 @@
 """The ``ai4s-graph`` command line (typer).
 
 Each sub-command lives in its own module of this package (``cli/run.py``, ``cli/trace.py``,
-``cli/optimize.py``, ``cli/health.py``, ``cli/cluster.py``) exposing ``register(app)``; this file
+``cli/optimize.py``, ``cli/diff.py``, ``cli/health.py``, ``cli/cluster.py``) exposing ``register(app)``; this file
 only assembles them. The CLI is the top layer: cli -> graph -> tools -> state, never upward.
 """
 
@@ -19,9 +19,9 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from . import cluster, health, optimize, run, trace  # noqa: E402
+from . import cluster, diff, health, optimize, run, trace  # noqa: E402
 
-for _mod in (run, trace, optimize, health, cluster):
+for _mod in (run, trace, optimize, diff, health, cluster):
     _mod.register(app)
 
 

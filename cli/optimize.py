@@ -22,6 +22,14 @@ def _fail(msg: str) -> None:
     raise typer.Exit(1)
 
 
+def _found_cluster_config() -> bool:
+    import os
+
+    from ..tools.slurm.client import DEFAULT_CONFIG_NAMES
+
+    return bool(os.environ.get("AI4S_CLUSTER_CONFIG")) or any(Path(n).is_file() for n in DEFAULT_CONFIG_NAMES)
+
+
 def optimize(
     model: Optional[str] = typer.Option(None, "--model", help="Model of the catalog (cpu-toy, hydragnn, orbit2)."),
     catalog: Optional[Path] = typer.Option(None, "--catalog", help="Lever catalog YAML (default: the bundled levers/<model>.yaml)."),
@@ -32,11 +40,22 @@ def optimize(
     resume: Optional[str] = typer.Option(None, "--resume", help="Resume loop-<uuid> (a path or a name under --loop-root)."),
     loop_root: Path = typer.Option(Path("ai4s-loops"), "--loop-root", help="Where loop-<uuid>/ directories go."),
     baseline_runs: int = typer.Option(2, "--baseline-runs", min=2, help="Baseline repetitions (>= 2: the noise band)."),
+    executor: str = typer.Option(
+        "auto", "--executor", help="slurm (sbatch/sacct), local (a subprocess on this machine), or auto: slurm "
+                                   "when a cluster config is given or found (--cluster-config, $AI4S_CLUSTER_CONFIG, "
+                                   "./.cluster-config.yaml), else local."),
+    analyze: bool = typer.Option(
+        False, "--analyze/--no-analyze", help="Run the analysis on the baseline and on each new best: its verified "
+                                              "bottleneck class picks the candidate levers (default on without --report)."),
+    shared_dir: Optional[Path] = typer.Option(None, "--shared-dir", help="Local executor: where runs go "
+                                              "(<dir>/models/<model>/perf-runs/<id>; default $AI4S_SHARED_DIR, else "
+                                              "<loop-root>/shared)."),
+    no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin replicates and levers to the baseline's nodes."),
     wait_timeout: Optional[float] = typer.Option(
         None, "--wait-timeout", help="Seconds to wait for one job before stopping (default 900; on --resume "
                                      "it replaces the saved value for a loop that stopped on TIMEOUT_WAITING)."),
 ) -> None:
-    """Run the perf-optimizer loop on the local/remote SLURM cluster."""
+    """Run the perf-optimizer loop on a SLURM cluster or on this machine (--executor)."""
     from ..graph.optimize import graph as O
     from ..tools.levers.catalog import bundled_catalog
 
@@ -54,10 +73,13 @@ def optimize(
             if not model:
                 _fail("--model is required (or --resume loop-<uuid>)")
             cat = catalog or bundled_catalog(model)
+            kind = executor if executor != "auto" else ("slurm" if cluster_config or _found_cluster_config() else "local")
             req = O.new_loop(model=model, catalog_path=cat, loop_root=loop_root, iterations=iterations,
                              node_hours=node_hours, cluster_config=str(cluster_config) if cluster_config else None,
                              report=str(report) if report else None, baseline_runs=baseline_runs,
-                             wait_timeout_s=wait_timeout if wait_timeout is not None else 900.0)
+                             wait_timeout_s=wait_timeout if wait_timeout is not None else 900.0,
+                             executor=kind, shared_dir=shared_dir, analyze=analyze, pin_placement=not no_pin)
+            typer.echo(f"executor: {kind}{'' if executor != 'auto' else ' (auto: ' + ('cluster config found' if kind == 'slurm' else 'no cluster config') + ')'}")
             typer.echo(f"loop {req.loop_id} in {req.loop_dir}")
         final = O.run_loop(req, on_status=show, resume=bool(resume))
     except Ai4sError as e:

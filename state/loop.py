@@ -316,13 +316,20 @@ class RunResult(BaseModel):
 
 class GuardCheck(BaseModel):
     """One integrity check: the quantity, the reference (current best) value, this run's value,
-    and whether it passed."""
+    and whether it passed. ``checked`` is False when neither run measured the quantity: the
+    check is "not checked" (it does not block, and is never reported as a pass)."""
 
     name: str
     reference: Any = None
     value: Any = None
     passed: bool
+    checked: bool = True
     why: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``FAIL`` or ``not checked``."""
+        return "not checked" if not self.checked else ("pass" if self.passed else "FAIL")
 
 
 class GuardResult(BaseModel):
@@ -334,6 +341,17 @@ class GuardResult(BaseModel):
     @property
     def reasons(self) -> list[str]:
         return [c.why for c in self.checks if not c.passed]
+
+    @property
+    def not_checked(self) -> list[str]:
+        """Names of the checks no run had data for."""
+        return [c.name for c in self.checks if not c.checked]
+
+    def summary(self) -> str:
+        """``pass`` / ``FAIL`` plus ``(n not checked: a, b)``."""
+        head = "pass" if self.passed else "FAIL"
+        nc = self.not_checked
+        return head + (f" ({len(nc)} not checked: {', '.join(nc)})" if nc else "")
 
 
 class IterationRecord(BaseModel):
@@ -361,6 +379,11 @@ class IterationRecord(BaseModel):
     why: str
     node_hours: float = 0.0
     runs: list[RunResult] = Field(default_factory=list)
+    bottleneck: str | None = None  # the verified class the pick followed (lessons 13, 16)
+    predicted_saving_pct: float | None = None  # the report's impact estimate for this lever, if any
+    predicted_source: str | None = None
+    skipped: list[dict[str, str]] = Field(default_factory=list)  # levers skipped at this pick, with why
+    executor: str = "slurm"
 
 
 class LoopRequest(BaseModel):
@@ -381,6 +404,10 @@ class LoopRequest(BaseModel):
     wait_timeout_s: float = Field(default=900.0, gt=0)
     max_infra_retries: int = Field(default=2, ge=0)
     extra_env: dict[str, Scalar] = Field(default_factory=dict)
+    executor: Literal["slurm", "local"] = "slurm"
+    shared_dir: str | None = None  # the local executor's run root (slurm: the cluster config's)
+    analyze: bool = False  # run the analysis on the baseline (and on each new best) for the class
+    pin_placement: bool = True  # replicates and levers on the baseline's nodes (-w/--nodelist)
 
     @field_validator("extra_env")
     @classmethod

@@ -37,11 +37,7 @@ SIZE_ALLOWED = {
 GUARD_ALLOWED = {
 }
 # Import cycles (as sorted module tuples) being untangled today.
-CYCLE_ALLOWED: set[tuple[str, ...]] = {
-    # helper "opt": the job lifecycle moves to tools/slurm/jobs.py (launcher_submit reads
-    # launcher.discover_artifacts, launcher calls launcher_submit.submit_step)
-    ("ai4s_graph.graph.analysis.nodes.launcher", "ai4s_graph.graph.analysis.nodes.launcher_submit"),
-}
+CYCLE_ALLOWED: set[tuple[str, ...]] = set()
 
 
 def _source_files() -> list[Path]:

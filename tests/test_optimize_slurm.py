@@ -249,7 +249,10 @@ def test_exit_42_on_a_lever_job_excludes_the_node_and_does_not_penalize_the_leve
     assert r1.base_state == "FAILED" and r1.exit_code == "42:0" and r1.nodelist == ["node1"]
     assert r2.base_state == "COMPLETED" and r2.nodelist == ["node2"]
     assert lever["nodes_list"] == [["node2"]] and lever["same_nodes_as_baseline"] is False
-    assert lever["decision"] in ("accepted", "reverted") and lever["decision"] != "failed"
+    # the re-run landed on another node than the baseline: never accepted silently (lessons 9, 10,
+    # 18): the placement guard rejects the comparison, the lever is not penalized
+    assert lever["decision"] == "rejected-guard" and lever["decision"] != "failed"
+    assert "ran on node2, reference on node1" in lever["why"]
     assert "no node-class conclusion" in lever["why"]
     assert health.read_known_bad(d / "known_bad_nodes.txt") == ["node1"]
     probe = health.parse_probe_file(tmp_path / "shared" / "models" / "cpu-toy" / "perf-runs" / first / health.PROBE_FILE)
@@ -312,3 +315,29 @@ def test_submit_adopts_a_job_slurm_already_has_under_the_loop_job_name(local_clu
     assert not (Path(req.loop_dir) / "jobs").exists()  # no script rendered, nothing submitted
     assert slurm.wait_for_terminal(jid, 60).base_state == "COMPLETED"
     assert _sacct_names_settled(req.loop_id, 1) == {name: [jid]}  # one job under that name, ever
+
+
+def test_replicates_and_levers_are_pinned_to_the_baseline_nodes(local_cluster, tmp_path):
+    """Lessons 9, 10, 18: every run after the first baseline run is pinned (``--nodelist``) to the
+    first run's node, and lands there; the journal records it."""
+    data = yaml.safe_load(CATALOG.read_text())
+    data["levers"] = [lv for lv in data["levers"] if lv["name"] in ("num_workers_2",)]
+    cat = tmp_path / "toy.yaml"
+    cat.write_text(yaml.safe_dump(data, sort_keys=False))
+    cp = subprocess.run(_argv(tmp_path, "--iterations", "1", catalog=cat), cwd=tmp_path, env=_env(),
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-2000:]
+    assert "executor: slurm" in cp.stdout
+    d = _loop_dir(tmp_path)
+    base, lever = _journal(d)
+    node = base["nodes_list"][0][0]
+    ledger = [json.loads(x) for x in (d / L.SUBMISSIONS).read_text().splitlines()]
+    assert ledger[0]["nodelist"] == [] and [x["nodelist"] for x in ledger[1:]] == [[node]] * (len(ledger) - 1)
+    assert len(ledger) == 4  # 2 baseline runs + the high-variance lever and its replicate
+    scripts = sorted((d / "jobs").glob("ai4s-*.sbatch"))
+    assert sum(f"#SBATCH --nodelist={node}\n" in p.read_text() for p in scripts) == 3
+    for x in ledger:
+        assert slurm.sacct(x["job_id"]).nodelist == [node]
+    assert base["nodes_list"] == [[node], [node]] and lever["nodes_list"] == [[node], [node]]
+    assert lever["same_nodes_as_baseline"] is True
+    assert lever["guard"]["passed"] and any(c["name"] == "placement" and c["passed"] for c in lever["guard"]["checks"])

@@ -2,24 +2,29 @@
 
 ::
 
-    init -> pick --(baseline / lever)--> submit -> wait --exit 42--> submit (exclude the bad node)
+    init -> pick --(baseline / lever)--> submit -> wait --infra failure--> submit (exclude the bad node)
              ^                                        |--COMPLETED--> extract -> guard -> decide
-             |                                        '--crashed----------------------> decide
+             |                                        '--lever crashed-----------------> decide
              |                                     decide --replicate / more baseline runs--> submit
-             '------------------------ record <---- decide
+             '--- analyse <--(baseline / accepted, --analyze)-- record <---- decide
+             '------------------------------------------------- record
     pick --budget spent / no lever left / stop--> report -> END
+
+Jobs run on an executor (``--executor slurm``: sbatch/sacct; ``local``: a subprocess on this
+machine), through the one job lifecycle of :mod:`ai4s_graph.tools.slurm.jobs`.
 
 State is checkpointed after every node with ``SqliteSaver`` in ``loop-<uuid>/checkpoint.sqlite``
 (thread id = loop id). ``submit`` and ``wait`` are separate nodes, so the job id is in a
 checkpoint before anything waits: a loop killed while waiting resumes in ``wait`` on the same job
 and never submits it again (``submit`` also checks the ``submissions.jsonl`` ledger for the
 narrow window between sbatch returning and the checkpoint). The node bodies are in
-``graph/nodes/optimizer.py``.
+``graph/optimize/nodes/`` (one module per concern).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import uuid
 from contextlib import contextmanager
@@ -53,6 +58,8 @@ class OptimizeState(TypedDict, total=False):
     - ``levers_done``, ``node_hours_used``: the budgets' counters;
     - ``current``: the iteration in flight (kind, lever, change, runs, pending ``job_id``,
       ``attempt``, infra retries, guards, the record once decided) or None;
+    - ``analysis``: the verified bottleneck of the best run (``bottleneck``, ``recommended``,
+      ``predictions``, ``report``, ``history`` of every analysis);
     - ``route``: where the last node sends the loop; ``stop``: why the loop stops;
     - ``statuses``: node -> its last STATUS line; ``missing``: the error of the node that stopped
       the loop (an :class:`~ai4s_graph.tools.errors.Ai4sError` turned into ``STATUS=fail``).
@@ -70,6 +77,7 @@ class OptimizeState(TypedDict, total=False):
     current: dict[str, Any] | None
     route: str
     stop: str | None
+    analysis: dict[str, Any] | None
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: list[str]  # last write wins: a resume clears it
 
@@ -106,6 +114,7 @@ def build_graph(picker: L.LeverPicker | None = None) -> StateGraph:
     g.add_node("guard", node("guard")(N.guard_body))
     g.add_node("decide", node("decide")(N.decide_body))
     g.add_node("record", node("record")(N.record_body))
+    g.add_node("analyse", node("analyse")(N.analyse_body))
     g.add_node("report", node("report")(N.report_body))
     g.add_edge(START, "init")
     g.add_conditional_edges("init", _after_init, {"pick": "pick", "end": END})
@@ -116,7 +125,9 @@ def build_graph(picker: L.LeverPicker | None = None) -> StateGraph:
     g.add_conditional_edges("extract", _guarded({"guard", "decide"}), {"guard": "guard", "decide": "decide", "report": "report"})
     g.add_edge("guard", "decide")
     g.add_conditional_edges("decide", _guarded({"submit", "record"}), {"submit": "submit", "record": "record", "report": "report"})
-    g.add_edge("record", "pick")
+    g.add_conditional_edges("record", _guarded({"pick", "analyse"}), {"pick": "pick", "analyse": "analyse",
+                                                                      "report": "report"})
+    g.add_edge("analyse", "pick")
     g.add_edge("report", END)
     return g
 
@@ -154,13 +165,18 @@ def new_loop(
     *, model: str, catalog_path: str | Path, loop_root: str | Path = "ai4s-loops", iterations: int = 3,
     node_hours: float | None = None, cluster_config: str | None = None, report: str | None = None,
     baseline_runs: int = 2, wait_timeout_s: float = 900.0, extra_env: dict[str, Any] | None = None,
-    loop_id: str | None = None,
+    loop_id: str | None = None, executor: str = "slurm", shared_dir: str | Path | None = None,
+    analyze: bool = False, pin_placement: bool = True,
 ) -> LoopRequest:
     """Create ``<loop_root>/loop-<uuid>/`` and its ``loop.json`` (the request, for ``--resume``).
 
     Validates the catalog first (an unsafe lever value raises :class:`InputError` here, before the
     loop directory exists or anything is submitted) and reads ``bottleneck.klass`` and the
-    recommended levers from ``report`` when given."""
+    recommended levers from ``report`` when given. ``executor``: ``slurm`` or ``local``; the local
+    executor's runs go under ``shared_dir`` (default ``$AI4S_SHARED_DIR``, else
+    ``<loop_root>/shared``) unless a cluster config names one."""
+    if executor not in ("slurm", "local"):
+        raise InputError(f"unknown executor {executor!r} (slurm or local)")
     L.load_catalog(catalog_path)
     bottleneck, recommended = L.read_report_hint(report) if report else (None, [])
     lid = loop_id or uuid.uuid4().hex[:8]
@@ -172,6 +188,9 @@ def new_loop(
         cluster_config=str(Path(cluster_config).resolve()) if cluster_config else None,
         report=str(Path(report).resolve()) if report else None, bottleneck=bottleneck,
         recommended=recommended, wait_timeout_s=wait_timeout_s, extra_env=extra_env or {},
+        executor=executor, analyze=analyze, pin_placement=pin_placement,
+        shared_dir=str(Path(shared_dir or os.environ.get("AI4S_SHARED_DIR") or Path(loop_root) / "shared").resolve())
+        if executor == "local" and not cluster_config else None,
     )
     L.write_json(d / REQUEST_FILE, req.model_dump(mode="json"))
     return req

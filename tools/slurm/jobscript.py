@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..errors import InputError
 from ..files import import_root, package_dir
 from .client import ClusterConfig
+from .jobs import perf_runs_root
 
 TEMPLATES = {"generic": "generic.sbatch.j2", "hydragnn": "hydragnn.sbatch.j2", "orbit2": "orbit2.sbatch.j2",
              "cpu-toy": "cpu-toy.sbatch.j2"}
@@ -135,7 +136,7 @@ def _env() -> jinja2.Environment:
 
 def perf_root(spec: JobSpec, cluster: ClusterConfig) -> Path:
     """``<shared_dir>/models/<model>/perf-runs``: the job's run dir is ``<perf_root>/<jobid>/``."""
-    return Path(cluster.shared_dir) / "models" / spec.model / "perf-runs"
+    return perf_runs_root(cluster.shared_dir, spec.model)
 
 
 def render(spec: JobSpec, cluster: ClusterConfig) -> str:

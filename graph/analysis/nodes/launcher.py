@@ -13,8 +13,9 @@ from typing import Any
 from ..configuration import ResolvedRun, RunRequest
 from ..schema import AnalysisState
 from ...runtime import node
-from ....state import Artifacts, Manifest, Outcome, StatusLine
+from ....state import Manifest, Outcome, StatusLine
 from ....tools.errors import InputError
+from ....tools.slurm.jobs import discover_artifacts, perf_run_dir
 
 
 def shared_dir() -> Path | None:
@@ -30,29 +31,13 @@ def default_perf_run(jobid: str, model: str | None = None) -> Path:
     if base is None:
         raise InputError(f"no --perf-run given and AI4S_SHARED_DIR is unset: cannot find job {jobid}")
     if model:
-        return base / "models" / model / "perf-runs" / jobid
-    hits = sorted(base.glob(f"models/*/perf-runs/{jobid}"))
+        return perf_run_dir(base, model, jobid)
+    hits = sorted(base.glob(str(perf_run_dir(".", "*", jobid))))
     if not hits:
         raise InputError(f"unknown job id {jobid}: no {base}/models/*/perf-runs/{jobid}/ directory")
     if len(hits) > 1:
         raise InputError(f"job id {jobid} is in several models ({', '.join(h.parts[-3] for h in hits)}): pass --perf-run")
     return hits[0]
-
-
-def discover_artifacts(run_dir: Path) -> Artifacts:
-    """The artifact paths present in a perf-run directory (relative to it): ``train.log``,
-    ``traces/*.json[.gz]`` sorted, ``telemetry/*.jsonl``, ``node_health_probe.txt``."""
-    traces = sorted(
-        str(p.relative_to(run_dir))
-        for p in list(run_dir.glob("traces/*.json")) + list(run_dir.glob("traces/*.json.gz"))
-    )
-    telemetry = sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("telemetry/*.jsonl"))
-    return Artifacts(
-        train_log="train.log" if (run_dir / "train.log").exists() else None,
-        traces=traces,
-        telemetry=telemetry,
-        node_health_probe="node_health_probe.txt" if (run_dir / "node_health_probe.txt").exists() else None,
-    )
 
 
 def _manifest_jobid(path: Path) -> str | None:

@@ -8,6 +8,10 @@ the job runs is resumed by waiting on the same job, never by submitting it again
 ``<out_dir>/.ai4s-graph/submitted.json`` written the instant sbatch answers, covers a kill between
 sbatch's answer and the checkpoint write.
 
+The lifecycle itself (the wait, the classification of the end -- exit 42 and the other
+infrastructure signatures --, the exclusion by name, the perf-run path, the manifest) is
+:mod:`ai4s_graph.tools.slurm.jobs`, shared with the optimizer loop.
+
 Seed 000 sources: "When something goes wrong" (timeout -> ``scontrol show job`` and
 ``state=TIMEOUT_WAITING``, stop and surface), optimizer-loop lesson 1 and lessons 16/18 (exit 42 ->
 ``known_bad_nodes.txt`` + ``--exclude=<node>``, never a node class), lesson 10/18 (nodes list first).
@@ -15,7 +19,6 @@ Seed 000 sources: "When something goes wrong" (timeout -> ``scontrol show job`` 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +27,11 @@ from ..configuration import ResolvedRun, RunRequest
 from ..schema import AnalysisState, SubmittedJob
 from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
-from ....tools.slurm import health, jobscript, client as slurm
+from ....tools.slurm import health, jobs, jobscript, client as slurm
+from ....tools.slurm.executors import SlurmExecutor
 from ....tools.errors import InputError
 
-MAX_ATTEMPTS = 2  # the first submission + one re-submission after a bad-node probe (seed lesson 1)
-_RUN_INFO_KEYS = ("precision", "global_batch_size", "num_workers", "hbm_reserved_bytes", "peak_rss_bytes", "steps",
-                  "torch", "device", "device_name", "world_size", "dataset", "data_latency_ms", "threads",
-                  "realized_batch_mean", "partial_step_fraction", "max_batches_per_epoch", "epoch_losses",
-                  "log_format", "profiled")
+MAX_ATTEMPTS = 2  # the first submission + one re-submission after an infrastructure failure (seed lesson 1)
 
 
 def _submitted_marker(out_dir: str | Path) -> Path:
@@ -66,8 +66,8 @@ def cluster_for(req: RunRequest) -> slurm.ClusterConfig:
 
 
 def run_dir_for(cluster: slurm.ClusterConfig, model: str, jobid: str) -> Path:
-    """``<shared_dir>/models/<model>/perf-runs/<jobid>/``."""
-    return Path(cluster.shared_dir) / "models" / model / "perf-runs" / str(jobid)
+    """``<shared_dir>/models/<model>/perf-runs/<jobid>/`` (:func:`jobs.perf_run_dir`)."""
+    return jobs.perf_run_dir(cluster.shared_dir, model, jobid)
 
 
 def submit_step(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
@@ -101,8 +101,7 @@ def submit_step(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
 
     cluster = cluster_for(req)
     spec = job_spec(params, exclude)
-    script = jobscript.write_script(spec, cluster, out_dir / "jobs" / f"attempt{attempt}")
-    jobid = slurm.sbatch(script)
+    jobid, script = SlurmExecutor(cluster).submit(spec, out_dir / "jobs" / f"attempt{attempt}")
     new_job = SubmittedJob(jobid=jobid, attempt=attempt, exclude=exclude, script=str(script),
                            submitted_at=time.time(), model=spec.model,
                            run_dir=str(run_dir_for(cluster, spec.model, jobid)),
@@ -119,24 +118,8 @@ def _poll_s(timeout_s: float) -> float:
     return max(0.2, min(2.0, timeout_s / 20.0))
 
 
-def _read_json(p: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(p.read_text())
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _write_manifest(manifest: Manifest, run_dir: Path, out_dir: Path) -> list[str]:
-    written = []
-    for d in (run_dir, out_dir):
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            manifest.write(d / "manifest.json")
-            written.append(str(d / "manifest.json"))
-        except OSError:
-            pass
-    return written
+    return jobs.write_manifest(manifest, run_dir, out_dir)
 
 
 @node("wait_for_job")
@@ -178,48 +161,37 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                 StatusLine.make(Outcome.fail, f"TIMEOUT_WAITING: job {jobid} not terminal after "
                                               f"{req.wait_timeout_s:g}s (sacct: {slurm_state}); stopped"))
 
-    if rec.exit_status == health.BAD_NODE_EXIT_CODE:
-        probe_path = run_dir / health.PROBE_FILE
-        bad: list[str] = []
-        if probe_path.is_file():
-            bad = health.parse_probe_file(probe_path).bad_nodes
-        attempt = job.attempt or 1
-        if not bad:
-            reason = f"job {jobid} exited 42 but {probe_path} names no bad node; not re-submitting"
-        elif attempt >= MAX_ATTEMPTS:
-            reason = f"job {jobid} (attempt {attempt}) failed the node health probe again on {','.join(bad)}; stopped"
+    end = jobs.classify_end(rec, run_dir, SlurmExecutor(cluster_for(req)).output_path(run_dir, jobid))
+    attempt = job.attempt or 1
+    if end.verdict == "infra":
+        f = end.failure
+        known_path = out_dir / jobs.KNOWN_BAD_FILE
+        plan = jobs.plan_retry(end, known_path, list(job.exclude), attempt - 1, MAX_ATTEMPTS - 1)
+        if plan.resubmit:
+            what = ("failed the mount-health probe" if f.signature == "mount_probe_exit_42"
+                    else f"failed on infrastructure ({f.kind})")
+            return ({"job": job.model_copy(update={"resubmit": True, "exclude": plan.exclude,
+                                                   "failed_probe_nodes": plan.bad_nodes,
+                                                   "known_bad_nodes": health.read_known_bad(known_path)})},
+                    StatusLine.make(Outcome.partial, f"job {jobid} {what} on {','.join(plan.bad_nodes) or 'no named node'} "
+                                                     f"(exit {rec.exit_status}); re-submitting with "
+                                                     f"--exclude={','.join(plan.exclude) or '(none)'}"))
+        if f.signature == "mount_probe_exit_42" and not plan.bad_nodes:
+            reason = f"job {jobid} exited 42 but {run_dir / health.PROBE_FILE} names no bad node; not re-submitting"
+        elif f.signature == "mount_probe_exit_42":
+            reason = (f"job {jobid} (attempt {attempt}) failed the node health probe again on "
+                      f"{','.join(plan.bad_nodes)}; stopped")
         else:
-            known = health.append_known_bad(out_dir / "known_bad_nodes.txt", bad, jobid=jobid)
-            exclude = sorted(set(job.exclude) | set(bad))
-            return ({"job": job.model_copy(update={"resubmit": True, "exclude": exclude, "failed_probe_nodes": bad,
-                                                   "known_bad_nodes": known})},
-                    StatusLine.make(Outcome.partial, f"job {jobid} failed the mount-health probe on {','.join(bad)} "
-                                                     f"(exit 42); re-submitting with --exclude={','.join(exclude)}"))
-        m = Manifest(jobid=jobid, state=rec.base_state, model=model, nodes_list=rec.nodelist, start_unix=rec.start,
-                     end_unix=rec.end, exit_code=rec.exit_code)
-        m.artifacts.node_health_probe = health.PROBE_FILE if probe_path.is_file() else None
+            reason = f"job {jobid} (attempt {attempt}): {f.describe()}; {plan.why}; stopped"
+        m = jobs.build_manifest(end, model, executor="slurm", attempt=attempt, excluded_nodes=list(job.exclude),
+                                previous_jobids=list(job.previous))
         _write_manifest(m, run_dir, out_dir)
         return ({"stop": "BAD_NODE", "manifest": m, "job": job.model_copy(update={"resubmit": False})},
                 StatusLine.make(Outcome.fail, reason))
 
-    # a terminal state: build the manifest from SLURM first, then what the workload wrote
-    from .launcher import discover_artifacts
-
-    base = _read_json(run_dir / "manifest.json")
-    info = _read_json(run_dir / "run_info.json")
-    data: dict[str, Any] = {k: v for k, v in base.items() if k not in ("artifacts",)}
-    for k in _RUN_INFO_KEYS:
-        if info.get(k) is not None:
-            data[k] = info[k]
-    if info.get("model"):
-        data["workload_model"] = info["model"]
-    data.update(jobid=jobid, state=rec.base_state, nodes_list=rec.nodelist, model=model,
-                start_unix=rec.start, end_unix=rec.end, exit_code=rec.exit_code, num_nodes=len(rec.nodelist),
-                attempt=job.attempt or 1, excluded_nodes=list(job.exclude), previous_jobids=list(job.previous))
-    if info.get("start_unix") is not None:
-        data["train_start_unix"], data["train_end_unix"] = info.get("start_unix"), info.get("end_unix")
-    manifest = Manifest.model_validate(data)  # run_info.json and the workload's manifest.json: files read
-    manifest.artifacts = discover_artifacts(run_dir) if run_dir.is_dir() else manifest.artifacts
+    # a terminal state: the manifest from SLURM first, then what the workload wrote (jobs.build_manifest)
+    manifest = jobs.build_manifest(end, model, executor="slurm", attempt=attempt, excluded_nodes=list(job.exclude),
+                                   previous_jobids=list(job.previous))
     _write_manifest(manifest, run_dir, out_dir)
     nodes = ",".join(rec.nodelist) or "no nodes"
     ok = rec.base_state == "COMPLETED"
@@ -227,7 +199,8 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                               "job": job.model_copy(update={"resubmit": False, "done": True, "state": rec.base_state}),
                               "run": ResolvedRun(perf_run=str(run_dir), jobid=jobid)}
     if not ok:
-        update["missing"] = [f"wait_for_job: job {jobid} ended {rec.state} (exit {rec.exit_code})"]
+        update["missing"] = [f"wait_for_job: job {jobid} ended {rec.state} (exit {rec.exit_code})"
+                             f"{': ' + end.failure.describe() if end.failure else ''}"]
     return (update, StatusLine.make(Outcome.ok if ok else Outcome.fail,
                                     f"job {jobid} {rec.base_state} (exit {rec.exit_code}) on {nodes}"))
 

@@ -1,0 +1,84 @@
+"""Integrity guards with and without memory data (lesson 23): telemetry gives the HBM peak when
+the workload writes no figure; no data on either side is "not checked", never "pass"; a different
+placement fails (lessons 9, 10, 18)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph.state.loop import FomSpec, RunResult
+from ai4s_graph.tools.levers.guards import integrity_guard, memory_from_telemetry
+
+SPEC = FomSpec(primary="epoch_time_s", memory_tolerance_pct=25.0)
+
+
+def _run(job: str, nodes=("n1",), **fom) -> RunResult:
+    base = {"epoch_time_s": 1.0, "global_batch_size": 16, "realized_batch": 16.0, "batches_per_epoch": 100}
+    base.update(fom)
+    return RunResult(job_id=job, state="COMPLETED", nodes_list=list(nodes), fom=base, primary=1.0)
+
+
+def _export(d: Path, name: str, values: list[float], **labels: str) -> None:
+    (d / "telemetry").mkdir(parents=True, exist_ok=True)
+    with (d / "telemetry" / "export.jsonl").open("a") as f:
+        f.write(json.dumps({"metric": {"__name__": name, **labels}, "values": values,
+                            "timestamps": list(range(len(values)))}) + "\n")
+
+
+def test_memory_from_real_dcgm_telemetry(shared_data):
+    # 91001's export: DCGM_FI_DEV_FB_USED peaks at 1575.875 MiB on its one H200
+    mem = memory_from_telemetry(shared_data / "perf-runs" / "91001")
+    assert mem == {"hbm_used_peak_bytes": pytest.approx(1575.875 * 1024 * 1024)}
+
+
+def test_memory_from_hand_built_exports(tmp_path):
+    nv = tmp_path / "nv"
+    _export(nv, "DCGM_FI_DEV_FB_USED", [100.0, 4000.0, 3900.0], gpu="0", instance="a")
+    _export(nv, "DCGM_FI_DEV_FB_USED", [200.0, 8000.0], gpu="1", instance="a")
+    assert memory_from_telemetry(nv)["hbm_used_peak_bytes"] == 8000.0 * 1024 * 1024
+    amd = tmp_path / "amd"
+    _export(amd, "rocm_vram_used_percentage", [10.0, 82.0], card="0", instance="b")
+    _export(amd, "rocm_vram_total_bytes", [288e9, 288e9], card="0", instance="b")
+    assert memory_from_telemetry(amd)["hbm_used_peak_bytes"] == pytest.approx(0.82 * 288e9)
+    assert memory_from_telemetry(tmp_path / "none") == {}
+    cpu = tmp_path / "cpu"
+    _export(cpu, "node_memory_MemAvailable_bytes", [1e9], instance="c")
+    assert memory_from_telemetry(cpu) == {}
+
+
+def test_guard_uses_telemetry_memory_and_rejects_the_lesson_23_shrink():
+    # HydraGNN/ORBIT-2-like runs: no workload figure, telemetry HBM only (236 -> 98 GB, lesson 23)
+    g = integrity_guard(_run("2", hbm_used_peak_bytes=98e9), _run("1", hbm_used_peak_bytes=236e9), SPEC)
+    mem = next(c for c in g.checks if c.name == "memory")
+    assert not g.passed and mem.checked and not mem.passed and "hbm_used_peak_bytes" in mem.why
+    ok = integrity_guard(_run("2", hbm_used_peak_bytes=230e9), _run("1", hbm_used_peak_bytes=236e9), SPEC)
+    assert ok.passed and next(c for c in ok.checks if c.name == "memory").verdict == "pass"
+
+
+def test_guard_prefers_a_source_both_runs_have():
+    # the reference has the workload's figure and telemetry; the run telemetry only: telemetry is compared
+    g = integrity_guard(_run("2", hbm_used_peak_bytes=100e9),
+                        _run("1", hbm_reserved_bytes=90e9, hbm_used_peak_bytes=101e9), SPEC)
+    mem = next(c for c in g.checks if c.name == "memory")
+    assert mem.passed and mem.checked and mem.reference == 101e9
+
+
+def test_guard_without_memory_data_says_not_checked():
+    g = integrity_guard(_run("2"), _run("1"), SPEC)
+    mem = next(c for c in g.checks if c.name == "memory")
+    assert g.passed and not mem.checked and mem.verdict == "not checked"
+    assert "memory" in g.not_checked and "not checked" in g.summary()
+    # measured on one side only: fails (a figure that vanished is not comparable)
+    one = integrity_guard(_run("2"), _run("1", peak_rss_bytes=3e8), SPEC)
+    assert not one.passed and "only one run" in next(c for c in one.checks if c.name == "memory").why
+
+
+def test_guard_placement():
+    same = integrity_guard(_run("2", nodes=("n2", "n1")), _run("1", nodes=("n1", "n2")), SPEC, check_placement=True)
+    assert same.passed and next(c for c in same.checks if c.name == "placement").verdict == "pass"
+    moved = integrity_guard(_run("2", nodes=("n3",)), _run("1", nodes=("n1",)), SPEC, check_placement=True)
+    pl = next(c for c in moved.checks if c.name == "placement")
+    assert not moved.passed and "lessons 9, 10, 18" in pl.why and pl.value == "n3" and pl.reference == "n1"
