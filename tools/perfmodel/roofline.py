@@ -48,7 +48,8 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None) -> dict[str, An
     cpu = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     kernels = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel"]
     shapes = any("Input Dims" in (e.get("args") or {}) for e in cpu)
-    out: dict[str, Any] = {"gpu": spec.name, "shapes_recorded": shapes, "categories": {}, "modelled_ops": 0,
+    out: dict[str, Any] = {"gpu": spec.name, "shapes_recorded": shapes, "peak_bf16_tflops": spec.tflops.get("bf16"),
+                           "hbm_tbps": spec.hbm_tbps, "categories": {}, "modelled_ops": 0,
                            "mfu_time_averaged": None, "mfu_burst": None, "window_us": 0.0, "unattributed_kernel_us": 0.0}
     if kernels:
         out["window_us"] = max(k["ts"] + k.get("dur", 0) for k in kernels) - min(k["ts"] for k in kernels)
