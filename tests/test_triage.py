@@ -148,3 +148,58 @@ def test_real_traces_raise_nothing(shared_data, repo_root):
     assert len(paths) >= 5
     for p in paths:
         assert T.triage_trace(p) == [], p.name
+
+
+# ---- wiring: analyst -> verifier -> synthesizer ----------------------------------------------
+
+
+def test_trace_wiring_claim_verified_and_lever_recommended(tmp_path):
+    from ai4s_graph.graph.analysis.claimkit import verdict
+    from ai4s_graph.state import VerifiedClaim
+    from ai4s_graph.state.report import LeverRecommendation
+
+    p = _trace(tmp_path, {"aten::scaled_dot_product_attention": 6, "aten::_scaled_dot_product_attention_math": 6})
+    (tmp_path / "train.log").write_text("Recompiling function forward\n")
+    tf: dict = {"ranks": [{"path": str(p), "rank": 0, "step_time_ms": 10.0, "n_steps": 1,
+                           "timeline": {"busy_time": {"time_ms": 9.0}}}]}
+    claims = T.attach_trace_triage(tf, tf["ranks"], {"gpu": "NVIDIA H200", "artifacts": {"train_log": "train.log"}},
+                                   str(tmp_path))
+    ids = sorted(c["id"] for c in claims)
+    assert ids == ["triage.t14.sdpa_math", "triage.t16.recompiles"]
+    vs = [VerifiedClaim.model_validate(verdict(c, "trace_verifier", *T.verify_claim(c))) for c in claims]
+    assert [v.verdict.value for v in vs] == ["confirmed", "confirmed"]
+    out = T.recommend([LeverRecommendation(name="precision_bf16", why="x")], {"trace": tf}, vs)
+    assert {lv.name for lv in out} == {"precision_bf16", "sdpa_efficient", "torch_compile_dynamic"}
+    # the trace the verifier re-reads holds 2 math calls, not the 6 claimed: refuted, and no lever
+    _trace(tmp_path, {"aten::_scaled_dot_product_attention_math": 2})
+    bad = VerifiedClaim.model_validate(verdict(claims[0], "trace_verifier", *T.verify_claim(claims[0])))
+    assert claims[0]["id"] == "triage.t14.sdpa_math" and bad.verdict.value == "refuted"
+    assert [lv.name for lv in T.recommend([], {"trace": tf}, [bad])] == []
+
+
+def test_telemetry_wiring_t3_from_job_script(tmp_path):
+    from ai4s_graph.graph.analysis.claimkit import verdict
+
+    (tmp_path / "job.sh").write_text(LESSON22)
+    man = {"gpu": "AMD Instinct MI355X", "num_workers": 8, "gpus_per_node": 8,
+           "artifacts": {"job_script": "job.sh", "traces": []}}
+    findings: dict = {}
+    claims = T.attach_telemetry_triage(findings, man, tmp_path)
+    assert [c["id"] for c in claims] == ["triage.t3.oversubscription"]
+    assert findings["telemetry"]["triage"][0]["lever"] == "num_workers"
+    state = {"manifest": man, "request": {"perf_run": str(tmp_path)}, "findings": findings}
+    assert verdict(claims[0], "telemetry_verifier", *T.verify_claim(claims[0], state))["verdict"] == "confirmed"
+
+
+def test_memory_bound_from_roofline(shared_data):
+    from ai4s_graph.tools.perfmodel.roofline import roofline
+
+    assert T.memory_bound_from_roofline(None)[0] is None
+    # BERT-small's GEMMs (105 FLOP/B) sit below the H100 ridge: the whole step is memory-bound
+    assert T.memory_bound_from_roofline(roofline(shared_data / "traces" / "tracelens-h100"
+                                                 / "gaunernst_bert-small-uncased__1016001.json.gz"))[0] is True
+    # Qwen 0.5B: its GEMMs are compute-bound, and outweigh... (check against the measured times)
+    q = roofline(shared_data / "traces" / "tracelens-h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    mem = sum(a["kernel_us"] for a in q["categories"].values() if a["bound"] == "memory")
+    comp = sum(a["kernel_us"] for a in q["categories"].values() if a["bound"] == "compute")
+    assert T.memory_bound_from_roofline(q)[0] is (mem > comp)

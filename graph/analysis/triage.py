@@ -93,12 +93,12 @@ def check_oversubscription(num_workers: int | None, ranks_per_node: int | None, 
     procs = num_workers * ranks_per_node
     if procs <= cores:
         return None
+    ratio = procs / cores
     ev = [_ev(source, "num_workers x ranks_per_node / cores", {"num_workers": num_workers, "ranks_per_node": ranks_per_node,
-                                                                 "cores": cores}, num_workers=num_workers,
-              ranks_per_node=ranks_per_node, cores=cores)]
+                                                                 "cores": cores, "ratio": round(ratio, 3)},
+              num_workers=num_workers, ranks_per_node=ranks_per_node, cores=cores)]
     if cpu_util_pct is not None:
         ev.append(_ev("promql.instant", "cpu_util avg", cpu_util_pct))
-    ratio = procs / cores
     c = claim("triage.t3.oversubscription", "telemetry_analyst",
               f"{num_workers} DataLoader workers x {ranks_per_node} ranks = {procs} worker processes on {cores} cores "
               f"({ratio:.2f} per core), plus the ranks themselves: the host CPUs are oversubscribed (seed 001 T3)"
@@ -199,7 +199,7 @@ def check_recompilations(names: dict[str, int], log_text: str = "", path: str = 
     if n_trace:
         ev.append(_ev("trace.event_names", f"{Path(path).name}: count /{_COMPILE_EV.pattern}/", n_trace, path=path))
     if n_log:
-        ev.append(_ev("log.grep", f"/{_RECOMPILE_LOG.pattern}/", n_log))
+        ev.append(_ev("log.grep", f"/{_RECOMPILE_LOG.pattern}/", n_log, path=path))
     c = claim("triage.t16.recompiles", "trace_analyst",
               f"torch.compile recompiled during the run ({n_trace} compile events in the profiled steps, {n_log} recompile "
               "lines in the log): past recompile_limit (default 8) Dynamo runs the function eagerly (seed 001 T16)",
@@ -279,9 +279,214 @@ def check_clocks_power(gpu_name: str | None, gpu_util_pct: float | None, sm_cloc
     return None
 
 
-def triage_trace(path: str | Path, *, log_text: str = "", env: dict[str, str] | None = None) -> list[TriageFinding]:
-    """T14, T16 and T12 on one rank's trace (plus log and environment); the trace is read once."""
+def triage_trace(path: str | Path, *, log_text: str = "", env: dict[str, str] | None = None,
+                 log_path: str | None = None) -> list[TriageFinding]:
+    """T14, T16 and T12 on one rank's trace (plus log and environment); the trace is read once.
+    ``log_path`` is recorded in the T16 evidence so a verifier can grep the log itself."""
     names = trace_names(path)
     found = [check_sdpa_fallback(names, str(path)), check_recompilations(names, log_text, str(path)),
              check_debug_apis(names, env, str(path))]
+    for f in found:
+        if f is not None and f.claim["id"] == "triage.t16.recompiles" and log_path:
+            for e in f.claim["evidence"]:
+                e.setdefault("args", {})["log"] = log_path
     return [f for f in found if f is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# wiring: one call per analyst and per verifier
+# ---------------------------------------------------------------------------------------------
+
+ROOFLINE_MEMORY_CATEGORIES = ("elementwise", "normalization", "reduction", "GEMM", "CONV", "SDPA")
+
+
+def _read_text(run_dir: str | Path | None, rel: str | None) -> str:
+    if not run_dir or not rel:
+        return ""
+    p = Path(run_dir) / rel
+    try:
+        return p.read_text(errors="replace") if p.is_file() else ""
+    except OSError:
+        return ""
+
+
+def series_mean(series: Any) -> float | None:
+    """Mean of a ``promql.job_series`` result (``{instance: [(t, value), ...]}``); None if empty."""
+    pts = [float(v) for pairs in (series or {}).values() for _t, v in pairs if v is not None] if isinstance(series, dict) else []
+    return sum(pts) / len(pts) if pts else None
+
+
+def env_from_script(text: str) -> dict[str, str]:
+    """``VAR=value`` assignments of a job script (``export VAR=value`` or a bare assignment)."""
+    return {m.group(1): m.group(2).strip("'\"") for m in re.finditer(r"^\s*(?:export\s+)?([A-Z][A-Z0-9_]*)=(\S+)", text, re.M)}
+
+
+def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """One claim per memory-bound category of the trace's roofline (arithmetic intensity below
+    the ridge point; value = achieved TB/s, statement with % of the datasheet peak) and the
+    roofline dict; ([], None) when the trace has no shapes or the GPU is unknown."""
+    from ...tools.errors import InputError
+    from ...tools.perfmodel.roofline import roofline
+
+    try:
+        rf = roofline(path, gpu)
+    except InputError:
+        return [], None
+    if not rf["shapes_recorded"]:
+        return [], rf
+    out = []
+    for cat, a in rf["categories"].items():
+        if a["bound"] != "memory" or not a["kernel_us"]:
+            continue
+        ev = [Evidence(tool="perfmodel.roofline", query=f"{Path(path).name}: {cat} bytes / kernel time",
+                       returned={"bytes": a["bytes"], "kernel_us": a["kernel_us"], "intensity": a["intensity"],
+                                 "ridge": a["ridge"]}, args={"path": str(path), "rank": rank, "gpu": gpu, "category": cat})]
+        out.append(claim(f"triage.roofline.{cat.lower()}", "trace_analyst",
+                         f"{cat} is memory-bound by the roofline: {a['intensity']:.1f} FLOP/B below the {rf['gpu']} ridge of "
+                         f"{a['ridge']:.0f} FLOP/B; it moves {a['tbps']:.3f} TB/s, {a['pct_peak_bw']:.0f}% of the "
+                         f"{rf['hbm_tbps']:.2f} TB/s peak, over {a['kernel_us'] / 1000:.2f} ms of kernels",
+                         f"roofline.{cat}.tbps", round(a["tbps"], 4), "TB/s", ev, 0.8))
+    return out, rf
+
+
+def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any]], manifest: dict[str, Any] | None,
+                        run_dir: str | None) -> list[dict[str, Any]]:
+    """The trace analyst's one call: T14/T16/T12 and the roofline on the first good rank's trace.
+    Adds ``triage`` (``[{claim, lever, why}]``) and ``roofline`` to ``trace_findings``; returns
+    the claims. Never raises on missing inputs."""
+    if not good:
+        return []
+    m = manifest or {}
+    arts = m.get("artifacts") or {}
+    res = good[0]
+    log = _read_text(run_dir, arts.get("train_log"))
+    script = _read_text(run_dir, arts.get("job_script"))
+    env = {**env_from_script(script), **(m.get("env") or {})}
+    log_path = str(Path(run_dir) / arts["train_log"]) if log and run_dir and arts.get("train_log") else None
+    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path)
+    for f in found:
+        for e in f.claim["evidence"]:
+            e.setdefault("args", {}).update(rank=res.get("rank"), path=res["path"])
+    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"))
+    trace_findings["triage"] = [{"id": f.claim["id"], "lever": f.lever, "why": f.why} for f in found]
+    trace_findings["triage"] += [{"id": c["id"], "lever": "fuse_elementwise", "why": "bring the memory-bound category "
+                                  "to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"} for c in rc]
+    trace_findings["roofline"] = rf
+    return [f.claim for f in found] + rc
+
+
+def attach_telemetry_triage(findings: dict[str, Any], manifest: Any, run_dir: str | Path | None) -> list[dict[str, Any]]:
+    """The telemetry analyst's one call: T3 (workers x ranks vs cores, manifest + job script),
+    T2 (clocks and power vs the datasheet) and T8 (with the rank-0 trace's DataLoader share).
+    Adds ``triage`` to ``findings['telemetry']`` (created when absent); returns the claims."""
+    m = manifest.model_dump() if hasattr(manifest, "model_dump") else dict(manifest or {})
+    arts = m.get("artifacts") or {}
+    tel = findings.get("telemetry") or {}
+    st = tel.get("stats") or {}
+    series = tel.get("series") or {}
+
+    cpu = (st.get("cpu_util.avg") or {}).get("value")
+    cpu = cpu if cpu is not None else series_mean(series.get("cpu_util"))
+    script = _read_text(run_dir, arts.get("job_script"))
+    js = parse_job_script(script)
+    ranks = js.get("ntasks_per_node") or m.get("gpus_per_node")
+    cores = m.get("cpus_per_node") or ((js.get("cpus_per_task") or 0) * (ranks or 0)) or None
+    found = [check_oversubscription(m.get("num_workers") if m.get("num_workers") is not None else js.get("num_workers"),
+                                    ranks, cores, cpu)]
+    spec = find_gpu(m.get("gpu") or "")
+    found.append(check_clocks_power(m.get("gpu"), (st.get("gpu_util.avg") or {}).get("value"),
+                                    (st.get("sm_clock.avg") or {}).get("value"), (st.get("power.avg") or {}).get("value"),
+                                    boost_mhz=spec.boost_mhz if spec else None))
+    traces = arts.get("traces") or []
+    if cpu is not None and (cpu >= CPU_BUSY_PCT or cpu <= CPU_IDLE_PCT) and traces and run_dir:
+        from ...tools.errors import Ai4sError
+        from ...tools.trace import kineto
+
+        try:
+            ss = kineto.step_stats(kineto.load_events(Path(run_dir) / traces[0]))
+            share = ss["dataloader_ms_per_step"] / ss["step_time_ms"] if ss.get("step_time_ms") else None
+            if share is not None and share >= 0.30:  # diagnosis.DATALOADER_STEP_SHARE: the step is data-bound
+                found.append(check_data_split(share, cpu))
+        except (Ai4sError, OSError, KeyError):
+            pass
+    found = [f for f in found if f is not None]
+    findings.setdefault("telemetry", tel)["triage"] = [{"id": f.claim["id"], "lever": f.lever, "why": f.why} for f in found]
+    return [f.claim for f in found]
+
+
+def verify_claim(c: dict[str, Any], state: dict[str, Any] | None = None) -> tuple[Any, Any, str]:
+    """A verifier's one call for a ``triage.*`` claim: ``(value, Tolerance, method)`` re-derived
+    through a path independent of the analyst's (raw-text counts of the trace, the correlation-id
+    kernel link of the roofline, the job script's text, the telemetry series rather than the PromQL
+    statistic). ``(None, Tolerance(), why)`` when no independent path applies."""
+    from ...state import Tolerance
+
+    cid = c["id"]
+    args = ((c.get("evidence") or [{}])[0].get("args")) or {}
+    path = args.get("path")
+    st = state or {}
+    if cid == "triage.t14.sdpa_math" and path:
+        return rederive_sdpa_fallback(path), Tolerance(), "raw-text count of the math-backend op in the trace file"
+    if cid == "triage.t16.recompiles" and path:
+        log = args.get("log")
+        text = Path(log).read_text(errors="replace") if log and Path(log).is_file() else ""
+        return rederive_recompilations(path, text), Tolerance(), "raw-text count of compile events plus log grep"
+    if cid == "triage.t12.debug_apis" and path:
+        isnan, bw = rederive_anomaly(path)
+        env_ev = next((e["returned"] for e in c["evidence"] if e.get("tool") == "manifest.env"), None)
+        return (bool(env_ev) or (bw > 0 and isnan >= ANOMALY_ISNAN_PER_BACKWARD * bw)), Tolerance(), \
+            "raw-text counts of aten::isnan and backward nodes"
+    if cid.startswith("triage.roofline.") and path:
+        from ...tools.perfmodel.roofline import roofline
+
+        rf = roofline(path, args.get("gpu"), link="correlation")
+        a = rf["categories"].get(args.get("category"), {})
+        return (round(a["tbps"], 4) if a else None), Tolerance(rel=0.01), "roofline with kernels linked by correlation id"
+    if cid == "triage.t3.oversubscription":
+        m = st.get("manifest") or {}
+        script = _read_text((st.get("request") or {}).get("perf_run"), (m.get("artifacts") or {}).get("job_script"))
+        v = rederive_oversubscription(script, m.get("cpus_per_node")) if script else None
+        return v, Tolerance(rel=0.001), "the job script's --ntasks-per-node, --cpus-per-task and num_workers"
+    if cid.startswith(("triage.t8.", "triage.t2.")):
+        tel = ((st.get("findings") or {}).get("telemetry") or {}).get("series") or {}
+        metric = "cpu_util" if cid.startswith("triage.t8.") else None
+        if cid.startswith("triage.t2."):
+            sm = series_mean(tel.get("sm_clock"))
+            boost = next((e["returned"].get("boost_mhz") for e in c["evidence"] if e.get("tool") == "datasheet"), None)
+            if sm is not None and boost:
+                return round(sm / boost, 3), Tolerance(abs=0.05), "mean of the sm_clock series over the datasheet boost clock"
+        v = series_mean(tel.get(metric)) if metric else None
+        if v is not None:
+            return round(v, 6), Tolerance(abs=5.0), "mean of the cpu_util series (query_range points, not the PromQL avg)"
+    return None, Tolerance(), "no independent path for this triage claim"
+
+
+def recommend(levers: list[Any], findings: dict[str, Any], verdicts: list[Any]) -> list[Any]:
+    """The synthesizer's one call: ``levers`` (``LeverRecommendation``) plus the lever of every
+    triage claim a verifier confirmed (not already listed), each with its estimated saving per
+    step, ordered by that saving (:func:`ai4s_graph.tools.levers.impact.annotate`)."""
+    from ...state.report import LeverRecommendation
+    from ...tools.levers import impact
+
+    confirmed = {v.claim.id for v in verdicts if getattr(v.verdict, "value", v.verdict) == "confirmed"}
+    tf = findings.get("trace") or {}
+    have = {lv.name for lv in levers}
+    extra = []
+    for t in list(tf.get("triage") or []) + list((findings.get("telemetry") or {}).get("triage") or []):
+        if t["id"] in confirmed and t["lever"] not in have:
+            have.add(t["lever"])
+            extra.append(LeverRecommendation(name=t["lever"], why=t["why"], claims=[t["id"]]))
+    rank0 = (tf.get("ranks") or [None])[0]
+    return impact.annotate(list(levers) + extra, rank0, tf.get("roofline"))
+
+
+def memory_bound_from_roofline(roofline: dict[str, Any] | None) -> tuple[bool | None, str]:
+    """For ``diagnosis.classify_trace``: whether the kernel time is dominated by memory-bound
+    categories by the roofline (arithmetic intensity below the ridge), measured from recorded
+    shapes. (None, why) when the trace has no shapes. True when the memory-bound categories hold
+    more kernel time than the compute-bound ones."""
+    if not roofline or not roofline.get("shapes_recorded") or not roofline.get("categories"):
+        return None, "no roofline: the trace was recorded without shapes (record_shapes=True)"
+    mem = sum(a["kernel_us"] for a in roofline["categories"].values() if a["bound"] == "memory")
+    comp = sum(a["kernel_us"] for a in roofline["categories"].values() if a["bound"] == "compute")
+    return mem > comp, f"memory-bound categories {mem / 1000:.2f} ms vs compute-bound {comp / 1000:.2f} ms of kernel time"

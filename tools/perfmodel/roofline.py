@@ -33,9 +33,12 @@ def _device_name(data: dict) -> str:
     return str(props[0].get("name", "")) if props else ""
 
 
-def roofline(path: str | Path, gpu: GPUSpec | str | None = None) -> dict[str, Any]:
+def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "external_id") -> dict[str, Any]:
     """Roofline figures of one trace. ``gpu``: a datasheet row or device name; default the
-    trace's ``deviceProperties`` name. Returns ``{gpu, shapes_recorded, modelled_ops, window_us,
+    trace's ``deviceProperties`` name. ``link``: how a kernel finds the op that launched it —
+    ``external_id`` (the kernel's ``External id`` names the cpu_op) or ``correlation`` (the
+    kernel's ``correlation`` names the runtime launch call, whose time and thread place it
+    inside an op): two independent paths, the second is the verifier's. Returns ``{gpu, shapes_recorded, modelled_ops, window_us,
     categories: {cat: {ops, flops, bytes, kernel_us, tflops, tbps, intensity, ridge, bound,
     pct_peak_flops, pct_peak_bw, precision}}, mfu_time_averaged, mfu_burst, unattributed_kernel_us}``
     (times µs, FLOP, B, TFLOP/s, TB/s). ``shapes_recorded`` False (no ``Input Dims``) means no
@@ -70,14 +73,22 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None) -> dict[str, An
         lst.append((ts, end, c))
     starts = {tid: [x[0] for x in lst] for tid, lst in outer.items()}
     by_ext = {}
-    for e in cpu:
-        x = (e.get("args") or {}).get("External id")
-        if x is not None:
-            by_ext[x] = (e.get("tid"), e["ts"])
+    if link == "correlation":
+        for e in ev:
+            if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "hip_runtime", "cuda_driver"):
+                x = (e.get("args") or {}).get("correlation")
+                if x is not None:
+                    by_ext[x] = (e.get("tid"), e["ts"])
+    else:
+        for e in cpu:
+            x = (e.get("args") or {}).get("External id")
+            if x is not None:
+                by_ext[x] = (e.get("tid"), e["ts"])
+    key = "correlation" if link == "correlation" else "External id"
     kt: dict[int, float] = defaultdict(float)  # id(outer op) -> kernel µs
     owners: dict[int, Any] = {}
     for k in kernels:
-        x = (k.get("args") or {}).get("External id")
+        x = (k.get("args") or {}).get(key)
         launch = by_ext.get(x)
         hit = None
         if launch is not None and launch[0] in outer:
