@@ -152,10 +152,11 @@ def check_data_split(dataloader_share: float | None, cpu_util_pct: float | None)
 # ---------------------------------------------------------------------------------------------
 
 
-def trace_names(path: str | Path) -> dict[str, int]:
-    """Event name -> count over a kineto trace's events (cpu ops, kernels, annotations)."""
+def trace_names(path: str | Path, data: dict | None = None) -> dict[str, int]:
+    """Event name -> count over a kineto trace's events (cpu ops, kernels, annotations);
+    ``data``: the trace already parsed."""
     out: dict[str, int] = {}
-    for e in read_trace_json(path).get("traceEvents") or []:
+    for e in (data if data is not None else read_trace_json(path)).get("traceEvents") or []:
         n = e.get("name")
         if isinstance(n, str):
             out[n] = out.get(n, 0) + 1
@@ -280,10 +281,10 @@ def check_clocks_power(gpu_name: str | None, gpu_util_pct: float | None, sm_cloc
 
 
 def triage_trace(path: str | Path, *, log_text: str = "", env: dict[str, str] | None = None,
-                 log_path: str | None = None) -> list[TriageFinding]:
+                 log_path: str | None = None, data: dict | None = None) -> list[TriageFinding]:
     """T14, T16 and T12 on one rank's trace (plus log and environment); the trace is read once.
     ``log_path`` is recorded in the T16 evidence so a verifier can grep the log itself."""
-    names = trace_names(path)
+    names = trace_names(path, data)
     found = [check_sdpa_fallback(names, str(path)), check_recompilations(names, log_text, str(path)),
              check_debug_apis(names, env, str(path))]
     for f in found:
@@ -321,7 +322,8 @@ def env_from_script(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2).strip("'\"") for m in re.finditer(r"^\s*(?:export\s+)?([A-Z][A-Z0-9_]*)=(\S+)", text, re.M)}
 
 
-def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None,
+                    data: dict | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One claim per memory-bound category of the trace's roofline (arithmetic intensity below
     the ridge point; value = achieved TB/s, statement with % of the datasheet peak) and the
     roofline dict; ([], None) when the trace has no shapes or the GPU is unknown."""
@@ -329,7 +331,7 @@ def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None) -> tupl
     from ...tools.perfmodel.roofline import roofline
 
     try:
-        rf = roofline(path, gpu)
+        rf = roofline(path, gpu, data=data)
     except InputError:
         return [], None
     if not rf["shapes_recorded"]:
@@ -340,7 +342,7 @@ def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None) -> tupl
             continue
         ev = [Evidence(tool="perfmodel.roofline", query=f"{Path(path).name}: {cat} bytes / kernel time",
                        returned={"bytes": a["bytes"], "kernel_us": a["kernel_us"], "intensity": a["intensity"],
-                                 "ridge": a["ridge"]}, args={"path": str(path), "rank": rank, "gpu": gpu, "category": cat})]
+                                 "ridge": a["ridge"], "tbps": round(a["tbps"], 4)}, args={"path": str(path), "rank": rank, "gpu": gpu, "category": cat})]
         out.append(claim(f"triage.roofline.{cat.lower()}", "trace_analyst",
                          f"{cat} is memory-bound by the roofline: {a['intensity']:.1f} FLOP/B below the {rf['gpu']} ridge of "
                          f"{a['ridge']:.0f} FLOP/B; it moves {a['tbps']:.3f} TB/s, {a['pct_peak_bw']:.0f}% of the "
@@ -363,11 +365,17 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
     script = _read_text(run_dir, arts.get("job_script"))
     env = {**env_from_script(script), **(m.get("env") or {})}
     log_path = str(Path(run_dir) / arts["train_log"]) if log and run_dir and arts.get("train_log") else None
-    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path)
+    from ...tools.errors import InputError
+
+    try:
+        data = read_trace_json(res["path"])
+    except InputError:
+        return []
+    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, data=data)
     for f in found:
         for e in f.claim["evidence"]:
             e.setdefault("args", {}).update(rank=res.get("rank"), path=res["path"])
-    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"))
+    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"), data=data)
     trace_findings["triage"] = [{"id": f.claim["id"], "lever": f.lever, "why": f.why} for f in found]
     trace_findings["triage"] += [{"id": c["id"], "lever": "fuse_elementwise", "why": "bring the memory-bound category "
                                   "to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"} for c in rc]

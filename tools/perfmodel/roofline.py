@@ -33,17 +33,19 @@ def _device_name(data: dict) -> str:
     return str(props[0].get("name", "")) if props else ""
 
 
-def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "external_id") -> dict[str, Any]:
+def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "external_id",
+             data: dict | None = None) -> dict[str, Any]:
     """Roofline figures of one trace. ``gpu``: a datasheet row or device name; default the
     trace's ``deviceProperties`` name. ``link``: how a kernel finds the op that launched it —
     ``external_id`` (the kernel's ``External id`` names the cpu_op) or ``correlation`` (the
     kernel's ``correlation`` names the runtime launch call, whose time and thread place it
-    inside an op): two independent paths, the second is the verifier's. Returns ``{gpu, shapes_recorded, modelled_ops, window_us,
+    inside an op): two independent paths, the second is the verifier's. ``data``: the trace
+    already parsed (``read_trace_json(path)``), to read a big trace once. Returns ``{gpu, shapes_recorded, modelled_ops, window_us,
     categories: {cat: {ops, flops, bytes, kernel_us, tflops, tbps, intensity, ridge, bound,
     pct_peak_flops, pct_peak_bw, precision}}, mfu_time_averaged, mfu_burst, unattributed_kernel_us}``
     (times µs, FLOP, B, TFLOP/s, TB/s). ``shapes_recorded`` False (no ``Input Dims``) means no
     roofline: categories are empty. Raises InputError for an unreadable trace or unknown GPU."""
-    data = read_trace_json(path)
+    data = data if data is not None else read_trace_json(path)
     spec = gpu if isinstance(gpu, GPUSpec) else find_gpu(gpu or _device_name(data))
     if spec is None:
         raise InputError(f"{Path(path).name}: GPU {gpu or _device_name(data)!r} is not in the datasheet table")
@@ -121,9 +123,9 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "ex
         a["precision"] = prec
         a["tflops"] = a["flops"] / secs / 1e12 if secs else 0.0
         a["tbps"] = a["bytes"] / secs / 1e12 if secs else 0.0
-        a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else float("inf")
-        a["ridge"] = pk / spec.hbm_tbps if spec.hbm_tbps else float("inf")
-        a["bound"] = "memory" if a["intensity"] < a["ridge"] else "compute"
+        a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else None  # None: no bytes modelled (JSON-safe)
+        a["ridge"] = pk / spec.hbm_tbps
+        a["bound"] = "memory" if a["intensity"] is not None and a["intensity"] < a["ridge"] else "compute"
         a["peak_tflops"] = pk
         a["pct_peak_flops"] = 100 * a["tflops"] / pk if pk else None
         a["pct_peak_bw"] = 100 * a["tbps"] / spec.hbm_tbps
