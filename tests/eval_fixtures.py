@@ -77,13 +77,16 @@ def two_node_inter() -> dict:
 
 
 def collectives_2gpu() -> dict:
-    """``network.collectives`` of a 2-GPU node: 3 collectives x (NVLink, P2P disabled)."""
-    out = []
-    for coll, f in (("all_reduce", 1.0), ("all_gather", 0.9), ("reduce_scatter", 0.88)):
-        for variant, peak, env in (("NVLink", 375.0, {}), ("P2P disabled", 41.0, {"NCCL_P2P_DISABLE": "1"})):
-            rows = _ar_rows(peak * f, 2)
-            if coll != "all_reduce":  # all-gather / reduce-scatter: busbw = algbw x (n-1)/n
-                for r in rows:
+    """``network.collectives`` of a 2-GPU node as ``gpu_bench.collectives_contrast`` writes it:
+    3 collectives x (``p2p`` over NVLink, ``p2p_disabled`` with ``NCCL_P2P_DISABLE=1``)."""
+    base = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    out = {}
+    for label, peak, env in (("p2p", 375.0, base), ("p2p_disabled", 41.0, dict(base, NCCL_P2P_DISABLE="1"))):
+        rows = []
+        for coll, f in (("all_reduce", 1.0), ("all_gather", 0.9), ("reduce_scatter", 0.88)):
+            for r in _ar_rows(peak * f, 2):
+                if coll != "all_reduce":  # all-gather / reduce-scatter: busbw = algbw x (n-1)/n
                     r["algbw_gbps"] = round(r["busbw_gbps"] * 2, 1)
-            out.append({"collective": coll, "variant": variant, "ranks": 2, "env": env, "rows": rows})
-    return {"ranks": 2, "sweeps": out}
+                rows.append(dict(r, op=coll))
+        out[label] = {"ranks": 2, "env": env, "rows": rows}
+    return out

@@ -15,6 +15,7 @@ from ai4s_graph.tools.cluster import gpu_bench as G
 from ai4s_graph.tools.cluster import evalcluster as E
 from ai4s_graph.tools.errors import InputError
 from ai4s_graph.tools.cluster.report_check import check_file, check_report
+from eval_fixtures import collectives_2gpu
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "reports" / "raw-2026-11-29" / "eval-vm.json"
@@ -114,7 +115,7 @@ def test_check_cli_names_the_broken_rule(tmp_path):
 
 
 def test_collectives_2gpu_render_and_plot(tmp_path):
-    from eval_fixtures import collectives_2gpu, h200_eval
+    from eval_fixtures import h200_eval
 
     node = dict(h200_eval(), network={"collectives": collectives_2gpu()})
     node["env"] = dict(node["env"], gpus=[dict(node["env"]["gpus"][0], index=i) for i in range(2)], topo="GPU0 X NV18")
@@ -131,4 +132,9 @@ def test_collectives_2gpu_render_and_plot(tmp_path):
     for c in ("all_reduce", "all_gather", "reduce_scatter"):
         assert (tmp_path / "raw-2026-11-29-1442Z" / f"busbw-{c}.png").stat().st_size > 1000
     with pytest.raises(InputError, match="has no rows"):
-        E.collective_sweeps({"collectives": [{"collective": "all_gather", "variant": "NVLink", "rows": []}]})
+        E.collective_sweeps({"collectives": {"p2p": {"ranks": 2, "rows": []}}})
+    with pytest.raises(InputError, match="not a mapping"):
+        E.collective_sweeps({"collectives": [1, 2]})
+    # a failed variant is a Gap (gpu_bench records it), not a section
+    only = E.collective_sweeps({"collectives": {**collectives_2gpu(), "p2p_disabled": {"error": "timeout"}}}, nvlink=True)
+    assert [v["variant"] for c in only for v in c["variants"]] == ["NVLink"] * 3

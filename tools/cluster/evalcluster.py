@@ -29,7 +29,7 @@ from typing import Any
 from . import gpu_bench
 from ..errors import InputError, ToolUnavailableError
 from ..perfmodel.datasheet import gpu_key
-from .report_build import build_report, collective_sweeps, official_tflops  # noqa: F401  (re-exported)
+from .report_build import build_report, collective_sweeps, has_nvlink, official_tflops  # noqa: F401  (re-exported)
 from .report_check import Violation, check_report
 
 # ----------------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def write_report(nodes: list[dict[str, Any]], reports_dir: str | Path, *, date: 
             (rd / raw / "allreduce-inter.json").write_text(json.dumps(inter, indent=1) + "\n")
     net0 = nodes[0].get("network") or {}
     intra = net0.get("intra") or {}
-    colls = collective_sweeps(net0)
+    colls = collective_sweeps(net0, nvlink=has_nvlink(nodes[0]["env"].get("topo")))
     for c in colls:
         busbw_plot({v.get("variant", "default"): v["rows"] for v in c["variants"]}, rd / raw / f"busbw-{c['collective']}.png",
                    f"intra-node {c['collective'].replace('_', '-')}, {c['variants'][0].get('ranks')} ranks")

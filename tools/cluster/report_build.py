@@ -108,18 +108,42 @@ def _ar_section(heading: str, sweep: dict[str, Any], plot: str | None, link_spec
             "peak": peak + ".", "plot": plot}
 
 
-def collective_sweeps(network: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-collective sweeps of ``network.collectives`` (``{"sweeps": [{collective, variant,
-    ranks, env, rows}]}`` or a bare list), grouped by collective in the order all-reduce,
-    all-gather, reduce-scatter: ``[{collective, variants: [sweep, ...]}]``. Unknown collective
-    names are kept after the known ones. Raises InputError when a sweep has no ``rows``."""
-    raw = network.get("collectives") or []
-    sweeps = raw.get("sweeps", []) if isinstance(raw, dict) else list(raw)
+def has_nvlink(topo: str | None) -> bool:
+    """Whether ``nvidia-smi topo -m`` shows an NVLink bond (an ``NV<n>`` cell) between GPUs."""
+    return any(t.startswith("NV") and t[2:].isdigit() for t in (topo or "").split())
+
+
+VARIANT_LABELS = {"p2p": "peer-to-peer", "p2p_disabled": "P2P disabled"}
+
+
+def collective_sweeps(network: dict[str, Any], nvlink: bool = False) -> list[dict[str, Any]]:
+    """The per-collective sweeps of ``network.collectives`` as ``gpu_bench.collectives_contrast``
+    writes it (``{"p2p": {ranks, env, rows: [{op, bytes, time_us, algbw_gbps, busbw_gbps}]},
+    "p2p_disabled": {...}}``), grouped by collective in the order all-reduce, all-gather,
+    reduce-scatter: ``[{collective, variants: [{variant, ranks, env, rows}]}]``. ``variant`` is
+    ``NVLink`` for ``p2p`` when ``nvlink`` (the topology shows NV links), else ``peer-to-peer``;
+    ``env`` keeps only the variables that differ from the first variant's. A variant that
+    failed or was skipped (``error`` / ``skipped``, already a Gap) is left out. Raises
+    InputError when a variant has neither rows nor an error/skip reason."""
+    raw = network.get("collectives") or {}
+    if not isinstance(raw, dict):
+        raise InputError("network.collectives is not a mapping of variant -> sweep")
+    base_env: dict[str, str] | None = None
     by: dict[str, list[dict[str, Any]]] = {}
-    for s in sweeps:
-        if not s.get("rows"):
-            raise InputError(f"collective sweep {s.get('collective')!r}/{s.get('variant')!r} has no rows")
-        by.setdefault(s.get("collective", "all_reduce"), []).append(s)
+    for label, sw in raw.items():
+        if not isinstance(sw, dict) or sw.get("error") or sw.get("skipped"):
+            continue
+        if not sw.get("rows"):
+            raise InputError(f"collective sweep {label!r} has no rows")
+        env = dict(sw.get("env") or {})
+        base_env = env if base_env is None else base_env
+        diff = {k: v for k, v in env.items() if base_env.get(k) != v}
+        name = "NVLink" if (label == "p2p" and nvlink) else VARIANT_LABELS.get(label, label.replace("_", " "))
+        ops: dict[str, list[dict[str, Any]]] = {}
+        for r in sw["rows"]:
+            ops.setdefault(r.get("op", "all_reduce"), []).append(r)
+        for op, rows in ops.items():
+            by.setdefault(op, []).append({"variant": name, "ranks": sw.get("ranks"), "env": diff, "rows": rows})
     order = [c for c in COLLECTIVE_NAMES if c in by] + [c for c in by if c not in COLLECTIVE_NAMES]
     return [{"collective": c, "variants": by[c]} for c in order]
 
@@ -172,7 +196,7 @@ def report_context(nodes: list[dict[str, Any]], *, raw_dir: str, access: str, in
             gaps.setdefault(sec, []).append(msg if len(nodes) == 1 else f"{n['node']}: {msg}")
     net0 = n0.get("network") or {}
     intra = net0.get("intra") or {}
-    colls = collective_sweeps(net0)
+    colls = collective_sweeps(net0, nvlink=has_nvlink(env.get("topo")))
     if intra.get("skipped") and not colls:
         gaps["network"].append(f"Intra-node all-reduce benchmark: {intra['skipped']}, so it did not run")
     comp = n0.get("compute") or {}
@@ -473,7 +497,7 @@ def findings(nodes, spec, local, shared, inter, net_sections=(), link_spec=None)
         ask = ("the vendor's expected busbw per payload for this collective and link to judge it" if link_spec
                else "the link's advertised unidirectional GB/s to judge it")
         operator.append(f"intra-node fabric, {s['heading'].replace('Intra-node ', '').replace(' benchmark', '')} over {s['ranks']} "
-                        f"ranks: {peak[0].lower() + peak[1:]}; obtain {ask}.")
+                        f"ranks — {peak}; obtain {ask}.")
     if inter:
         pk = max(inter["rows"], key=lambda r: r["busbw_gbps"])
         operator.append(f"inter-node fabric: peak busbw {pk['busbw_gbps']:.1f} GB/s at {gpu_bench.format_iec(pk['bytes'])} over "
