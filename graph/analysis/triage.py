@@ -288,9 +288,9 @@ def triage_trace(path: str | Path, *, log_text: str = "", env: dict[str, str] | 
     found = [check_sdpa_fallback(names, str(path)), check_recompilations(names, log_text, str(path)),
              check_debug_apis(names, env, str(path))]
     for f in found:
-        if f is not None and f.claim["id"] == "triage.t16.recompiles" and log_path:
-            for e in f.claim["evidence"]:
-                e.setdefault("args", {})["log"] = log_path
+        if f is not None and f.claim.id == "triage.t16.recompiles" and log_path:
+            for e in f.claim.evidence:
+                e.args["log"] = log_path
     return [f for f in found if f is not None]
 
 
@@ -309,6 +309,23 @@ def _read_text(run_dir: str | Path | None, rel: str | None) -> str:
         return p.read_text(errors="replace") if p.is_file() else ""
     except OSError:
         return ""
+
+
+def _as_dict(x: Any) -> dict[str, Any]:
+    """A pydantic model (``Manifest``) or a mapping as a plain dict (extras included)."""
+    if x is None:
+        return {}
+    return x.model_dump(mode="json", by_alias=False) if hasattr(x, "model_dump") else dict(x)
+
+
+def _run_dir(state: dict[str, Any]) -> str | None:
+    """The perf-run directory of a graph state (``run.perf_run``, else ``request.perf_run``)."""
+    run, req = state.get("run"), state.get("request")
+    for o in (run, req):
+        v = getattr(o, "perf_run", None) if o is not None and not isinstance(o, dict) else (o or {}).get("perf_run")
+        if v:
+            return str(v)
+    return None
 
 
 def series_mean(series: Any) -> float | None:
@@ -358,7 +375,7 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
     the claims. Never raises on missing inputs."""
     if not good:
         return []
-    m = manifest or {}
+    m = _as_dict(manifest)
     arts = m.get("artifacts") or {}
     res = good[0]
     log = _read_text(run_dir, arts.get("train_log"))
@@ -373,11 +390,11 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
         return []
     found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, data=data)
     for f in found:
-        for e in f.claim["evidence"]:
-            e.setdefault("args", {}).update(rank=res.get("rank"), path=res["path"])
+        for e in f.claim.evidence:
+            e.args.update(rank=res.get("rank"), path=res["path"])
     rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"), data=data)
-    trace_findings["triage"] = [{"id": f.claim["id"], "lever": f.lever, "why": f.why} for f in found]
-    trace_findings["triage"] += [{"id": c["id"], "lever": "fuse_elementwise", "why": "bring the memory-bound category "
+    trace_findings["triage"] = [{"id": f.claim.id, "lever": f.lever, "why": f.why} for f in found]
+    trace_findings["triage"] += [{"id": c.id, "lever": "fuse_elementwise", "why": "bring the memory-bound category "
                                   "to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"} for c in rc]
     trace_findings["roofline"] = rf
     return [f.claim for f in found] + rc
@@ -387,7 +404,7 @@ def attach_telemetry_triage(findings: dict[str, Any], manifest: Any, run_dir: st
     """The telemetry analyst's one call: T3 (workers x ranks vs cores, manifest + job script),
     T2 (clocks and power vs the datasheet) and T8 (with the rank-0 trace's DataLoader share).
     Adds ``triage`` to ``findings['telemetry']`` (created when absent); returns the claims."""
-    m = manifest.model_dump() if hasattr(manifest, "model_dump") else dict(manifest or {})
+    m = _as_dict(manifest)
     arts = m.get("artifacts") or {}
     tel = findings.get("telemetry") or {}
     st = tel.get("stats") or {}
@@ -418,17 +435,18 @@ def attach_telemetry_triage(findings: dict[str, Any], manifest: Any, run_dir: st
         except (Ai4sError, OSError, KeyError):
             pass
     found = [f for f in found if f is not None]
-    findings.setdefault("telemetry", tel)["triage"] = [{"id": f.claim["id"], "lever": f.lever, "why": f.why} for f in found]
+    findings.setdefault("telemetry", tel)["triage"] = [{"id": f.claim.id, "lever": f.lever, "why": f.why} for f in found]
     return [f.claim for f in found]
 
 
 def verify_claim(c: dict[str, Any], state: dict[str, Any] | None = None) -> tuple[Any, Any, str]:
-    """A verifier's one call for a ``triage.*`` claim: ``(value, Tolerance, method)`` re-derived
+    """A verifier's one call for a ``triage.*`` claim (a ``Claim``): ``(value, Tolerance, method)`` re-derived
     through a path independent of the analyst's (raw-text counts of the trace, the correlation-id
     kernel link of the roofline, the job script's text, the telemetry series rather than the PromQL
     statistic). ``(None, Tolerance(), why)`` when no independent path applies."""
     from ...state import Tolerance
 
+    c = c.model_dump(mode="json") if hasattr(c, "model_dump") else c
     cid = c["id"]
     args = ((c.get("evidence") or [{}])[0].get("args")) or {}
     path = args.get("path")
@@ -451,8 +469,8 @@ def verify_claim(c: dict[str, Any], state: dict[str, Any] | None = None) -> tupl
         a = rf["categories"].get(args.get("category"), {})
         return (round(a["tbps"], 4) if a else None), Tolerance(rel=0.01), "roofline with kernels linked by correlation id"
     if cid == "triage.t3.oversubscription":
-        m = st.get("manifest") or {}
-        script = _read_text((st.get("request") or {}).get("perf_run"), (m.get("artifacts") or {}).get("job_script"))
+        m = _as_dict(st.get("manifest"))
+        script = _read_text(_run_dir(st), (m.get("artifacts") or {}).get("job_script"))
         v = rederive_oversubscription(script, m.get("cpus_per_node")) if script else None
         return v, Tolerance(rel=0.001), "the job script's --ntasks-per-node, --cpus-per-task and num_workers"
     if cid.startswith(("triage.t8.", "triage.t2.")):

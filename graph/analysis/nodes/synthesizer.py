@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import verdict
+from .. import triage
 from ..configuration import llm_request
 from ..schema import AnalysisState
 from ...runtime import node
@@ -251,6 +252,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
     ranks = max(1, len(manifest.artifacts.traces))
     levers, catalog = recommend_levers(b, manifest, vendor, ranks)
+    levers = triage.recommend(levers, findings, verdicts)
     window = None
     tel = (state.get("findings") or {}).get("telemetry") or {}
     if tel.get("window"):

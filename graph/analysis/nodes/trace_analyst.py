@@ -14,6 +14,7 @@ from typing import Any
 from langgraph.types import Send
 
 from ..claimkit import claim
+from .. import triage
 from ..configuration import llm_manifest, llm_request, run_dir
 from ..diagnosis import classify_trace
 from ..schema import AnalysisState, RankResult, RankTask
@@ -284,6 +285,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     for res in good:
         claims.extend(claims_for_rank(res))
     findings = {"trace": {"ranks": good, "errors": bad}}
+    claims.extend(triage.attach_trace_triage(findings["trace"], good, state.get("manifest"), str(run_dir(state))))
     if len(good) > 1:
         findings["trace"]["multi_rank"] = _multi_rank(state, good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))

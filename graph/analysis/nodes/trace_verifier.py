@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..claimkit import PCT_TOL, REL_TOL, verdict
+from .. import triage
 from ..configuration import llm_manifest, llm_request
 from ..diagnosis import classify_trace
 from ..schema import AnalysisState, RankResult
@@ -106,6 +107,8 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
 
 
 def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
+    if c.id.startswith("triage."):
+        return verdict(c, VERIFIER, *triage.verify_claim(c))
     try:
         from ....tools.trace import collectives
 
