@@ -184,8 +184,10 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
             L.append(f"- `{v.claim.id}` ← `{e.tool}`: `{e.query}` returned `{ret}`")
     L += ["", "## Recommended levers", ""]
     L += [("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
-           "generic rules of `tools/levers/rules.py`, in cost order:") if rep.lever_catalog else
-          "From the generic rules of `tools/levers/rules.py`, in cost order (no lever catalog for this model):", ""]
+           "generic rules of `tools/levers/rules.py`, ordered by estimated saving per step (`tools/levers/impact.py`; levers "
+           "without an estimate last, in cost order):") if rep.lever_catalog else
+          "From the generic rules of `tools/levers/rules.py` (no lever catalog for this model), ordered by estimated saving "
+          "per step (`tools/levers/impact.py`; levers without an estimate last, in cost order):", ""]
     if rep.levers:
         L += [f"{i}. `{lv.name}` — {lv.why}" for i, lv in enumerate(rep.levers, 1)]
     else:
