@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
         date: Optional[str] = typer.Option(None, "--date", help="Report date (default: today, UTC)."),
     ) -> None:
         """Acceptance evaluation (seed 003): environment, MAMF/MSMF, lemon GEMM, all-reduce, fio;
-        writes reports/eval-<gpu>-<date>.md and checks it. --check only checks a report."""
+        writes reports/<gpu>-<date>-<HHMM>Z.md and checks it. --check only checks a report and names
+        every broken rule (docs/rules.md)."""
         from ..tools.cluster.report_check import check_file  # noqa: PLC0415
 
         if check is not None:

@@ -15,6 +15,7 @@ from ai4s_graph.tools.cluster import gpu_bench as G
 from ai4s_graph.tools.cluster import evalcluster as E
 from ai4s_graph.tools.errors import InputError
 from ai4s_graph.tools.cluster.report_check import check_file, check_report
+from eval_fixtures import collectives_2gpu
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "reports" / "raw-2026-11-29" / "eval-vm.json"
@@ -24,7 +25,7 @@ def test_h200_report_rebuilds_from_raw_and_passes(tmp_path):
     path, viol = E.write_report(E.load_results([RAW]), tmp_path, date="2026-11-29", access="device tool")
     assert viol == []
     text = path.read_text()
-    assert path.name == "eval-h200-2026-11-29.md"
+    assert path.name == "h200-2026-11-29-1442Z.md"  # seed 003: <gpu>-<datetime>.md
     assert text.startswith("# Cluster eval: 1 node of 1× H200")
     # the H200 run's real numbers: MSMF 698 TFLOPS at the 700 W limit, lemon 680-683, 132 SMs
     assert "**698 TFLOPS** (70.6% of spec) at 10240×16384×10240, 691 W / 1470 MHz" in text
@@ -32,11 +33,11 @@ def test_h200_report_rebuilds_from_raw_and_passes(tmp_path):
     assert "62 full waves and a tail of 8 CTAs, 99.9% wave efficiency" in text
     assert "**TLDR: no under-performing or dead GPUs**" in text
     assert "Inter-node" not in text  # one node: no inter-node section, not even "skipped" (seed 003)
-    assert check_file(REPO / "reports" / "eval-h200-2026-11-29.md") == []
+    assert check_file(REPO / "reports" / "h200-2026-11-29-1442Z.md") == []
 
 
 def test_committed_report_passes_checker():
-    committed = (REPO / "reports" / "eval-h200-2026-11-29.md").read_text()
+    committed = (REPO / "reports" / "h200-2026-11-29-1442Z.md").read_text()
     assert "## Findings" in committed and check_report(committed) == []
 
 
@@ -78,10 +79,10 @@ def test_cpu_node_eval_with_real_fio_writes_checked_report(tmp_path):
          "--local-dir", str(scan), "--fio-sizes", "16KiB,1MiB", "--fio-runtime", "1", "--fio-jobs", "2",
          "--date", "2026-01-01"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    rep = reports / "eval-cpu-2026-01-01.md"
+    rep = reports / "cpu-2026-01-01-0000Z.md"
     text = rep.read_text()
     assert check_report(text) == []
-    raw = json.loads(next((reports / "raw-2026-01-01").glob("eval-*.json")).read_text())
+    raw = json.loads(next((reports / "raw-2026-01-01-0000Z").glob("eval-*.json")).read_text())
     rows = raw["storage"]["local"][0]["rows"]
     assert [(x["size"], x["rw"]) for x in rows] == [("16 KiB", "read"), ("16 KiB", "write"), ("1 MiB", "read"), ("1 MiB", "write")]
     assert all(x["bw_mibps"] > 0 and x["iops_m"] > 0 for x in rows)
@@ -93,7 +94,47 @@ def test_cpu_node_eval_with_real_fio_writes_checked_report(tmp_path):
 
 def test_check_cli_fails_on_broken_report(tmp_path):
     bad = tmp_path / "bad.md"
-    bad.write_text((REPO / "reports" / "eval-h200-2026-11-29.md").read_text().replace("| ---: | --- |", "| --- | --- |"))
+    bad.write_text((REPO / "reports" / "h200-2026-11-29-1442Z.md").read_text().replace("| ---: | --- |", "| --- | --- |"))
     r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(bad)],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 1 and "numeric_align" in r.stdout and "STATUS=fail" in r.stdout
+
+
+def test_check_cli_names_the_broken_rule(tmp_path):
+    good = (REPO / "reports" / "h200-2026-11-29-1442Z.md").read_text()
+    bad = tmp_path / "h200-2026-11-29-1442Z.md"
+    bad.write_text(good.replace("### Healthy subsystems", "### Healthy"))
+    r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(bad)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 1 and "[findings]" in r.stdout
+    misnamed = tmp_path / "eval-h200.md"
+    misnamed.write_text(good)
+    r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(misnamed)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 1 and "[file_name]" in r.stdout
+
+
+def test_collectives_2gpu_render_and_plot(tmp_path):
+    from eval_fixtures import h200_eval
+
+    node = dict(h200_eval(), network={"collectives": collectives_2gpu()})
+    node["env"] = dict(node["env"], gpus=[dict(node["env"]["gpus"][0], index=i) for i in range(2)], topo="GPU0 X NV18")
+    path, viol = E.write_report([node], tmp_path, date="2026-11-29", access="device tool",
+                                nccl_env_source="the device machine's image")
+    assert viol == []
+    text = path.read_text()
+    for name in ("all-reduce", "all-gather", "reduce-scatter"):
+        assert f"### Intra-node {name} benchmark" in text
+    assert "| payload | NVLink busbw (GB/s) | P2P disabled busbw (GB/s) |" in text
+    # all-reduce NVLink peak 375.0 GB/s of the NVLink 4 spec 450 GB/s per direction: 83.3%
+    assert "NVLink: peak busbw 375.0 GB/s at 128 MiB, 83.3% of the NVLink 4 spec of 450 GB/s per direction" in text
+    assert "P2P disabled (`NCCL_P2P_DISABLE=1`): peak busbw 41.0 GB/s at 128 MiB;" in text
+    for c in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert (tmp_path / "raw-2026-11-29-1442Z" / f"busbw-{c}.png").stat().st_size > 1000
+    with pytest.raises(InputError, match="has no rows"):
+        E.collective_sweeps({"collectives": {"p2p": {"ranks": 2, "rows": []}}})
+    with pytest.raises(InputError, match="not a mapping"):
+        E.collective_sweeps({"collectives": [1, 2]})
+    # a failed variant is a Gap (gpu_bench records it), not a section
+    only = E.collective_sweeps({"collectives": {**collectives_2gpu(), "p2p_disabled": {"error": "timeout"}}}, nvlink=True)
+    assert [v["variant"] for c in only for v in c["variants"]] == ["NVLink"] * 3

@@ -31,7 +31,6 @@ MAX_LINES = 700
 SIZE_ALLOWED = {
     "tools/cluster/gpu_bench.py",      # helper "dev"
     "graph/agents/llm.py",             # helper "agents"
-    "tools/cluster/evalcluster.py",    # helper "rules"
 }
 # Optional-import guards around our own modules that their owners are removing today.
 GUARD_ALLOWED = {

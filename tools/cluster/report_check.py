@@ -16,7 +16,11 @@ Rules (``Violation.rule``):
 - ``asserted_absence``: no "No Fail", "Skip reasons: none", "none found", "nothing was
   skipped", ``N/A`` cells, a ``Gaps`` section whose body is "None", "not benchmarked"...;
 - ``toc_anchor``: every ``(#anchor)`` link resolves to a heading (GitHub slugs, ``-1``/``-2``
-  for repeated titles).
+  for repeated titles);
+- the rules of :mod:`ai4s_graph.tools.cluster.report_rules` (file name, title, TOC of what ran,
+  Environment tables, Compute, NIC percentages, NCCL environment, node scope, inlined plots,
+  Storage layout and grouping, Findings headings and GPU naming, prose numbers, plural targets,
+  the operator ask, filler/shorthand/feelings/workload wording, Introduction lists, links).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .report_rules import RULE_CHECKS, RULE_NAMES, Violation, check_file_name
+from .mdparse import anchor_map, anchors, cells, headings, is_num, lines_outside_fences, slug, strip_links, tables  # noqa: F401
 
 ACRONYMS: dict[str, tuple[str, ...]] = {
     "MAMF": ("maximum achievable matmul flops",),
@@ -48,73 +55,15 @@ ACRONYMS: dict[str, tuple[str, ...]] = {
 plus the other abbreviations the eval report uses."""
 ACRONYM_WINDOW = 160
 
-RULES = ("structure", "acronym", "iec_units", "numeric_align", "times_not_percent", "asserted_absence", "toc_anchor")
+RULES = ("structure", "acronym", "iec_units", "numeric_align", "times_not_percent", "asserted_absence", "toc_anchor") + RULE_NAMES
+"""Every rule name a :class:`Violation` can carry; docs/rules.md maps each to its seed text and test."""
 
 
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule: ``rule`` (one of :data:`RULES`), 1-based ``line``, ``message``."""
-
-    rule: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.line}: [{self.rule}] {self.message}"
-
-
-_FENCE = re.compile(r"^(```|~~~)")
-
-
-def _lines_outside_fences(text: str) -> list[tuple[int, str]]:
-    out, inside = [], False
-    for i, line in enumerate(text.splitlines(), 1):
-        if _FENCE.match(line.strip()):
-            inside = not inside
-            continue
-        if not inside:
-            out.append((i, line))
-    return out
-
-
-def _strip_links(line: str) -> str:
-    """Drop link targets ``](...)`` (URLs and anchors are not prose)."""
-    return re.sub(r"\]\([^)]*\)", "]()", line)
-
-
-def slug(heading: str) -> str:
-    """GitHub's heading anchor: markdown stripped, lowercase, punctuation except ``-``/``_``
-    removed, spaces to ``-``."""
-    t = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
-    t = t.replace("`", "").replace("*", "")
-    t = t.strip().lower()
-    t = re.sub(r"[^\w\- ]", "", t)
-    return t.replace(" ", "-")
-
-
-def headings(text: str) -> list[tuple[int, int, str]]:
-    """(line, level, title) of every ATX heading outside code fences."""
-    out = []
-    for i, line in _lines_outside_fences(text):
-        m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
-        if m:
-            out.append((i, len(m.group(1)), m.group(2)))
-    return out
-
-
-def anchors(text: str) -> set[str]:
-    """All anchors the headings of ``text`` define (duplicates get ``-1``, ``-2``...)."""
-    seen: dict[str, int] = {}
-    out: set[str] = set()
-    for _i, _lvl, title in headings(text):
-        s = slug(title)
-        if s in seen:
-            seen[s] += 1
-            out.add(f"{s}-{seen[s]}")
-        else:
-            seen[s] = 0
-            out.add(s)
-    return out
+_lines_outside_fences = lines_outside_fences
+_strip_links = strip_links
+_tables = lambda text: tables(lines_outside_fences(text))  # noqa: E731
+_cells = cells
+_is_num = is_num
 
 
 def _check_acronyms(text: str) -> list[Violation]:
@@ -155,46 +104,6 @@ def _check_units(text: str) -> list[Violation]:
         if m := _DEC_STORAGE_BW.search(prose):
             v.append(Violation("iec_units", i, f"{m.group(0)!r}: storage bandwidth is MiB/s (MiBps)"))
     return v
-
-
-def _tables(text: str) -> list[tuple[int, list[str], list[str], list[tuple[int, list[str]]]]]:
-    """(line of header, header cells, alignment cells, [(line, body cells)]) per table."""
-    lines = _lines_outside_fences(text)
-    out = []
-    k = 0
-    while k < len(lines) - 1:
-        i, l = lines[k]
-        j, sep = lines[k + 1]
-        if l.strip().startswith("|") and re.match(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$", sep):
-            head = _cells(l)
-            align = _cells(sep)
-            body = []
-            k += 2
-            while k < len(lines) and lines[k][1].strip().startswith("|"):
-                body.append((lines[k][0], _cells(lines[k][1])))
-                k += 1
-            out.append((i, head, align, body))
-        else:
-            k += 1
-    return out
-
-
-def _cells(line: str) -> list[str]:
-    s = line.strip()
-    if s.startswith("|"):
-        s = s[1:]
-    if s.endswith("|"):
-        s = s[:-1]
-    return [c.strip() for c in s.split("|")]
-
-
-_NUM_CELL = re.compile(
-    r"^[-+]?(\d[\d_,]*(\.\d+)?|\.\d+)\s*(KiB|MiB|GiB|TiB|B|%|×|x|µs|us|ms|msec|s|W|MHz|GHz|TFLOPS|GB/s|GBps|MiB/s|MiBps|TB/s)?$")
-
-
-def _is_num(cell: str) -> bool:
-    c = cell.strip().strip("*").strip("`")
-    return bool(_NUM_CELL.match(c))
 
 
 def _check_tables(text: str) -> list[Violation]:
@@ -259,11 +168,18 @@ def _check_structure(text: str) -> list[Violation]:
     return []
 
 
-def check_report(text: str) -> list[Violation]:
-    """Every mechanical-rule violation in report ``text`` (markdown), in line order.
-    An empty list means the report passes."""
-    v = (_check_structure(text) + _check_acronyms(text) + _check_units(text) + _check_tables(text)
-         + _check_absence(text) + _check_toc(text))
+def check_report(text: str, filename: str | None = None) -> list[Violation]:
+    """Every rule violation in report ``text`` (markdown), in line order; ``filename`` (the
+    report's base name) adds the file-name rule. An empty list means the report passes. A text
+    with no title or no section is reported as ``structure`` only."""
+    v = _check_structure(text)
+    if v:
+        return v
+    v += _check_acronyms(text) + _check_units(text) + _check_tables(text) + _check_absence(text) + _check_toc(text)
+    for fn in RULE_CHECKS.values():
+        v += fn(text)
+    if filename is not None:
+        v += check_file_name(filename)
     return sorted(v, key=lambda x: (x.line, x.rule))
 
 
@@ -271,7 +187,7 @@ def check_file(path: str | Path) -> list[Violation]:
     """:func:`check_report` on a file. Raises FileNotFoundError when it does not exist and
     :class:`~ai4s_graph.tools.errors.InputError` when it is not UTF-8 text."""
     try:
-        return check_report(Path(path).read_text(encoding="utf-8"))
+        return check_report(Path(path).read_text(encoding="utf-8"), filename=Path(path).name)
     except UnicodeDecodeError:
         from ..errors import InputError
 

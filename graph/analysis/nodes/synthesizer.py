@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import verdict
+from .. import triage
 from ..configuration import llm_request
 from ..schema import AnalysisState
 from ...runtime import node
@@ -183,8 +184,10 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
             L.append(f"- `{v.claim.id}` ← `{e.tool}`: `{e.query}` returned `{ret}`")
     L += ["", "## Recommended levers", ""]
     L += [("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
-           "generic rules of `tools/levers/rules.py`, in cost order:") if rep.lever_catalog else
-          "From the generic rules of `tools/levers/rules.py`, in cost order (no lever catalog for this model):", ""]
+           "generic rules of `tools/levers/rules.py`, ordered by estimated saving per step (`tools/levers/impact.py`; levers "
+           "without an estimate last, in cost order):") if rep.lever_catalog else
+          "From the generic rules of `tools/levers/rules.py` (no lever catalog for this model), ordered by estimated saving "
+          "per step (`tools/levers/impact.py`; levers without an estimate last, in cost order):", ""]
     if rep.levers:
         L += [f"{i}. `{lv.name}` — {lv.why}" for i, lv in enumerate(rep.levers, 1)]
     else:
@@ -251,6 +254,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
     ranks = max(1, len(manifest.artifacts.traces))
     levers, catalog = recommend_levers(b, manifest, vendor, ranks)
+    levers = triage.recommend(levers, findings, verdicts)
     window = None
     tel = (state.get("findings") or {}).get("telemetry") or {}
     if tel.get("window"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..claimkit import claim
+from .. import triage
 from ..configuration import RunRequest, llm_manifest, llm_request, run_dir as resolved_run_dir
 from ..schema import AnalysisState
 from ...runtime import node
@@ -325,6 +326,7 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     except Ai4sError as e:
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)
+    claims += triage.attach_telemetry_triage(findings, manifest, run_dir)
     update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")

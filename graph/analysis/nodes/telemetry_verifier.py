@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import REL_TOL, TELEMETRY_TOL, verdict
+from .. import triage
 from ..configuration import llm_manifest, llm_request, run_dir
 from ..diagnosis import telemetry_supports_compute
 from ..schema import AnalysisState
@@ -233,6 +234,9 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
     tel = [c for c in claims if c.metric.startswith("telemetry.")]
     for c in claims:
         if c.metric.startswith("telemetry."):
+            continue
+        if c.id.startswith("triage."):
+            verdicts.append(verdict(c, VERIFIER, *triage.verify_claim(c, state)))
             continue
         try:
             verdicts.append(_verify_fom(c, state, cache))

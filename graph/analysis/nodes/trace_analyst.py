@@ -21,6 +21,7 @@ from typing import Any
 from langgraph.types import Send
 
 from ..claimkit import PCT_TOL, claim
+from .. import triage
 from ..configuration import llm_manifest, llm_request, run_dir
 from ..diagnosis import Diagnosis, classify_trace
 from ..schema import AnalysisState, RankResult, RankTask
@@ -343,6 +344,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     tables = _write_tables(state, good)
     findings = {"trace": {"ranks": good, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
+    claims.extend(triage.attach_trace_triage(findings["trace"], good, state.get("manifest"), str(run_dir(state))))
     if len(good) > 1:
         findings["trace"]["multi_rank"] = _multi_rank(state, good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))

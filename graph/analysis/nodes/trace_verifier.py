@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..claimkit import PCT_TOL, REL_TOL, verdict
+from .. import triage
 from ..configuration import llm_manifest, llm_request
 from ..schema import AnalysisState, RankResult
 from ...runtime import node
@@ -105,6 +106,8 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
 
 def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
     """A cross-rank claim, re-derived from every rank's kernels by the independent path."""
+    if c.id.startswith("triage."):
+        return verdict(c, VERIFIER, *triage.verify_claim(c))
     value, tol, method = collectives.rederive_claim(c.metric, rank_results)
     return verdict(c, VERIFIER, value, tol, method)
 

@@ -1,0 +1,64 @@
+"""Every bottleneck rule of graph/analysis/diagnosis.py at both sides of its threshold, on
+hand-built trace figures with known answers (the memory-bound and communication-bound rules
+included), and seed 001 T2's telemetry rule against the datasheet limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from ai4s_graph.graph.analysis import diagnosis as D
+from ai4s_graph.state import BottleneckClass as B
+
+
+def tr(idle=10.0, comp=85.0, comm=0.0, mean_k=50.0, step=100.0, dl=0.0, gemm=0.7, elem=0.2):
+    rest = max(0.0, 1.0 - gemm - elem)
+    return {"timeline": {"idle_time": {"percent": idle}, "computation_time": {"percent": comp},
+                         "exposed_comm_time": {"percent": comm}, "busy_time": {"percent": 100 - idle}},
+            "launch": {"mean_kernel_us": mean_k}, "step_time_ms": step, "dataloader_ms_per_step": dl,
+            "ops_by_category": [{"category": "GEMM", "kernel_time_ms": 100 * gemm},
+                                {"category": "elementwise", "kernel_time_ms": 100 * elem},
+                                {"category": "other", "kernel_time_ms": 100 * rest}]}
+
+
+def k(t):
+    return D.classify_trace(t).klass
+
+
+def test_communication_both_sides():
+    assert k(tr(comm=D.EXPOSED_COMM_PCT)) is B.communication
+    assert k(tr(comm=D.EXPOSED_COMM_PCT - 0.1)) is B.compute
+
+
+def test_data_loader_both_sides():
+    idle = D.IDLE_DISPATCH_PCT / 2
+    assert k(tr(idle=idle, comp=50, dl=D.DATALOADER_STEP_SHARE * 100)) is B.data_loader
+    assert k(tr(idle=idle, comp=50, dl=D.DATALOADER_STEP_SHARE * 100 - 1)) is B.unknown
+    # the DataLoader share alone is not enough: the GPU must also be idle
+    assert k(tr(idle=idle - 0.1, comp=85, dl=50)) is B.compute
+
+
+def test_dispatch_both_sides():
+    assert k(tr(idle=D.IDLE_DISPATCH_PCT, comp=55, mean_k=D.SHORT_KERNEL_MEAN_US - 0.1)) is B.dispatch
+    d = D.classify_trace(tr(idle=D.IDLE_DISPATCH_PCT, comp=55, mean_k=D.SHORT_KERNEL_MEAN_US))
+    assert d.klass is B.dispatch and d.confidence == pytest.approx(0.6)  # idle, but kernels not short
+    assert k(tr(idle=D.IDLE_DISPATCH_PCT - 0.1, comp=55, mean_k=5.0)) is B.unknown
+
+
+def test_compute_and_memory_both_sides():
+    assert k(tr(comp=D.BUSY_COMPUTE_PCT)) is B.compute
+    assert k(tr(comp=D.BUSY_COMPUTE_PCT - 0.1)) is B.unknown
+    assert k(tr(comp=90, gemm=0.3, elem=D.MEMORY_BOUND_ELEMENTWISE_SHARE)) is B.memory
+    assert k(tr(comp=90, gemm=0.3, elem=D.MEMORY_BOUND_ELEMENTWISE_SHARE - 0.01)) is B.compute
+
+
+def test_no_timeline_is_unknown():
+    assert k({}) is B.unknown
+
+
+def test_t2_telemetry_against_the_datasheet():
+    # H200: 700 W, 1980 MHz boost; clock high at >= 80% of boost, power >= 50% of the limit
+    assert D.telemetry_supports_compute(95, 0.8 * 1980, None, 360, None, gpu_name="NVIDIA H200") is True
+    assert D.telemetry_supports_compute(95, 0.8 * 1980 - 1, None, 360, None, gpu_name="NVIDIA H200") is False
+    assert D.telemetry_supports_compute(95, 1900, None, 349, None, gpu_name="NVIDIA H200") is False
+    assert D.telemetry_supports_compute(79.9, 1900, None, 600, None, gpu_name="NVIDIA H200") is False
+    assert D.telemetry_supports_compute(None, 1900, None, 600, None, gpu_name="NVIDIA H200") is None
