@@ -44,7 +44,7 @@ def thread_id(req: RunRequest) -> str:
     parameters) plus a short hash of the arguments that change the analysis, so the same command
     resumes and a different one starts its own thread."""
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
-                                  "submit", "submit_params", "slurm_array"})
+                                  "submit", "submit_params", "slurm_array", "baseline"})
     h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
@@ -152,6 +152,9 @@ def register(app: typer.Typer) -> None:
                                                       "(partition, account, shared dir)."),
         wait_timeout: float = typer.Option(3600.0, "--wait-timeout", help="Seconds to wait for sacct to report a "
                                            "terminal state before TIMEOUT_WAITING."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="An eval-cluster report (REPORT.md) or its "
+                                                "raw eval JSON: the all-reduce busbw measured on this cluster, to "
+                                                "compare the job's achieved busbw with."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
         if not submit and not job and not perf_run:
@@ -175,7 +178,8 @@ def register(app: typer.Typer) -> None:
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
                          llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
-                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array)
+                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array,
+                         baseline=str(baseline.resolve()) if baseline else None)
         except ValueError as e:
             msg = _first_error(e)
             err_console.print(f"error: {msg}")

@@ -9,13 +9,43 @@ from pydantic import BaseModel, Field
 from .claims import BottleneckClass, VerifiedClaim
 
 
+class Contradiction(BaseModel):
+    """Two sources that disagree about the class (issue 13): the direct measurement and the
+    indirect test, each with its number, which one wins and why, and what to run to settle it."""
+
+    direct: str = Field(description="the direct measurement, with its number")
+    direct_class: BottleneckClass
+    indirect: str = Field(description="the indirect test, with its number")
+    indirect_class: BottleneckClass | str
+    winner: str
+    why: str
+    settle: str
+    claims: list[str] = Field(default_factory=list)
+
+
 class Bottleneck(BaseModel):
-    """The bottleneck class with the ids of the confirmed claims that support it."""
+    """The bottleneck class with the ids of the confirmed claims that support it.
+
+    ``scope`` says what limits the job across ranks (e.g. "compute-bound on rank 1, which the
+    other ranks wait for (straggler)"); ``critical_rank`` is the rank classified (the straggler
+    when one exists); ``confidence`` comes from the margins of the rules that decided, adjusted
+    by agreeing (+) or contradicting (−) indirect tests; ``runner_up`` is the class whose rule came
+    closest; ``borderline`` when the deciding margin is under ``diagnosis.BORDERLINE_MARGIN``."""
 
     klass: BottleneckClass = BottleneckClass.unknown
     rationale: str = ""
     supporting_claims: list[str] = Field(default_factory=list)
     confidence: float = 0.0
+    scope: str = ""
+    critical_rank: int | None = None
+    straggler: int | None = None
+    waiting_share: float | None = Field(None, description="share (0..1) of the other ranks' exposed "
+                                                          "communication that is waiting for the straggler")
+    margin: float | None = None
+    runner_up: BottleneckClass | None = None
+    runner_up_margin: float | None = None
+    borderline: bool = False
+    contradictions: list[Contradiction] = Field(default_factory=list)
 
 
 class LeverRecommendation(BaseModel):
@@ -54,3 +84,7 @@ class Report(BaseModel):
     plots: list[str] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)
     llm: str = "none"
+    ranks: list[dict[str, Any]] = Field(default_factory=list, description="per-rank class, shares and waits")
+    representativeness: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    busbw_context: list[dict[str, Any]] = Field(default_factory=list)

@@ -11,101 +11,41 @@ from pathlib import Path
 from typing import Any
 
 from ..claimkit import verdict
+from .. import context as ctx
 from .. import triage
-from ..configuration import llm_request
+from ..configuration import llm_request, run_dir
+from ..verdict import decide
 from ..schema import AnalysisState
 from ...runtime import node
-from ....state import (Bottleneck, BottleneckClass, Manifest, Outcome, Report,
-                              StatusLine, Tolerance, Verdict, VerifiedClaim)
+from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
+                              Tolerance, Verdict, VerifiedClaim)
 from ....tools.errors import Ai4sError
 from ....tools.levers.recommend import recommend_levers
 
 SYNTH = "synthesizer"
-# Which confirmed measurements count as support for each class (the inputs of its rule).
-SUPPORT_METRICS: dict[str, tuple[str, ...]] = {
-    BottleneckClass.dispatch.value: ("gpu_timeline.idle_time", "kernels.", "telemetry.gpu_util", "compare."),
-    BottleneckClass.compute.value: ("gpu_timeline.computation_time", "ops_by_category.", "telemetry.gpu_util",
-                                    "telemetry.sm_clock", "telemetry.power", "telemetry.supports_compute", "compare."),
-    BottleneckClass.memory.value: ("gpu_timeline.computation_time", "ops_by_category.", "telemetry.mem_bw_util",
-                                   "compare."),
-    BottleneckClass.data_loader.value: ("cpu.dataloader_step_share_pct", "gpu_timeline.idle_time",
-                                        "telemetry.gpu_util"),
-    BottleneckClass.communication.value: ("gpu_timeline.exposed_comm_time", "collectives."),
-}
 
 
-def decide_bottleneck(verdicts: list[VerifiedClaim]) -> Bottleneck:
-    """The bottleneck class from CONFIRMED claims only.
+def decide_bottleneck(verdicts: list[VerifiedClaim], findings: dict[str, Any] | None = None) -> Bottleneck:
+    """The bottleneck class from CONFIRMED claims only, over all ranks and all sources:
+    :func:`ai4s_graph.graph.analysis.verdict.decide` (direct measurements decide, indirect tests
+    support or contradict; the straggler's class when the other ranks wait for it)."""
+    return decide(verdicts, findings)
 
-    Order of trust: the precision discriminator when it names compute/dispatch/memory (seed 000
-    lesson 13 calls it the canonical discriminator) — unless the trace names a communication or
-    data-loader cause, which the discriminator cannot see, or the trace shows a mostly idle GPU
-    (dispatch-bound) while the discriminator says compute- or memory-bound (then the runs' difference
-    is more likely run-to-run variance, lesson 9, and the report says so) —, then the trace rules (rank 0, or the
-    class most ranks agree on), then telemetry alone (compute-bound only when utilization, SM
-    clock and power are all high, seed 001 T2). ``unknown`` when nothing confirmed decides it."""
-    confirmed = [v for v in verdicts if v.verdict is Verdict.confirmed]
-    by_metric: dict[str, list[VerifiedClaim]] = {}
-    for v in confirmed:
-        by_metric.setdefault(v.claim.metric, []).append(v)
-    disc = by_metric.get("diagnosis.precision_discriminator_class", [])
-    trace = by_metric.get("diagnosis.trace_bottleneck_class", [])
-    trace_cls = None
-    if trace:
-        counts: dict[str, int] = {}
-        for v in trace:
-            counts[str(v.claim.value)] = counts.get(str(v.claim.value), 0) + 1
-        trace_cls = max(counts, key=lambda k: (counts[k], k == str(trace[0].claim.value)))
-    support_all = [v for v in confirmed if v.claim.metric.startswith(("gpu_timeline.", "kernels.", "cpu.",
-                                                                      "telemetry.", "compare.", "collectives."))]
-    def support_for(klass: str) -> list[str]:
-        keys = SUPPORT_METRICS.get(klass, ())
-        return [v.claim.id for v in support_all if v.claim.metric.startswith(keys)]
 
-    if trace_cls in (BottleneckClass.communication.value, BottleneckClass.data_loader.value):
-        support = support_for(trace_cls)
-        t = next(v for v in trace if str(v.claim.value) == trace_cls)
-        return Bottleneck(klass=BottleneckClass(trace_cls), rationale=t.claim.statement,
-                          supporting_claims=[t.claim.id] + support, confidence=t.claim.confidence)
-    support = support_for(trace_cls or (str(disc[0].claim.value) if disc else ""))
-    if (disc and trace_cls == BottleneckClass.dispatch.value
-            and str(disc[0].claim.value) in (BottleneckClass.compute.value, BottleneckClass.memory.value)):
-        # A GPU idle most of the window can be neither compute- nor memory-bound: the two runs'
-        # difference is more likely run-to-run variance (lesson 9) than precision. Trust the trace.
-        t = next(v for v in trace if str(v.claim.value) == trace_cls)
-        d = disc[0]
-        return Bottleneck(klass=BottleneckClass.dispatch,
-                          rationale=f"{t.claim.statement} The precision discriminator said {d.claim.value} "
-                                    f"({d.claim.statement.split(': ', 1)[-1]}), but a GPU this idle is neither compute- "
-                                    "nor memory-bound: replicate both runs on the same nodes before trusting that "
-                                    "difference (lesson 9).",
-                          supporting_claims=[t.claim.id] + support, confidence=0.6)
-    if disc and str(disc[0].claim.value) != BottleneckClass.unknown.value:
-        d = disc[0]
-        agree = trace_cls == str(d.claim.value)
-        why = d.claim.statement + (f" The trace agrees ({trace_cls})." if agree else
-                                   (f" The trace alone said {trace_cls}." if trace_cls else ""))
-        return Bottleneck(klass=BottleneckClass(str(d.claim.value)), rationale=why,
-                          supporting_claims=[d.claim.id] + ([t.claim.id for t in trace] if agree else []) + support,
-                          confidence=0.9 if agree else 0.7)
-    if trace_cls and trace_cls != BottleneckClass.unknown.value:
-        t = next(v for v in trace if str(v.claim.value) == trace_cls)
-        tel = by_metric.get("telemetry.supports_compute", [])
-        conf = t.claim.confidence
-        why = t.claim.statement
-        if tel and trace_cls == BottleneckClass.compute.value:
-            conf = min(0.95, conf + 0.1) if tel[0].claim.value is True else conf - 0.2
-            why += " " + tel[0].claim.statement
-        tel_ids = [x.claim.id for x in tel] if trace_cls == BottleneckClass.compute.value else []
-        return Bottleneck(klass=BottleneckClass(trace_cls), rationale=why,
-                          supporting_claims=[t.claim.id] + tel_ids + support, confidence=conf)
-    tel = by_metric.get("telemetry.supports_compute", [])
-    if tel and tel[0].claim.value is True:
-        return Bottleneck(klass=BottleneckClass.compute, rationale=tel[0].claim.statement + " (no trace verdict)",
-                          supporting_claims=[tel[0].claim.id] + support, confidence=0.5)
-    return Bottleneck(klass=BottleneckClass.unknown,
-                      rationale="no confirmed trace or precision-discriminator claim decides the class",
-                      supporting_claims=support, confidence=0.0)
+def levers_for(b: Bottleneck, manifest: Manifest, vendor: str | None,
+               ranks: int) -> tuple[list[LeverRecommendation], str | None]:
+    """:func:`~ai4s_graph.tools.levers.recommend.recommend_levers` for the class, led by
+    ``balance_straggler_rank`` when the verdict is on a straggler the other ranks wait for: the
+    first lever follows the cause (the slow rank), not the symptom (their exposed communication)."""
+    recs, cat = recommend_levers(b, manifest, vendor, ranks)
+    if b.straggler is not None:
+        recs.insert(0, LeverRecommendation(
+            name="balance_straggler_rank",
+            why=(f"rank {b.straggler} is the straggler the other ranks wait for: give it less work (check its data "
+                 "shard and per-rank batch) or fix its node (probe its GPU and mounts with `ai4s-graph probe`, "
+                 "lesson 19) before tuning communication; then its own class's levers below"),
+            claims=b.supporting_claims[:3]))
+    return recs, cat
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -129,9 +69,14 @@ def executive_summary(rep: Report, manifest: Manifest) -> str:
     counts: dict[str, int] = {}
     for v in rep.claims:
         counts[v.verdict.value] = counts.get(v.verdict.value, 0) + 1
+    b = rep.bottleneck
     head = (f"Job {rep.jobid} ({manifest.model}, {manifest.precision}, {rep.state}) on "
-            f"{', '.join(rep.nodes_list) or 'unknown nodes'} is **{rep.bottleneck.klass.value}**. "
-            f"{rep.bottleneck.rationale}")
+            f"{', '.join(rep.nodes_list) or 'unknown nodes'} is **{b.scope or b.klass.value}**"
+            + (" (borderline)" if b.borderline else "") + f". {b.rationale}")
+    if rep.progress:
+        head += " " + rep.progress["statement"]
+    if rep.representativeness and not rep.representativeness.get("representative", True):
+        head += " " + rep.representativeness["statement"]
     figs = "; ".join(f"{k}: {v}" for k, v in rep.figures.items())
     lever = f" First lever to try: `{rep.levers[0].name}` — {rep.levers[0].why}." if rep.levers else ""
     tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
@@ -153,6 +98,59 @@ def headline_figures(state: AnalysisState) -> dict[str, str]:
     return out
 
 
+def confidence_line(b: Bottleneck) -> str:
+    """``Confidence 0.62 (deciding rule +14% past its threshold); runner-up: memory-bound (...).``
+    plus a BORDERLINE warning when the deciding margin is under ``diagnosis.BORDERLINE_MARGIN``."""
+    s = f"Confidence {b.confidence:.2f}"
+    if b.margin is not None:
+        s += f" (deciding rule {b.margin * 100:+.0f}% past its threshold)"
+    if b.runner_up is not None:
+        s += f"; runner-up: {b.runner_up.value}" + (
+            f" ({b.runner_up_margin * 100:+.0f}% from its threshold)" if b.runner_up_margin is not None else "")
+    s += "."
+    if b.borderline:
+        s += " **Borderline verdict**: the deciding figure is close to its threshold; a re-run could flip it."
+    return s
+
+
+def context_markdown(rep: Report) -> list[str]:
+    """Report sections after the verdict: contradictions, ranks, representativeness, progress, busbw."""
+    L: list[str] = []
+    b = rep.bottleneck
+    if b.contradictions:
+        L += ["### Contradictions between sources", ""]
+        for c in b.contradictions:
+            L += [f"- **Direct:** {c.direct}.", f"  **Indirect:** {c.indirect}.",
+                  f"  **Wins:** {c.winner}, because {c.why}.", f"  **To settle it:** {c.settle}.",
+                  f"  Claims: {', '.join(f'`{x}`' for x in c.claims)}.", ""]
+    if len(rep.ranks) > 1:
+        L += ["### Ranks", "", "| rank | class | computing % | idle % | exposed comm % | waiting (ms) | "
+              "waiting / exposed comm | arrives last % |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+
+        def f(x: float | None, n: int = 1) -> str:
+            return "—" if x is None else f"{x:.{n}f}"
+
+        for r in rep.ranks:
+            mark = " (critical path)" if r["rank"] == b.critical_rank else ""
+            share = r["wait_share_of_exposed_comm"]
+            L.append(f"| {r['rank']}{mark} | {r['class']} | {f(r['computation_pct'])} | {f(r['idle_pct'])} | "
+                     f"{f(r['exposed_comm_pct'])} | {f(r['wait_ms'], 2)} | "
+                     f"{'—' if share is None else f'{share * 100:.0f}%'} | {f(r['pct_arrived_last'], 0)} |")
+        L.append("")
+    if rep.representativeness:
+        L += ["### Representativeness of the profile", "", rep.representativeness["statement"], ""]
+    if rep.progress:
+        L += ["### Where progress stopped", "", rep.progress["statement"], ""]
+    if rep.busbw_context:
+        L += ["### Collective bandwidth in context", "", "| collective | message | achieved busbw (GB/s) | "
+              "reference (GB/s) | ratio | reference source |", "|---|---:|---:|---:|---:|---|"]
+        for r in rep.busbw_context:
+            L.append(f"| {r['collective']} | {r['msg_bytes'] / 2**20:.4g} MiB | {r['busbw_gbps']:.1f} | "
+                     f"{r['reference_gbps']:.1f} | {r['ratio']:.2f} | {r['reference']} |")
+        L.append("")
+    return L
+
+
 def render_markdown(rep: Report, manifest: Manifest) -> str:
     """``report.md`` text (see the module docstring for its order)."""
     L: list[str] = [f"# ai4s-graph report — job {rep.jobid}", ""]
@@ -160,9 +158,13 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
           f"**Precision:** {manifest.precision} · **Global batch:** {manifest.global_batch_size} · "
           f"**Agents:** {rep.llm}", ""]
     L += ["## Executive summary", "", rep.executive_summary, ""]
-    L += [f"## Bottleneck: {rep.bottleneck.klass.value}", "", rep.bottleneck.rationale, "",
-          f"Confidence {rep.bottleneck.confidence:.2f}. Supporting confirmed claims: "
-          + (", ".join(f"`{c}`" for c in rep.bottleneck.supporting_claims) or "none") + ".", ""]
+    b = rep.bottleneck
+    L += [f"## Bottleneck: {b.klass.value}", ""]
+    if b.scope and b.scope != b.klass.value:
+        L += [f"**{b.scope}**", ""]
+    L += [b.rationale, "", confidence_line(b) + " Supporting confirmed claims: "
+          + (", ".join(f"`{c}`" for c in b.supporting_claims) or "none") + ".", ""]
+    L += context_markdown(rep)
     for p in rep.plots:
         L += [f"![{Path(p).stem}]({Path(p).name})", ""]
     L += ["## Claims and verdicts", "",
@@ -232,6 +234,44 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
     return paths, problems
 
 
+def context_of(state: AnalysisState, manifest: Manifest, b: Bottleneck, verdicts: list[VerifiedClaim],
+               problems: list[str]) -> dict[str, Any]:
+    """Report fields that put the verdict in context: the per-rank table, representativeness of
+    the critical rank's profile, progress of a job that did not complete, and busbw against the
+    ``--baseline`` eval-cluster measurement or the datasheet. Problems are appended to
+    ``problems``."""
+    from ..verdict import rank_views
+    from ....tools.trainlog import fom as fom_tool
+
+    req = state["request"]
+    findings = state.get("findings") or {}
+    tel = findings.get("telemetry") or {}
+    per_inst = (tel.get("series") or {}).get("gpu_util") or {}
+    util = [(float(t), float(v)) for t, v in next(iter(per_inst.values()), [])] if per_inst else []
+    out: dict[str, Any] = {"ranks": [v.row() for v in rank_views(verdicts, findings)]}
+    trace = findings.get("trace") or {}
+    ranks = {r.get("rank"): r for r in trace.get("ranks") or []}
+    crit = ranks.get(b.critical_rank if b.critical_rank is not None else 0) or next(iter(ranks.values()), None)
+    if crit:
+        out["representativeness"] = ctx.representativeness(crit, findings.get("fom"), util, ctx.profiled_window(crit))
+    log = run_dir(state) / (manifest.artifacts.train_log or "train.log")
+    if manifest.state.split()[0].upper() != "COMPLETED" and manifest.start and manifest.end:
+        steps: list[float] = []
+        try:
+            steps = fom_tool.parse_log(log, global_batch_size=manifest.global_batch_size).step_times_s
+        except (Ai4sError, OSError):
+            pass
+        planned = (manifest.model_extra or {}).get("steps")
+        out["progress"] = ctx.progress(manifest.state, manifest.start, manifest.end, steps,
+                                       int(planned) if isinstance(planned, (int, float)) else None, util,
+                                       ctx.last_step_timestamp(log, ctx.STEP_LINE) if log.exists() else None)
+    groups = (((trace.get("multi_rank") or {}).get("collectives")) or {}).get("groups") or []
+    rows, probs = ctx.busbw_context(groups, req.baseline, manifest.gpu, manifest.num_nodes)
+    out["busbw_context"] = rows
+    problems.extend(f"synthesizer: {p}" for p in probs)
+    return out
+
+
 @node(SYNTH)
 def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
@@ -245,16 +285,17 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     for c in state.get("claims") or []:
         if c.id not in verified_ids:
             verdicts.append(verdict(c, SYNTH, None, Tolerance(), "not reached by a verifier"))
-    b = decide_bottleneck(verdicts)
-    b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
     findings = state.get("findings") or {}
+    b = decide_bottleneck(verdicts, findings)
+    b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
     vendor = (findings.get("telemetry") or {}).get("vendor")
     if vendor in (None, "none"):
         g = (manifest.gpu or "").upper()
         vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
     ranks = max(1, len(manifest.artifacts.traces))
-    levers, catalog = recommend_levers(b, manifest, vendor, ranks)
+    levers, catalog = levers_for(b, manifest, vendor, ranks)
     levers = triage.recommend(levers, findings, verdicts)
+    levers.sort(key=lambda lv: lv.name != "balance_straggler_rank")  # the cause first, whatever the estimates
     window = None
     tel = (state.get("findings") or {}).get("telemetry") or {}
     if tel.get("window"):
@@ -262,11 +303,12 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     elif manifest.start and manifest.end:
         window = (manifest.start, manifest.end)
     plots_, plot_problems = make_plots(state, out_dir, window)
+    in_context = context_of(state, manifest, b, verdicts, plot_problems)
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
                  bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
-                 usage=dict(state.get("usage") or {}), llm=req.llm)
+                 usage=dict(state.get("usage") or {}), llm=req.llm, **in_context)
     rep.executive_summary = executive_summary(rep, manifest)
     outcome = Outcome.ok
     reason_extra = ""

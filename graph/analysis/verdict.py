@@ -1,0 +1,309 @@
+"""One verdict from all the evidence (issue 13): across ranks, across sources, with a confidence
+from the rule margins, the runner-up class and the contradictions found.
+
+- Ranks: the rank on the critical path is classified. When a straggler is confirmed (it arrives
+  last at the synchronising collectives) and at least :data:`~.diagnosis.WAIT_SHARE_STRAGGLER`
+  of the other ranks' exposed communication is waiting for it (arrival skew), that exposed
+  communication is attributed to waiting and the straggler's own class is the job's class.
+  Otherwise the class most ranks agree on (ties: the lowest rank) stands; balanced ranks with
+  exposed communication stay communication-bound.
+- Sources: direct measurements decide (GPU busy/idle from the trace, kernel statistics, arrival
+  times); indirect tests (the precision pair of ``--compare``, telemetry utilization) support or
+  contradict. A contradiction is reported with both numbers, the winner and why, and what to run
+  to settle it. An indirect test sets the class only when no trace verdict exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import diagnosis as dg
+from ...state import Bottleneck, BottleneckClass, Contradiction, Verdict, VerifiedClaim
+
+C = BottleneckClass
+
+# Which classes each precision-pair reading is consistent with (seed 000 lesson 13): "no speedup"
+# only says the GPU's arithmetic is not what limits the step, which holds for a dispatch-, data-
+# loader- or communication-bound job alike; a speedup says the kernels limit it.
+DISC_CONSISTENT: dict[str, set[str]] = {
+    C.dispatch.value: {C.dispatch.value, C.data_loader.value, C.communication.value},
+    C.compute.value: {C.compute.value},
+    C.memory.value: {C.memory.value, C.compute.value},
+}
+# Telemetry's compute reading (utilization, SM clock and power all high, seed 001 T2) is consistent
+# with a GPU-bound class when True and with a starved GPU when False; it says nothing about comms.
+TEL_CONSISTENT: dict[bool, set[str]] = {
+    True: {C.compute.value, C.memory.value},
+    False: {C.dispatch.value, C.data_loader.value},
+}
+AGREE_BONUS = 0.05      # confidence added per agreeing indirect test
+CONTRA_PENALTY = 0.15   # confidence removed per contradicting indirect test
+
+# Which confirmed measurements count as support for each class (the inputs of its rule).
+SUPPORT_METRICS: dict[str, tuple[str, ...]] = {
+    C.dispatch.value: ("gpu_timeline.idle_time", "kernels."),
+    C.compute.value: ("gpu_timeline.computation_time", "ops_by_category."),
+    C.memory.value: ("gpu_timeline.computation_time", "ops_by_category."),
+    C.data_loader.value: ("cpu.dataloader_step_share_pct", "gpu_timeline.idle_time"),
+    C.communication.value: ("gpu_timeline.exposed_comm_time", "collectives."),
+}
+
+
+@dataclass
+class RankView:
+    """One rank as the verdict sees it: its confirmed class claim, the rules re-run on its trace,
+    and its exposed communication and waiting time (µs) from the cross-rank report."""
+
+    rank: int
+    claim_id: str | None
+    klass: str
+    diag: dg.Diagnosis | None
+    exposed_comm_us: float | None = None
+    total_us: float | None = None
+    wait_us: float | None = None
+    pct_arrived_last: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """JSON-able summary for ``report.json`` / the report's rank table."""
+        d = self.diag.inputs if self.diag else {}
+        return {"rank": self.rank, "class": self.klass, "claim": self.claim_id,
+                "computation_pct": d.get("computation_pct"), "idle_pct": d.get("idle_pct"),
+                "exposed_comm_pct": d.get("exposed_comm_pct"),
+                "wait_ms": None if self.wait_us is None else round(self.wait_us / 1e3, 3),
+                "wait_share_of_exposed_comm": (round(min(1.0, self.wait_us / self.exposed_comm_us), 3)
+                                               if self.wait_us is not None and self.exposed_comm_us else None),
+                "pct_arrived_last": self.pct_arrived_last,
+                "margin": None if not self.diag or self.diag.margin is None else round(self.diag.margin, 3)}
+
+
+def _confirmed(verdicts: list[VerifiedClaim]) -> list[VerifiedClaim]:
+    return [v for v in verdicts if v.verdict is Verdict.confirmed]
+
+
+def _rank_of(v: VerifiedClaim) -> int | None:
+    for e in v.claim.evidence:
+        r = (e.args or {}).get("rank")
+        if isinstance(r, int):
+            return r
+    return None
+
+
+def rank_views(verdicts: list[VerifiedClaim], findings: dict[str, Any]) -> list[RankView]:
+    """Every rank with a CONFIRMED trace class claim, with the rules re-run on its trace result
+    (``findings.trace.ranks``) and its waits from ``findings.trace.multi_rank.collectives``."""
+    trace = (findings or {}).get("trace") or {}
+    results = {r.get("rank"): r for r in trace.get("ranks") or []}
+    coll = ((trace.get("multi_rank") or {}).get("collectives")) or {}
+    per_rank = {p["rank"]: p for p in coll.get("per_rank") or []}
+    waits = {s["rank"]: s for s in ((coll.get("stragglers") or {}).get("rows") or [])}
+    out: list[RankView] = []
+    for v in _confirmed(verdicts):
+        if v.claim.metric != "diagnosis.trace_bottleneck_class":
+            continue
+        r = _rank_of(v)
+        r = 0 if r is None else r
+        res = results.get(r)
+        d = dg.classify_trace(res) if res else None
+        p, w = per_rank.get(r, {}), waits.get(r, {})
+        out.append(RankView(rank=r, claim_id=v.claim.id, klass=str(v.claim.value), diag=d,
+                            exposed_comm_us=p.get("exposed_comm_us"), total_us=p.get("total_us"),
+                            wait_us=w.get("total_wait_us"), pct_arrived_last=w.get("pct_arrived_last")))
+    out.sort(key=lambda x: x.rank)
+    return out
+
+
+def confirmed_straggler(verdicts: list[VerifiedClaim]) -> tuple[int, str] | None:
+    """(rank, claim id) of a CONFIRMED straggler claim (metric ``collectives.straggler_rank``)."""
+    for v in _confirmed(verdicts):
+        if v.claim.metric == "collectives.straggler_rank" and isinstance(v.claim.value, (int, float)):
+            return int(v.claim.value), v.claim.id
+    return None
+
+
+def waiting_share(views: list[RankView], straggler: int) -> float | None:
+    """Share (0..1) of the non-straggler ranks' exposed communication that is waiting for the
+    straggler: Σ arrival skew / Σ exposed communication over those ranks (capped at 1). None when
+    the cross-rank figures are missing."""
+    others = [v for v in views if v.rank != straggler and v.wait_us is not None and v.exposed_comm_us]
+    if not others:
+        return None
+    return min(1.0, sum(v.wait_us for v in others) / sum(v.exposed_comm_us for v in others))
+
+
+def _disc_margin(compare: dict[str, Any]) -> float | None:
+    """Relative margin of the precision pair's reading: how far the speedup is past its threshold
+    (a speedup) or inside its noise band (no speedup)."""
+    try:
+        sp, thr, band = float(compare["speedup"]), float(compare["threshold"]), float(compare["noise_band"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    cls = (compare.get("bottleneck_class") or "")
+    if cls == C.dispatch.value and band > 0:
+        return (band - abs(sp - 1.0)) / band
+    return (sp - thr) / thr if thr else None
+
+
+def _amdahl_bound(busy_pct: float | None, kernel_speedup: float = 2.0) -> float | None:
+    """Largest step speedup possible when only GPU busy time shrinks ``kernel_speedup``×."""
+    if busy_pct is None:
+        return None
+    b = max(0.0, min(100.0, busy_pct)) / 100.0
+    return 1.0 / (1.0 - b + b / kernel_speedup)
+
+
+def _disc_contradiction(view: RankView, d: VerifiedClaim, sp: VerifiedClaim | None,
+                        compare: dict[str, Any]) -> Contradiction:
+    inp = view.diag.inputs if view.diag else {}
+    busy = inp.get("busy_pct") if inp.get("busy_pct") is not None else inp.get("computation_pct")
+    bound = _amdahl_bound(busy)
+    speed = compare.get("speedup", sp.claim.value if sp else None)
+    hi, lo = compare.get("hi", "?"), compare.get("lo", "?")
+    direct = (f"trace of rank {view.rank}: GPU busy {busy:.1f}%, idle {inp.get('idle_pct', 0):.1f}% of the profiled "
+              f"window → {view.klass}") if busy is not None else f"trace of rank {view.rank} → {view.klass}"
+    indirect = (f"precision pair {hi} → {lo} (jobs {compare.get('hi_jobid', '?')} → {compare.get('lo_jobid', '?')}): "
+                f"step speedup {float(speed):.3f}× → {d.claim.value}") if speed is not None else \
+        f"precision pair → {d.claim.value}"
+    if d.claim.value in (C.compute.value, C.memory.value) and bound is not None:
+        why = (f"the trace measures GPU busy/idle directly; with the GPU busy {busy:.1f}% of the step, kernels even 2× "
+               f"faster could speed the step up at most {bound:.3f}× (Amdahl), so a {float(speed):.3f}× difference "
+               "between the two runs comes from something other than arithmetic (run-to-run variance: lesson 9)")
+    elif bound is not None:
+        why = (f"the trace measures GPU busy/idle directly; with the GPU busy {busy:.1f}% of the step, 2× faster "
+               f"kernels should speed it up to {bound:.3f}×; a {float(speed):.3f}× difference says the lower "
+               "precision did not make these kernels faster (check the dtype the run really used: lesson 13) "
+               "or that the two runs differ in more than precision")
+    else:
+        why = "the trace is a direct measurement; the precision pair infers the class from two runs' step times"
+    settle = ("replicate both runs on the same nodes (lesson 9: ±5% before trusting a difference), profile the "
+              f"other run of the pair too and compare its GPU busy share and kernel times with this one's, and check "
+              f"that the logs' dtype lines say {hi} and {lo} (lesson 13)")
+    ids = [d.claim.id] + ([sp.claim.id] if sp else [])
+    return Contradiction(direct=direct, direct_class=C(view.klass), indirect=indirect,
+                         indirect_class=str(d.claim.value), winner="trace (direct measurement)", why=why,
+                         settle=settle, claims=ids)
+
+
+def _tel_contradiction(view: RankView, t: VerifiedClaim) -> Contradiction:
+    inp = view.diag.inputs if view.diag else {}
+    args = (t.claim.evidence[0].args if t.claim.evidence else {}) or {}
+    util = args.get("gpu_util")
+    direct = (f"trace of rank {view.rank}: GPU computing {inp.get('computation_pct', 0):.1f}%, idle "
+              f"{inp.get('idle_pct', 0):.1f}% of the profiled window → {view.klass}")
+    num = lambda x, u: "?" if not isinstance(x, (int, float)) else f"{x:.1f}{u}"  # noqa: E731
+    indirect = (f"telemetry over the job: utilization {num(util, '%')}, SM clock {num(args.get('sm_clock'), ' MHz')}, "
+                f"power {num(args.get('power'), ' W')} → "
+                f"{'supports' if t.claim.value else 'does not support'} a compute-bound reading")
+    why = ("the trace measures when kernels run; utilization is a sampled average over the whole job that counts "
+           "any running kernel, so a trickle of tiny kernels reads high (seed 001 T2), and it covers phases the "
+           "profiled steps do not")
+    settle = ("compare the trace's busy share with utilization over the profiled window (see Representativeness); "
+              "if they differ, profile a later window of the same run")
+    return Contradiction(direct=direct, direct_class=C(view.klass), indirect=indirect,
+                         indirect_class=("compute-bound" if t.claim.value else "not compute-bound"),
+                         winner="trace (direct measurement)", why=why, settle=settle, claims=[t.claim.id])
+
+
+def decide(verdicts: list[VerifiedClaim], findings: dict[str, Any] | None = None) -> Bottleneck:
+    """The bottleneck from CONFIRMED claims only, reasoning over all ranks and all sources (see
+    the module docstring). ``findings`` is the graph state's ``findings`` (trace ranks, the
+    cross-rank collectives report, the precision pair); the verdict degrades gracefully when parts
+    are missing. Never raises on well-formed verdicts."""
+    findings = findings or {}
+    confirmed = _confirmed(verdicts)
+    by_metric: dict[str, list[VerifiedClaim]] = {}
+    for v in confirmed:
+        by_metric.setdefault(v.claim.metric, []).append(v)
+    views = [v for v in rank_views(verdicts, findings) if v.klass != C.unknown.value]
+    disc = next(iter(by_metric.get("diagnosis.precision_discriminator_class", [])), None)
+    speed = next(iter(by_metric.get("compare.precision_speedup", [])), None)
+    tel = next(iter(by_metric.get("telemetry.supports_compute", [])), None)
+    compare = findings.get("compare") or {}
+    if views:
+        return _from_trace(views, confirmed, verdicts, disc, speed, tel, compare)
+    if disc is not None and str(disc.claim.value) != C.unknown.value:
+        m = _disc_margin(compare)
+        conf = min(0.7, dg.confidence_from_margin(m)) if m is not None and m >= 0 else 0.5
+        ids = [disc.claim.id] + ([speed.claim.id] if speed else [])
+        return Bottleneck(klass=C(str(disc.claim.value)), scope=f"{disc.claim.value} (precision pair only)",
+                          rationale=disc.claim.statement + " No trace verdict: an indirect test alone decides, so "
+                                    "profile the run to confirm it.", supporting_claims=ids, confidence=conf,
+                          margin=m, borderline=m is None or m < dg.BORDERLINE_MARGIN)
+    if tel is not None and tel.claim.value is True:
+        return Bottleneck(klass=C.compute, scope="compute-bound (telemetry only)",
+                          rationale=tel.claim.statement + " (no trace verdict)", supporting_claims=[tel.claim.id],
+                          confidence=0.5, borderline=True)
+    return Bottleneck(klass=C.unknown, rationale="no confirmed trace or precision-discriminator claim decides the class",
+                      confidence=0.0)
+
+
+def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts: list[VerifiedClaim],
+                disc: VerifiedClaim | None, speed: VerifiedClaim | None, tel: VerifiedClaim | None,
+                compare: dict[str, Any]) -> Bottleneck:
+    by_rank = {v.rank: v for v in views}
+    strag = confirmed_straggler(verdicts)
+    share = waiting_share(views, strag[0]) if strag and strag[0] in by_rank else None
+    on_straggler = strag is not None and share is not None and share >= dg.WAIT_SHARE_STRAGGLER
+    if on_straggler:
+        crit = by_rank[strag[0]]
+    else:
+        counts: dict[str, int] = {}
+        for v in views:
+            counts[v.klass] = counts.get(v.klass, 0) + 1
+        top = max(counts, key=lambda k: (counts[k], -min(v.rank for v in views if v.klass == k)))
+        crit = next(v for v in views if v.klass == top)
+    klass = crit.klass
+    d = crit.diag
+    conf = d.confidence if d else 0.6
+    margin = d.margin if d else None
+    why = (crit.diag.rule if crit.diag else klass) + "."
+    scope = f"{klass} on rank {crit.rank}" if len(views) > 1 else klass
+    support = [crit.claim_id] if crit.claim_id else []
+    if on_straggler:
+        others = [v for v in views if v.rank != crit.rank]
+        wait_ms = sum((v.wait_us or 0.0) for v in others) / 1e3
+        scope = f"{klass} on rank {crit.rank}, which the other ranks wait for (straggler)"
+        why = (f"Rank {crit.rank} is the straggler: it arrives last at {crit.pct_arrived_last or 0:.0f}% of the "
+               f"synchronising collectives, and {share * 100:.0f}% of the other ranks' exposed communication is "
+               f"waiting for it ({wait_ms:.2f} ms of arrival skew over rank(s) "
+               f"{', '.join(str(v.rank) for v in others)}), so that communication is attributed to waiting. "
+               f"Rank {crit.rank} itself: {why}")
+        margin = min(margin, (share - dg.WAIT_SHARE_STRAGGLER) / dg.WAIT_SHARE_STRAGGLER) if margin is not None else None
+        conf = dg.confidence_from_margin(margin, d.runner_up_margin if d else None) if margin is not None else conf
+        support.append(strag[1])
+    elif len(views) > 1:
+        agree = [v.rank for v in views if v.klass == klass]
+        scope = (f"{klass} on every rank" if len(agree) == len(views)
+                 else f"{klass} on ranks {', '.join(map(str, agree))} of {len(views)}")
+        if strag is not None:
+            why += (f" Rank {strag[0]} arrives last most often, but only "
+                    f"{(share or 0) * 100:.0f}% of the other ranks' exposed communication is waiting for it "
+                    f"(< {dg.WAIT_SHARE_STRAGGLER * 100:.0f}%): the communication itself is exposed.")
+    keys = SUPPORT_METRICS.get(klass, ())
+    support += [v.claim.id for v in confirmed if v.claim.metric.startswith(keys)
+                and (v.claim.id.startswith(f"tl.r{crit.rank}.") or not v.claim.id.startswith("tl.r"))]
+    contradictions: list[Contradiction] = []
+    if disc is not None and str(disc.claim.value) != C.unknown.value:
+        if klass in DISC_CONSISTENT.get(str(disc.claim.value), set()):
+            support += [disc.claim.id] + ([speed.claim.id] if speed else [])
+            conf += AGREE_BONUS
+            why += f" The precision pair agrees ({disc.claim.statement.split(': ', 1)[-1]})."
+        else:
+            contradictions.append(_disc_contradiction(crit, disc, speed, compare))
+            conf -= CONTRA_PENALTY
+    if tel is not None and isinstance(tel.claim.value, bool):
+        if klass in TEL_CONSISTENT[tel.claim.value]:
+            support.append(tel.claim.id)
+            conf += AGREE_BONUS
+        elif klass in TEL_CONSISTENT[not tel.claim.value]:
+            contradictions.append(_tel_contradiction(crit, tel))
+            conf -= CONTRA_PENALTY
+    if contradictions:
+        why += " " + " ".join(f"Contradiction: {c.indirect}, but {c.direct}; the trace wins." for c in contradictions)
+    borderline = bool(d and d.borderline) or (margin is not None and margin < dg.BORDERLINE_MARGIN)
+    return Bottleneck(klass=C(klass), rationale=why, supporting_claims=list(dict.fromkeys(support)),
+                      confidence=round(max(0.05, min(0.95, conf)), 3), scope=scope, critical_rank=crit.rank,
+                      straggler=strag[0] if on_straggler else None, waiting_share=share, margin=margin,
+                      runner_up=d.runner_up if d else None, runner_up_margin=d.runner_up_margin if d else None,
+                      borderline=borderline, contradictions=contradictions)
