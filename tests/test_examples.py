@@ -45,4 +45,7 @@ def test_discriminator_disagreeing_with_an_idle_gpu_is_flagged(repo_root, tmp_pa
     assert sp.verdict.value == "confirmed"
     assert rep.bottleneck.klass.value == "dispatch-bound"
     if _claim(rep, "om.compare.bottleneck").claim.value != "dispatch-bound":
-        assert "replicate both runs" in rep.bottleneck.rationale
+        # the trace decides; the pair's reading is a contradiction with both numbers and how to settle it
+        (c,) = rep.bottleneck.contradictions
+        assert "replicate both runs" in c.settle and "idle 94.6%" in c.direct
+        assert "om.compare.speedup" not in rep.bottleneck.supporting_claims
