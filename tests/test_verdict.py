@@ -15,7 +15,7 @@ from ai4s_graph.cli import app
 from ai4s_graph.graph.analysis import claimkit, context as ctx, diagnosis as dg
 from ai4s_graph.graph.analysis.claimkit import claim, verdict
 from ai4s_graph.graph.analysis.nodes import trace_analyst as ta
-from ai4s_graph.graph.analysis.nodes.synthesizer import recommend_levers
+from ai4s_graph.graph.analysis.nodes.synthesizer import levers_for as recommend_levers
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims
 from ai4s_graph.graph.analysis.verdict import decide
 from ai4s_graph.state import (BottleneckClass as C, Evidence, Manifest, Report, Tolerance, Verdict,
