@@ -21,6 +21,7 @@ class Contradiction(BaseModel):
     why: str
     settle: str
     claims: list[str] = Field(default_factory=list)
+    resolved: str | None = Field(None, description="how a later check settled it, when one did")
 
 
 class Bottleneck(BaseModel):

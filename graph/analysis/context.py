@@ -22,7 +22,6 @@ from ...tools.errors import InputError
 # Representativeness
 # ---------------------------------------------------------------------------------------------
 
-UTIL_LOOKBACK_S = 1.0  # longest NVML utilization sample period (NVML API reference, nvmlDeviceGetUtilizationRates)
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 
 
@@ -110,10 +109,10 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
             notes.append(f"the profiled steps last {ratio:.2f}× the log's steady step: representative")
     busy = (tl.get("busy_time") or {}).get("percent") if isinstance(tl.get("busy_time"), dict) else tl.get("busy_time")
     if busy is not None and util_series and window:
-        # NVML averages utilization over a sample period of 1/6 s to 1 s (nvmlDeviceGetUtilizationRates), so
-        # samples up to 1 s before the window describe it too; samples after it do not: the profiler's trace
-        # export stalls the GPU right after the profiled steps (bundled H200 runs: 0% for ~0.75 s).
-        lo, hi = window[0] - UTIL_LOOKBACK_S, window[1]
+        # Only samples inside the profiled window: before it a short job may still be starting (real 2-GPU
+        # runs 93001/93002: 0% until the profiled steps), and right after it the profiler's trace export
+        # stalls the GPU (bundled H200 runs: 0% for ~0.75 s). A window with no sample is not compared.
+        lo, hi = window
         vals = [float(v) for t, v in util_series if lo <= float(t) <= hi]
         if vals:
             u = statistics.fmean(vals)
@@ -122,8 +121,12 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
             out.update(busy_pct=round(float(busy), 2), util_pct_window=round(u, 2), util_samples=len(vals),
                        util_diff_pp=round(diff, 2), util_flag=uflag)
             notes.append(f"GPU busy {float(busy):.1f}% in the trace vs utilization {u:.1f}% over the profiled window "
-                         f"({len(vals)} sample(s)): {'disagree' if uflag else 'agree'} within "
-                         f"{dg.REPR_UTIL_PP:g} pp")
+                         f"({len(vals)} sample(s)): " + (f"disagree by more than {dg.REPR_UTIL_PP:g} pp" if uflag else
+                                                    f"agree within {dg.REPR_UTIL_PP:g} pp"))
+        else:
+            out["util_samples"] = 0
+            notes.append(f"no utilization sample falls inside the {window[1] - window[0]:.3f} s profiled window: "
+                         "busy share and utilization not compared")
     if not out:
         return None
     out["representative"] = not (out.get("step_flag") or out.get("util_flag"))

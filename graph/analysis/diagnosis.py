@@ -67,9 +67,10 @@ REPR_STEP_RATIO = 1.10            # profiled step / the log's steady step above 
                                   # (twice lesson 9's ±5% band). Measured: 92002/92003/91003 1.04–1.06; host-heavy
                                   # 91001/92001/92004 1.38/1.42/1.60 (record_shapes; notes/trace-libraries.md:
                                   # a 60 ms DDP step spanned 90 ms under the profiler)
-REPR_UTIL_PP = 25.0               # |trace busy% − telemetry utilization%| over the profiled window above which the
-                                  # two disagree. Measured on the bundled H200 runs: at most 16 pp (NVML counts any
-                                  # running kernel, so it reads high for a trickle of tiny kernels: seed 001 T2)
+REPR_UTIL_PP = 25.0               # |trace busy% − telemetry utilization%| inside the profiled window above which the
+                                  # two disagree. Measured on real H200 runs (raw NVML samples inside the window vs
+                                  # trace busy): 92002 −5, 92003 −4, 92004 +10, 91002 +16, 93002 −21, 93004 −2 pp;
+                                  # NVML counts any running kernel, so it reads high for tiny kernels (seed 001 T2)
 
 # Progress of failed and timed-out jobs.
 HANG_GAP_STEPS = 10.0             # silence of ≥ 10 of the longest logged steps (warm-up included) is not step-time

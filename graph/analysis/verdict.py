@@ -307,3 +307,22 @@ def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts:
                       straggler=strag[0] if on_straggler else None, waiting_share=share, margin=margin,
                       runner_up=d.runner_up if d else None, runner_up_margin=d.runner_up_margin if d else None,
                       borderline=borderline, contradictions=contradictions)
+
+
+def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | None) -> Bottleneck:
+    """Settle a telemetry contradiction with the profiled window: when utilization over the
+    profiled steps agrees with the trace's busy share (within :data:`~.diagnosis.REPR_UTIL_PP`),
+    the job-wide average differed because it covers phases the profile does not (start-up,
+    evaluation); the contradiction is marked resolved and its confidence penalty returned.
+    Returns ``b`` (modified in place)."""
+    rp = representativeness or {}
+    if rp.get("util_pct_window") is None or rp.get("util_flag"):
+        return b
+    for c in b.contradictions:
+        if c.resolved is None and any(x.startswith("om.tel.") for x in c.claims):
+            c.resolved = (f"over the profiled window utilization is {rp['util_pct_window']:.1f}% against the trace's "
+                          f"busy {rp['busy_pct']:.1f}%: they agree, so the job-wide average differs because it covers "
+                          "phases the profile does not (start-up, evaluation, the trace export)")
+            b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
+            b.rationale += f" Resolved: {c.resolved}."
+    return b

@@ -14,7 +14,7 @@ from ..claimkit import verdict
 from .. import context as ctx
 from .. import triage
 from ..configuration import llm_request, run_dir
-from ..verdict import decide
+from ..verdict import decide, reconcile_with_window
 from ..schema import AnalysisState
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
@@ -122,7 +122,8 @@ def context_markdown(rep: Report) -> list[str]:
         for c in b.contradictions:
             L += [f"- **Direct:** {c.direct}.", f"  **Indirect:** {c.indirect}.",
                   f"  **Wins:** {c.winner}, because {c.why}.", f"  **To settle it:** {c.settle}.",
-                  f"  Claims: {', '.join(f'`{x}`' for x in c.claims)}.", ""]
+                  f"  Claims: {', '.join(f'`{x}`' for x in c.claims)}."]
+            L += ([f"  **Resolved:** {c.resolved}.", ""] if c.resolved else [""])
     if len(rep.ranks) > 1:
         L += ["### Ranks", "", "| rank | class | computing % | idle % | exposed comm % | waiting (ms) | "
               "waiting / exposed comm | arrives last % |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -304,6 +305,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         window = (manifest.start, manifest.end)
     plots_, plot_problems = make_plots(state, out_dir, window)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
+    reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
                  bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
