@@ -318,6 +318,14 @@ def test_hang_before_timeout():
     assert spin["verdict"] == "hang" and "kept spinning" in spin["statement"]
 
 
+def test_first_gpu_activity_threshold_both_sides():
+    steps = [1.0] * 10
+    act = ctx.progress("TIMEOUT", 0.0, 200.0, steps, None, [(50.0, dg.UTIL_ACTIVE_PCT + 1), (100.0, 0.0)])
+    assert act["last_step_s_into_job"] == 60.0 and act["how"].startswith("first GPU activity")
+    idle = ctx.progress("TIMEOUT", 0.0, 200.0, steps, None, [(50.0, dg.UTIL_ACTIVE_PCT - 1), (100.0, 0.0)])
+    assert idle["last_step_s_into_job"] == 10.0 and "lower bound" in idle["how"]
+
+
 def test_slow_job_is_not_a_hang():
     steps = [0.5] * 1190                            # logged steps right up to the wall
     p = ctx.progress("TIMEOUT", 0.0, 600.0, steps, 2000, [(float(t), 95.0) for t in range(600)])
