@@ -186,6 +186,15 @@ def test_precision_pair_contradicting_a_busy_gpu(tmp_path):
     assert alone.klass is C.dispatch and alone.confidence <= 0.7           # no trace: the pair decides
 
 
+def test_precision_pair_does_not_set_the_class_over_an_undecided_trace(tmp_path):
+    steps = {r: [[("gemm", 0.0, 7.0)] for _ in range(4)] for r in (0, 1)}     # computing 70%, idle 30%: no rule
+    vs, findings = _analyse(vt.write_run(tmp_path / "mid", "95006", steps, 10.0), tmp_path)
+    assert {v.claim.value for v in vs if v.claim.metric == "diagnosis.trace_bottleneck_class"} == {"unknown"}
+    vs += [_v("om.compare.bottleneck", "diagnosis.precision_discriminator_class", "compute-bound")]
+    b = decide(vs, findings)
+    assert b.klass is C.unknown and b.runner_up is C.compute and "does not set the class" in b.rationale
+
+
 def test_precision_pair_agreeing_supports(tmp_path):
     vs, findings = _busy_rank(tmp_path)
     base = decide(vs, findings).confidence

@@ -215,13 +215,26 @@ def decide(verdicts: list[VerifiedClaim], findings: dict[str, Any] | None = None
     by_metric: dict[str, list[VerifiedClaim]] = {}
     for v in confirmed:
         by_metric.setdefault(v.claim.metric, []).append(v)
-    views = [v for v in rank_views(verdicts, findings) if v.klass != C.unknown.value]
+    all_views = rank_views(verdicts, findings)
+    views = [v for v in all_views if v.klass != C.unknown.value]
     disc = next(iter(by_metric.get("diagnosis.precision_discriminator_class", [])), None)
     speed = next(iter(by_metric.get("compare.precision_speedup", [])), None)
     tel = next(iter(by_metric.get("telemetry.supports_compute", [])), None)
     compare = findings.get("compare") or {}
     if views:
         return _from_trace(views, confirmed, verdicts, disc, speed, tel, compare)
+    if all_views:  # a trace is present but no rule fired: an indirect test may not set the class alone
+        v0 = all_views[0]
+        d = v0.diag
+        why = (d.rule if d else "no trace rule fired") + "."
+        if disc is not None:
+            why += (f" The precision pair says {disc.claim.value} ({disc.claim.statement.split(': ', 1)[-1]}), but an "
+                    "indirect test does not set the class when the trace is present and its rules did not fire: "
+                    "profile more steps or the other run of the pair.")
+        return Bottleneck(klass=C.unknown, rationale=why, scope=C.unknown.value, critical_rank=v0.rank,
+                          supporting_claims=[v0.claim_id] if v0.claim_id else [], confidence=0.0,
+                          runner_up=d.runner_up if d else None, runner_up_margin=d.runner_up_margin if d else None,
+                          borderline=True)
     if disc is not None and str(disc.claim.value) != C.unknown.value:
         m = _disc_margin(compare)
         conf = min(0.7, dg.confidence_from_margin(m)) if m is not None and m >= 0 else 0.5
