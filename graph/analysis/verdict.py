@@ -55,7 +55,7 @@ class RankView:
     """One rank as the verdict sees it: its confirmed class claim, the rules re-run on its trace,
     and its exposed communication and waiting time (µs) from the cross-rank report."""
 
-    rank: int
+    rank: int | str
     claim_id: str | None
     klass: str
     diag: dg.Diagnosis | None
@@ -82,19 +82,33 @@ def _confirmed(verdicts: list[VerifiedClaim]) -> list[VerifiedClaim]:
     return [v for v in verdicts if v.verdict is Verdict.confirmed]
 
 
-def _rank_of(v: VerifiedClaim) -> int | None:
+def _rank_of(v: VerifiedClaim) -> int | str | None:
+    """The rank a per-rank claim is about: its evidence's ``rank`` argument (an int, or the rank's
+    label such as ``"1"`` or ``"0-dup1"`` for a second file claiming rank 0), as an int when it is one."""
     for e in v.claim.evidence:
         r = (e.args or {}).get("rank")
+        if isinstance(r, bool) or r is None:
+            continue
         if isinstance(r, int):
             return r
+        return int(r) if str(r).isdigit() else str(r)
     return None
+
+
+def _order(rank: int | str) -> tuple[int, int | str]:
+    """Sort key for ranks that may be labels: numeric ranks first, in order, then labels."""
+    return (0, rank) if isinstance(rank, int) else (1, str(rank))
 
 
 def rank_views(verdicts: list[VerifiedClaim], findings: dict[str, Any]) -> list[RankView]:
     """Every rank with a CONFIRMED trace class claim, with the rules re-run on its trace result
     (``findings.trace.ranks``) and its waits from ``findings.trace.multi_rank.collectives``."""
     trace = (findings or {}).get("trace") or {}
-    results = {r.get("rank"): r for r in trace.get("ranks") or []}
+    results: dict[Any, dict[str, Any]] = {}
+    for r in trace.get("ranks") or []:
+        results.setdefault(r.get("rank"), r)
+        if r.get("label") is not None:
+            results[str(r["label"])] = r
     coll = ((trace.get("multi_rank") or {}).get("collectives")) or {}
     per_rank = {p["rank"]: p for p in coll.get("per_rank") or []}
     waits = {s["rank"]: s for s in ((coll.get("stragglers") or {}).get("rows") or [])}
@@ -104,13 +118,13 @@ def rank_views(verdicts: list[VerifiedClaim], findings: dict[str, Any]) -> list[
             continue
         r = _rank_of(v)
         r = 0 if r is None else r
-        res = results.get(r)
+        res = results.get(r) if results.get(r) is not None else results.get(str(r))
         d = dg.classify_trace(res) if res else None
         p, w = per_rank.get(r, {}), waits.get(r, {})
         out.append(RankView(rank=r, claim_id=v.claim.id, klass=str(v.claim.value), diag=d,
                             exposed_comm_us=p.get("exposed_comm_us"), total_us=p.get("total_us"),
                             wait_us=w.get("total_wait_us"), pct_arrived_last=w.get("pct_arrived_last")))
-    out.sort(key=lambda x: x.rank)
+    out.sort(key=lambda x: _order(x.rank))
     return out
 
 
@@ -264,8 +278,12 @@ def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts:
         counts: dict[str, int] = {}
         for v in views:
             counts[v.klass] = counts.get(v.klass, 0) + 1
-        top = max(counts, key=lambda k: (counts[k], -min(v.rank for v in views if v.klass == k)))
-        crit = next(v for v in views if v.klass == top)
+        views_in_order = sorted(views, key=lambda v: _order(v.rank))
+        first = {}
+        for i, v in enumerate(views_in_order):
+            first.setdefault(v.klass, i)
+        top = max(counts, key=lambda k: (counts[k], -first[k]))
+        crit = next(v for v in views_in_order if v.klass == top)
     klass = crit.klass
     d = crit.diag
     conf = d.confidence if d else 0.6
