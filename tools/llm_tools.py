@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Ai4sError, InputError
 
-__all__ = ["Recorder", "toolset", "TRACE_TOOLS", "TELEMETRY_TOOLS", "round_floats"]
+__all__ = ["Recorder", "toolset", "TRACE_TOOLS", "TELEMETRY_TOOLS", "round_floats", "ToolContext", "make_tool"]
 
 TRACE_TOOLS = ("trace_timeline", "trace_top_kernels", "trace_ops_for_kernel")
 TELEMETRY_TOOLS = ("telemetry_stat", "fom_read")
@@ -136,8 +136,12 @@ class FomReadArgs(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 
-class _Ctx:
-    """What the tools of one pass share: run directory, traces, manifest, TSDB (lazily started)."""
+class ToolContext:
+    """What the tools of one pass share: run directory, traces, manifest, TSDB (lazily started).
+
+    ``request``: the RunRequest dict (``perf_run``, ``tsdb_url``, ``jobid``); ``context``:
+    ``manifest`` and ``findings``. Call :meth:`close` (or use :func:`toolset`) to stop a
+    VictoriaMetrics it started."""
 
     def __init__(self, request: dict[str, Any], context: dict[str, Any]) -> None:
         self.request = request
@@ -246,9 +250,10 @@ class _Ctx:
         self._stack.close()
 
 
-def _tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorder: Recorder) -> Any:
+def make_tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorder: Recorder) -> Any:
     """A StructuredTool whose call runs ``fn(**args) -> (tool, query, returned)``, records the
-    result and returns ``{"evidence_id", "tool", "query", "result"}`` as a dict."""
+    result (floats rounded by :func:`round_floats`) and returns ``{"evidence_id", "tool", "query",
+    "result"}`` as a dict; an :class:`Ai4sError` becomes ``{"error": "<one line>"}``, unrecorded."""
     from langchain_core.tools import StructuredTool
 
     def run(**kwargs: Any) -> dict[str, Any]:
@@ -264,7 +269,7 @@ def _tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorde
     return StructuredTool.from_function(func=run, name=name, description=description, args_schema=schema)
 
 
-def _trace_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
+def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
     def timeline(rank: int | None = None) -> tuple[str, str, Any]:
         r, p = ctx.path_for(rank)
         a = ctx.analysis(p)
@@ -333,17 +338,17 @@ def _trace_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
         return "kineto.ops_for_kernel", f"{ctx.rel(p)}: cpu ops launching kernels containing {kernel_substring!r}", out
 
     return [
-        _tool("trace_timeline", "TraceLens GPU timeline of one rank's profiler trace: busy/idle/computation/"
+        make_tool("trace_timeline", "TraceLens GPU timeline of one rank's profiler trace: busy/idle/computation/"
               "exposed communication/exposed memcpy time (ms and % of total), op-category shares of kernel time, "
               "kernel launch statistics, kernels per step, DataLoader ms per step.", TraceTimelineArgs, timeline, rec),
-        _tool("trace_top_kernels", "Top GPU kernels by total time, optionally only those launched by ops of one "
+        make_tool("trace_top_kernels", "Top GPU kernels by total time, optionally only those launched by ops of one "
               "category, with count, total and mean µs and share of all kernel time.", TopKernelsArgs, top_kernels, rec),
-        _tool("trace_ops_for_kernel", "The CPU ops (aten::...) that launched the kernels whose name contains a text: "
+        make_tool("trace_ops_for_kernel", "The CPU ops (aten::...) that launched the kernels whose name contains a text: "
               "kernels and kernel time per op.", OpsForKernelArgs, ops_for_kernel, rec),
     ]
 
 
-def _telemetry_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
+def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
     def stat(metric: str, stat: str = "avg", start_offset_s: float | None = None,
              end_offset_s: float | None = None) -> tuple[str, str, Any]:
         from .telemetry import promql
@@ -379,11 +384,11 @@ def _telemetry_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
         return "fom.parse_log", q, out
 
     return [
-        _tool("telemetry_stat", "A statistic (avg/max/min/p50/p90 over time, then across GPUs) of one GPU or node "
+        make_tool("telemetry_stat", "A statistic (avg/max/min/p50/p90 over time, then across GPUs) of one GPU or node "
               "metric over the job window or a sub-window of it (offsets in s from the job start), from "
               "VictoriaMetrics with PromQL joined to the job through rmsjob_info. Time-averaged values; never "
               "compare them with burst rates.", TelemetryStatArgs, stat, rec),
-        _tool("fom_read", "Re-read the training log's figures of merit: steady step time (median after warm-up), "
+        make_tool("fom_read", "Re-read the training log's figures of merit: steady step time (median after warm-up), "
               "epoch time, nominal and realized throughput, loss sanity.", FomReadArgs, fom_read, rec),
     ]
 
@@ -397,7 +402,7 @@ def toolset(domain: Literal["trace", "telemetry"], request: dict[str, Any], cont
     ``findings`` (the trace findings with ``ranks[].path``, or telemetry findings with
     ``window``). A VictoriaMetrics started for the telemetry tools is stopped on exit. Raises
     ``ValueError`` for an unknown domain; input problems surface as tool errors, not here."""
-    ctx = _Ctx(request, context)
+    ctx = ToolContext(request, context)
     try:
         if domain == "trace":
             yield _trace_tools(ctx, recorder)
