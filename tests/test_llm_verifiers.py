@@ -78,10 +78,14 @@ def test_raw_subwindow_stat_known_answers(shared_data):
 def test_deterministic_verifier_judges_a_subwindow_claim_over_its_window(run91003, tmp_path):
     from ai4s_graph.graph.analysis.nodes import telemetry_verifier as TV
 
+    from ai4s_graph.graph.analysis.configuration import RunRequest
+    from ai4s_graph.state import Manifest
+
     c = _tel_claim("llm.telemetry.power_avg_warmup", "power", "avg", POWER_0_5_W, "W", start_offset_s=0, end_offset_s=5.0)
-    state = {"request": {"perf_run": str(run91003["dir"]), "out_dir": str(tmp_path)},
-             "manifest": run91003["manifest"] | {"jobid": "91003"}, "findings": {}}
-    (v,) = TV._verify_telemetry([c.model_dump(mode="json")], state)
+    state = {"request": RunRequest(perf_run=str(run91003["dir"]), out_dir=str(tmp_path)),
+             "manifest": Manifest.model_validate(run91003["manifest"]), "findings": {}}
+    (v,) = TV._verify_telemetry([c], state)
+    v = v.model_dump(mode="json")
     assert v["verdict"] == "confirmed"                  # against the full-window 632 W it would be refuted
     assert v["rederived_value"] == pytest.approx(POWER_0_5_W, abs=0.01)
 
