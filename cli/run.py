@@ -152,6 +152,8 @@ def register(app: typer.Typer) -> None:
                                                       "(partition, account, shared dir)."),
         wait_timeout: float = typer.Option(3600.0, "--wait-timeout", help="Seconds to wait for sacct to report a "
                                            "terminal state before TIMEOUT_WAITING."),
+        probe: bool = typer.Option(False, "--probe", help="Let the deterministic verifiers run one srun -N1 "
+                                   "--time=00:05:00 node probe (GPU clocks and power cap) on one of the job's nodes."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
         if not submit and not job and not perf_run:
@@ -175,7 +177,7 @@ def register(app: typer.Typer) -> None:
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
                          llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
-                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array)
+                         wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array, probe=probe)
         except ValueError as e:
             msg = _first_error(e)
             err_console.print(f"error: {msg}")

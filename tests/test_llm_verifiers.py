@@ -150,3 +150,42 @@ def test_probe_runs_one_named_check_on_one_of_the_jobs_nodes(local_cluster):
     assert got["result"]["check"] == "matmul" and got["result"]["tflops"] > 0
     assert probe.run_probe("stream", ["node2"])["result"]["triad_gbps"] > 0
     assert probe.run_probe("matmul", ["vm"]) == {"ran": False, "check": "matmul", "reason": probe.NO_CLUSTER}
+
+
+def _max_verdicts(nodes_value: float = 1980.0) -> list[VerifiedClaim]:
+    out = []
+    for metric, stat, v, u in (("sm_clock", "max", nodes_value, "MHz"), ("power", "max", 688.1, "W"),
+                               ("gpu_util", "avg", 89.4, "%")):
+        c = _tel_claim(f"om.tel.{metric}.{stat}", metric, stat, v, u)
+        out.append(VerifiedClaim(claim=c, verdict=Verdict.confirmed, verifier="telemetry_verifier",
+                                 tolerance=Tolerance(abs=2.0, rel=0.05), method="raw samples"))
+    return out
+
+
+def test_deterministic_probe_without_a_cluster_says_so():
+    from ai4s_graph.tools.slurm import probe
+
+    got = probe.probe_verdicts(_max_verdicts(), ["vm"])
+    assert [v.verdict for v in got] == [Verdict.confirmed] * 3              # the probe never changes a verdict
+    assert got[0].note == got[1].note == "node probe: not run: no cluster"
+    assert got[0].evidence[-1].tool == "slurm.srun_probe" and got[2].evidence == []  # only the probed metrics
+
+
+@pytest.mark.slurm
+def test_deterministic_probe_on_the_local_cluster(local_cluster):
+    """The local cluster's nodes have no GPU: the probe runs (srun -N1 on node1) and says so."""
+    from ai4s_graph.tools.slurm import probe
+
+    got = probe.probe_verdicts(_max_verdicts(), ["node1"])
+    ev = got[0].evidence[-1]
+    assert ev.returned["ran"] and ev.returned["node"] == "node1" and "--time=00:05:00" in ev.query
+    assert got[0].note.startswith("node probe on node1: ") and "no nvidia-smi or rocm-smi" in got[0].note
+
+
+def test_run_cli_has_the_probe_flag():
+    from typer.testing import CliRunner
+
+    from ai4s_graph.cli import app
+
+    out = CliRunner().invoke(app, ["run", "--help"]).output
+    assert "--probe" in out

@@ -183,3 +183,43 @@ def run_probe(check: str, job_nodes: Sequence[str], cluster: client.ClusterConfi
     except ValueError:
         result = {"error": "the check printed malformed JSON"}
     return {"ran": True, "check": check, "node": node, "command": " ".join(shown), "result": result}
+
+
+#: Telemetry metrics the ``gpu_clocks`` probe measures directly: claim metric -> (probe field, unit).
+PROBED_METRICS = {"telemetry.sm_clock.max": ("sm_clock_max_mhz", "MHz"), "telemetry.power.max": ("power_cap_w", "W")}
+
+
+def probe_verdicts(verdicts: list[Any], job_nodes: Sequence[str], cluster: client.ClusterConfig | None = None) -> list[Any]:
+    """The deterministic verifiers' use of the probe (``ai4s-graph run --probe``): one ``gpu_clocks``
+    check on one of the job's nodes, attached to the verdicts on :data:`PROBED_METRICS` (the job's
+    observed maximum SM clock and power) as evidence and a note with the node's own maximum SM clock
+    and power cap. An observed maximum above the node's capability (by more than 2 %, the verifiers'
+    relative tolerance, graph/analysis/claimkit.REL_TOL) is noted as a contradiction between sources;
+    the verdict itself is not changed. Verdicts are :class:`~ai4s_graph.state.VerifiedClaim`;
+    returns new ones (same order). Never raises: a probe that cannot run is noted as such."""
+    from ...state import Evidence
+
+    targets = [i for i, v in enumerate(verdicts) if v.claim.metric in PROBED_METRICS]
+    if not targets:
+        return list(verdicts)
+    res = run_probe("gpu_clocks", job_nodes, cluster)
+    ev = Evidence(tool="slurm.srun_probe", query=res.get("command") or "srun -N1 --time=00:05:00 gpu_clocks",
+                  returned=res, args={"check": "gpu_clocks", "node": res.get("node")})
+    gpus = ((res.get("result") or {}).get("gpus") or []) if res.get("ran") else []
+    out = list(verdicts)
+    for i in targets:
+        v = verdicts[i]
+        field, unit = PROBED_METRICS[v.claim.metric]
+        caps = [g.get(field) for g in gpus if isinstance(g.get(field), (int, float))]
+        if not res.get("ran"):
+            note = f"node probe: {res['reason']}"
+        elif not caps:
+            note = f"node probe on {res['node']}: {(res.get('result') or {}).get('error') or 'no ' + field}"
+        else:
+            cap = max(caps)
+            note = f"node probe on {res['node']}: {field} {cap:g} {unit}"
+            if isinstance(v.claim.value, (int, float)) and float(v.claim.value) > cap * 1.02:
+                note += f"; contradiction: the job's observed maximum {float(v.claim.value):g} {unit} is above it"
+        out[i] = v.model_copy(update={"evidence": [*v.evidence, ev],
+                                      "note": f"{v.note}; {note}" if v.note else note})
+    return out

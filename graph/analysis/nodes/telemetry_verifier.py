@@ -252,6 +252,10 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
             verdicts.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
     if tel:
         verdicts.extend(_verify_telemetry(tel, state))
+    if state["request"].probe:  # --probe: one srun -N1 gpu_clocks check on one of the job's nodes
+        from ....tools.slurm.probe import probe_verdicts
+
+        verdicts = probe_verdicts(verdicts, state["manifest"].nodes_list)
     update: dict[str, Any] = {"verdicts": verdicts}
     if state["request"].llm != "none":
         from ...agents import llm
