@@ -186,3 +186,43 @@ def test_trace_tools_record_evidence(shared_data):
     assert "error" in bad and "categories" in bad["error"]
     assert [r["id"] for r in rec.dump()] == ["ev1", "ev2"]           # errors are not evidence
     assert rec.dump()[0]["query"].startswith("traces/trace_rank0.json.gz")
+
+
+def test_chat_model_from_a_model_string(monkeypatch):
+    from ai4s_graph.graph.agents import runner
+
+    assert runner.split_model(None) == ("anthropic", "claude-sonnet-4-5")
+    assert runner.split_model("claude-haiku-4-5") == ("anthropic", "claude-haiku-4-5")
+    assert runner.split_model("openai:gpt-4o") == ("openai", "gpt-4o")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-model-string")
+    m = runner.make_chat_model("anthropic:claude-sonnet-4-5", 100)
+    assert type(m).__name__ == "ChatAnthropic" and m.model == "claude-sonnet-4-5" and m.max_retries == 0
+    assert llm.price_for("anthropic:claude-sonnet-4-5") == (3.0, 15.0)
+
+
+def test_another_provider_needs_no_anthropic_key_and_fails_softly(tmp_path, monkeypatch):
+    """A provider whose LangChain package is not installed: STATUS=partial, deterministic text kept."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    req = {"out_dir": str(tmp_path), "llm_model": "no-such-provider:some-model"}
+    res = llm.synthesizer_pass(req, {"jobid": "1", "executive_summary": "kept", "claims": []})
+    assert res.status.status is Outcome.partial and "cannot build chat model" in res.status.reason
+    assert "ANTHROPIC_API_KEY" not in res.status.reason and res.prose == "kept"
+
+
+def test_agent_notes_render_traced_text_and_withhold_the_rest(tmp_path):
+    from ai4s_graph.graph.agents import passes, render
+
+    rep = {"jobid": "91003", "llm": "anthropic", "bottleneck": {"klass": "compute-bound"},
+           "claims": [{"claim": {"id": "tl.r0.idle_time", "value": 8.0508, "unit": "%"}, "rederived_value": 8.05,
+                       "verdict": "confirmed"}]}
+    ref = {"text": "8.05", "unit": "%", "ref": "claim:tl.r0.idle_time:value"}
+    passes.write_notes(tmp_path, "trace_analyst", {"prose": "Idle 8.05% only.", "endorsed": ["tl.r0.idle_time"],
+                                                   "disputed": {"x": "it is 12% really"}, "numbers": [ref]})
+    passes.write_notes(tmp_path, "synthesizer", {"bottleneck_class": "dispatch-bound", "class_note": "idle is 8.05%",
+                                                 "levers": {"a": "raises 8.05% to 9%"}, "numbers": [ref]})
+    md = render.agent_notes_markdown(tmp_path, rep)
+    assert "**trace_analyst** endorses `tl.r0.idle_time`" in md and "> Idle 8.05% only." in md
+    assert "`x` ((withheld: 12: no entry in numbers))" in md
+    assert "the rules say **compute-bound**: idle is 8.05%" in md
+    assert "lever `a`: (withheld: 9: no entry in numbers)" in md
+    assert render.agent_notes_markdown(tmp_path, rep | {"llm": "none"}) == ""

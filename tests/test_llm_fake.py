@@ -77,3 +77,16 @@ def test_a_forced_tool_choice_gets_the_final_answer():
     forced = F._verifier(_req("telemetry_verifier", {"verdicts": [v]}, tools=tools, forced="submit_review"), "telemetry")
     assert any(b.get("name") == "telemetry_raw_stat" for b in free)
     assert [b["name"] for b in forced if b["type"] == "tool_use"] == ["submit_review"]
+
+
+def test_a_rejected_answer_is_repaired_by_dropping_the_untraced_sentences():
+    req = {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": True,
+                                                      "content": "rejected: numbers not traced to a tool-result field: "
+                                                                 "935: unit 'x' is not ...; 40: no entry in numbers. "
+                                                                 "Add a numbers entry"}]}]}
+    assert F._rejected_numbers(req) == ["935", "40"]
+    blocks = [{"type": "tool_use", "name": "submit_review", "input": {
+        "reviews": [{"claim_id": "a", "note": "re-derives 935 kernels/step"}],
+        "prose": "All agree. The share is 40% here. Done."}}]
+    x = F._repair(blocks, ["935", "40"])[0]["input"]
+    assert x["prose"] == "All agree. Done." and x["reviews"][0]["note"] == ""
