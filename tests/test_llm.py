@@ -226,3 +226,23 @@ def test_agent_notes_render_traced_text_and_withhold_the_rest(tmp_path):
     assert "the rules say **compute-bound**: idle is 8.05%" in md
     assert "lever `a`: (withheld: 9: no entry in numbers)" in md
     assert render.agent_notes_markdown(tmp_path, rep | {"llm": "none"}) == ""
+
+
+def test_same_reader_under_another_tool_name_is_not_independent():
+    """A claim the analyst computed with the kineto backend cannot be confirmed by the kineto reader
+    again, even under the verifier's tool name; with the HTA backend it can."""
+    from ai4s_graph.graph.agents import merge
+
+    c = Claim(id="tl.r0.computation_time", analyst="trace_analyst", statement="s", unit="%", value=90.83,
+              metric="gpu_timeline.computation_time.percent",
+              evidence=[Evidence(tool="tracelens.analyze_trace", query="q", returned=90.83,
+                                 args={"path": "/r/trace_rank0.json.gz", "rank": 0})])
+    det = [VerifiedClaim(claim=c, verdict=Verdict.inconclusive, verifier="trace_verifier",
+                         tolerance=Tolerance(abs=1.0), method="m").model_dump()]
+    rec = {"ev1": {"tool": "kineto.rederive", "args": {}, "returned": {"gpu_timeline.computation_time.percent": 90.8}}}
+    review = [{"claim_id": c.id, "verdict": "confirmed", "rederived_ref": "ev1:gpu_timeline.computation_time.percent"}]
+    got, refused = merge.merge_verdicts(det, review, "trace_verifier", rec, {"/r/trace_rank0.json.gz": "kineto"})
+    assert got[0].verdict is Verdict.inconclusive and "same code path" in refused[0]
+    got, refused = merge.merge_verdicts(det, review, "trace_verifier", rec, {"/r/trace_rank0.json.gz": "hta"})
+    assert got[0].verdict is Verdict.confirmed and not refused
+    assert merge.reader_of("kineto.kernel_stats") == merge.reader_of("kineto.rederive") == "kineto"

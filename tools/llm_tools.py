@@ -96,11 +96,15 @@ class Recorder:
 
 
 class TraceTimelineArgs(BaseModel):
+    """Arguments of ``trace_timeline``."""
+
     model_config = ConfigDict(extra="forbid")
     rank: int | None = Field(None, description="rank whose trace to read; default the lowest rank")
 
 
 class TopKernelsArgs(BaseModel):
+    """Arguments of ``trace_top_kernels``."""
+
     model_config = ConfigDict(extra="forbid")
     category: str | None = Field(None, description="op category (GEMM, elementwise, reduce, NORM_fwd, NORM_bwd, "
                                                    "SDPA_fwd, SDPA_bwd, CONV_fwd, CONV_bwd, triton, other, ...) "
@@ -110,6 +114,8 @@ class TopKernelsArgs(BaseModel):
 
 
 class OpsForKernelArgs(BaseModel):
+    """Arguments of ``trace_ops_for_kernel``."""
+
     model_config = ConfigDict(extra="forbid")
     kernel_substring: str = Field(min_length=2, max_length=200, description="text contained in the kernel name")
     n: int = Field(5, ge=1, le=20)
@@ -117,6 +123,8 @@ class OpsForKernelArgs(BaseModel):
 
 
 class TelemetryStatArgs(BaseModel):
+    """Arguments of ``telemetry_stat`` (offsets in s from the job start)."""
+
     model_config = ConfigDict(extra="forbid")
     metric: Literal["gpu_util", "sm_clock", "mem_clock", "power", "gpu_temp", "mem_bw_util", "hbm_used",
                     "hbm_free", "hbm_total", "hbm_used_pct", "cpu_util", "mem_available", "mem_total",
@@ -127,6 +135,8 @@ class TelemetryStatArgs(BaseModel):
 
 
 class FomReadArgs(BaseModel):
+    """Arguments of ``fom_read``."""
+
     model_config = ConfigDict(extra="forbid")
     warmup_steps: int | None = Field(None, ge=0, description="leading steps to skip; default the parser's rule")
 
@@ -156,12 +166,14 @@ class ToolContext:
 
     # -- paths -----------------------------------------------------------------------------
     def rel(self, p: str | Path) -> str:
+        """``p`` relative to the run directory (its file name when outside it)."""
         try:
             return str(Path(p).resolve().relative_to(self.run_dir.resolve()))
         except ValueError:
             return Path(p).name
 
     def rank_paths(self) -> dict[int, Path]:
+        """Rank -> trace path, from the findings' ``ranks[].path`` or the manifest's artifacts."""
         out: dict[int, Path] = {}
         findings = self.context.get("findings") or {}
         trace = findings.get("trace", findings) if isinstance(findings, dict) else {}
@@ -174,6 +186,7 @@ class ToolContext:
         return out
 
     def path_for(self, rank: int | None) -> tuple[int, Path]:
+        """(rank, trace path) for ``rank`` (None: the lowest); raises ``InputError`` when absent."""
         paths = self.rank_paths()
         if not paths:
             raise InputError("no rank traces in this run")
@@ -183,6 +196,7 @@ class ToolContext:
         return r, paths[r]
 
     def kineto(self, path: Path) -> Any:
+        """The analyst tools' kineto load of ``path`` (loaded once per pass)."""
         from .trace import kineto
 
         with self._lock:
@@ -213,6 +227,7 @@ class ToolContext:
 
     # -- telemetry ---------------------------------------------------------------------------
     def jobid(self) -> str:
+        """The job id (manifest, else request)."""
         return str(self.manifest.get("jobid") or self.request.get("jobid") or "")
 
     def tsdb(self) -> str:
@@ -239,6 +254,7 @@ class ToolContext:
             return url
 
     def window(self, pq: Any) -> tuple[float, float]:
+        """The job window (unix s): the findings' telemetry window, else PromQL's job window."""
         tel = (self.context.get("findings") or {}).get("telemetry") or {}
         if tel.get("window"):
             return float(tel["window"][0]), float(tel["window"][1])
@@ -247,6 +263,7 @@ class ToolContext:
         return pq.job_window(self.jobid(), hint=hint)
 
     def close(self) -> None:
+        """Stop what this context started (a VictoriaMetrics)."""
         self._stack.close()
 
 

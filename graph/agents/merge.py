@@ -18,7 +18,7 @@ from ...state.claims import Evidence, Tolerance, Verdict, VerifiedClaim
 from ...tools.telemetry.subwindow import subwindow_of
 from .tracing import _as_float, canon_unit, convert, field_unit, lookup
 
-__all__ = ["merge_verdicts", "window_of", "independent", "to_evidence"]
+__all__ = ["merge_verdicts", "window_of", "independent", "reader_of", "to_evidence"]
 
 
 def to_evidence(rec: dict[str, Any]) -> Evidence:
@@ -33,9 +33,24 @@ def window_of(args: dict[str, Any] | None) -> tuple[float, float | None] | None:
     return subwindow_of(args)
 
 
-def independent(record: dict[str, Any], claim_evidence: list[Evidence]) -> bool:
-    """True when ``record``'s tool is none of the tools behind the claim's own evidence."""
-    return record.get("tool") not in {e.tool for e in claim_evidence}
+def reader_of(tool: str, args: dict[str, Any] | None = None, backends: dict[str, str] | None = None) -> str:
+    """The code path (reader) behind a tool: the part of its name before the dot (``kineto``,
+    ``stream``, ``promql``, ``telemetry``, ``fom``, ``trainlog``, ``slurm``), except that
+    ``tracelens.analyze_trace`` is the backend the analyst ran on that trace file (``backends``:
+    trace path -> ``tracelens``/``hta``/``kineto``/...; the findings' ``ranks[].backend``)."""
+    if tool == "tracelens.analyze_trace" and backends:
+        b = backends.get(str((args or {}).get("path")))
+        if b:
+            return str(b).split("-")[0].lower()
+    return tool.split(".", 1)[0]
+
+
+def independent(record: dict[str, Any], claim_evidence: list[Evidence], backends: dict[str, str] | None = None) -> bool:
+    """True when ``record`` comes from a reader (:func:`reader_of`) none of the claim's own evidence
+    used: a re-run of the claim's own call, or the same reader under another tool name, is not an
+    independent path."""
+    own = {reader_of(e.tool, e.args, backends) for e in claim_evidence}
+    return reader_of(record.get("tool", ""), record.get("args"), backends) not in own
 
 
 def _join(a: str, b: str) -> str:
@@ -43,7 +58,8 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a and b else (a or b)
 
 
-def _rederived(vc: VerifiedClaim, ref: str | None, records: dict[str, dict[str, Any]]) -> tuple[Any, dict | None, str | None]:
+def _rederived(vc: VerifiedClaim, ref: str | None, records: dict[str, dict[str, Any]],
+               backends: dict[str, str] | None = None) -> tuple[Any, dict | None, str | None]:
     """(value in the claim's unit, record, None) or (None, None, why it cannot be used)."""
     if not ref or ":" not in ref:
         return None, None, "no rederived_ref (ev<n>:<field>) of a tool result of its own"
@@ -51,8 +67,9 @@ def _rederived(vc: VerifiedClaim, ref: str | None, records: dict[str, dict[str, 
     rec = records.get(eid)
     if rec is None:
         return None, None, f"{eid} is not a tool result of this verifier"
-    if not independent(rec, vc.claim.evidence):
-        return None, None, f"{rec['tool']} is the tool behind the claim's own evidence (not an independent path)"
+    if not independent(rec, vc.claim.evidence, backends):
+        return None, None, (f"{rec['tool']} reads with the same code path as the claim's own evidence "
+                            "(not an independent path)")
     cw = next((w for w in (window_of(e.args) for e in vc.claim.evidence) if w is not None), None)
     rw = window_of(rec.get("args"))
     if cw != rw:
@@ -83,12 +100,14 @@ def merge_verdicts(
     reviews: list[dict[str, Any]],
     agent: str,
     records: dict[str, dict[str, Any]] | None = None,
+    backends: dict[str, str] | None = None,
 ) -> tuple[list[VerifiedClaim], list[str]]:
     """Merge an LLM verifier's reviews into the deterministic verdicts.
 
     ``deterministic``: VerifiedClaim dicts; ``reviews``: dicts ``{claim_id, verdict,
     rederived_ref, note}``; ``records``: evidence id -> the verifier's recorded tool results
-    ``{tool, query, args, returned}``. Rules:
+    ``{tool, query, args, returned}``; ``backends``: trace path -> the analyst's backend
+    (:func:`reader_of`). Rules:
 
     - ``unsupported`` and ``refuted`` stay as they are (only a note is added); a claim failing
       :func:`~ai4s_graph.graph.analysis.claimkit.is_supported` becomes ``unsupported``;
@@ -126,7 +145,7 @@ def merge_verdicts(
         if want == "confirmed" and vc.verdict == Verdict.confirmed:
             out.append(vc.model_copy(update=upd))
             continue
-        got, rec, why = _rederived(vc, r.get("rederived_ref"), records)
+        got, rec, why = _rederived(vc, r.get("rederived_ref"), records, backends)
         if rec is None:
             refused.append(f"{cid}: {want} refused: {why}")
         elif (want == "confirmed") != _agrees(vc, tol, got):

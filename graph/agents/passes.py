@@ -198,7 +198,10 @@ def verifier_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
     if o.answer is None:
         return _result(agent, o, records)
     ans: VerifierAnswer = o.answer  # type: ignore[assignment]
-    merged, refused = merge_verdicts(det, [r.model_dump() for r in ans.reviews], agent, recorder.by_id())
+    findings = context.get("findings") or {}
+    ranks = (findings.get("trace", findings) if isinstance(findings, dict) else {}).get("ranks") or []
+    backends = {str(r.get("path")): str(r.get("backend")) for r in ranks if r.get("path") and r.get("backend")}
+    merged, refused = merge_verdicts(det, [r.model_dump() for r in ans.reviews], agent, recorder.by_id(), backends)
     if refused and o.status is not None:
         o.status = StatusLine.make(o.status.status, f"{o.status.reason}; {len(refused)} LLM verdict changes refused")
     write_notes(request.get("out_dir"), agent, {

@@ -94,6 +94,10 @@ def dumps(obj: Any) -> str:
 
 @dataclass
 class AgentOutcome:
+    """What :func:`run_agent` returns: the validated final answer (None on failure), the STATUS
+    line, token usage, and how the loop went (tool calls, model calls, answers sent back, turns
+    without a tool call, whether the final tool had to be forced)."""
+
     answer: BaseModel | None = None
     status: StatusLine | None = None
     usage: Usage = field(default_factory=Usage)

@@ -40,11 +40,15 @@ TELEMETRY_VERIFIER_TOOLS = ("telemetry_raw_stat", "log_reread", "node_probe")
 
 
 class RankArgs(BaseModel):
+    """Arguments of ``trace_rederive``."""
+
     model_config = ConfigDict(extra="forbid")
     rank: int | None = Field(None, description="rank whose trace to re-read; default the lowest rank")
 
 
 class StreamArgs(BaseModel):
+    """Arguments of ``trace_stream_kernels``."""
+
     model_config = ConfigDict(extra="forbid")
     name_substring: str | None = Field(None, max_length=200, description="only kernels whose name contains this")
     n: int = Field(5, ge=1, le=20)
@@ -52,6 +56,8 @@ class StreamArgs(BaseModel):
 
 
 class RawStatArgs(BaseModel):
+    """Arguments of ``telemetry_raw_stat`` (offsets in s from the job start)."""
+
     model_config = ConfigDict(extra="forbid")
     metric: Literal["gpu_util", "sm_clock", "mem_clock", "power", "gpu_temp", "mem_bw_util", "hbm_used",
                     "hbm_free", "hbm_total", "hbm_used_pct", "cpu_util", "mem_available", "mem_total",
@@ -63,10 +69,14 @@ class RawStatArgs(BaseModel):
 
 
 class RereadArgs(BaseModel):
+    """``log_reread`` takes no argument."""
+
     model_config = ConfigDict(extra="forbid")
 
 
 class ProbeArgs(BaseModel):
+    """Arguments of ``node_probe``: the named check."""
+
     model_config = ConfigDict(extra="forbid")
     check: Literal["matmul", "stream", "gpu_clocks"] = Field(
         description="matmul: short GEMM TFLOP/s; stream: triad GB/s; gpu_clocks: SM clock, max clock, power cap")

@@ -384,7 +384,9 @@ def _window(v: dict) -> dict:
 def _need(v: dict, domain: str, tools: set[str]) -> tuple[str, dict, str] | None:
     """(tool, args, field) that re-derives verdict ``v`` with the tools offered, or None."""
     m = v["metric"]
-    if domain == "trace" and "trace_rederive" in tools:
+    # a claim read with the kineto reader needs another reader: trace_rederive is kineto too
+    kineto_claim = any(str(e.get("tool", "")).startswith("kineto.") for e in v.get("evidence") or [])
+    if domain == "trace" and "trace_rederive" in tools and not kineto_claim:
         if m.startswith(("gpu_timeline.", "ops_by_category.")):
             return "trace_rederive", {}, m
         if m in _TRACE_FIELD:
