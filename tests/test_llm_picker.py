@@ -86,3 +86,12 @@ def test_picker_refuses_a_lever_off_the_verified_class(tmp_path):
     assert check_text(ok.reason, ok.numbers, src) == []
     bad = ok.model_copy(update={"reason": "The DataLoader takes 50% of each step."})
     assert check_text(bad.reason, bad.numbers, src)
+
+
+def test_optimize_cli_has_the_llm_picker_option():
+    from typer.testing import CliRunner
+
+    from ai4s_graph.cli import app
+
+    out = CliRunner().invoke(app, ["optimize", "--help"]).output
+    assert "--llm" in out and "--llm-model" in out
