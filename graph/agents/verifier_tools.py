@@ -147,18 +147,18 @@ def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
 
 
 def _raw_series(ctx: ToolContext) -> tuple[list[Any], str]:
-    from ...tools.telemetry import promql
+    from ...tools.telemetry import export
 
     files = [ctx.run_dir / p for p in (ctx.manifest.get("artifacts") or {}).get("telemetry") or []]
     if not files:
         files = sorted((ctx.run_dir / "telemetry").glob("*.jsonl"))
     if files:
-        return [s for f in files for s in promql.load_export(f)], f"raw samples of {', '.join(f.name for f in files)}"
+        return [s for f in files for s in export.load_export(f)], f"raw samples of {', '.join(f.name for f in files)}"
     url = ctx.request.get("tsdb_url") or ctx.context.get("tsdb_url")
     if not url:
         raise InputError("no raw telemetry: no telemetry/*.jsonl export and no --tsdb-url")
     names = ['{__name__=~"DCGM_FI_.*|rocm_.*|node_.*|rmsjob_info"}']
-    return promql.export_raw(url, names), "raw samples from <tsdb>/api/v1/export"
+    return export.export_raw(url, names), "raw samples from <tsdb>/api/v1/export"
 
 
 def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
@@ -167,17 +167,20 @@ def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
 
     def raw_stat(metric: str, stat: str = "avg", start_offset_s: float | None = None,
                  end_offset_s: float | None = None) -> tuple[str, str, Any]:
-        from ...tools.telemetry import promql
+        from ...tools.telemetry.metrics import METRICS
         from ...tools.telemetry.subwindow import raw_subwindow_stat
 
         with lock:
             if "series" not in cache:
                 cache["series"], cache["how"] = _raw_series(ctx)
         series, how = cache["series"], cache["how"]
+        # offsets count from the analyst's job window: the findings', else the manifest's SLURM times
         tel = (ctx.context.get("findings") or {}).get("telemetry") or {}
-        base = (float(tel["window"][0]), float(tel["window"][1])) if tel.get("window") else None
+        s0, e0 = ctx.manifest.get("start_unix", ctx.manifest.get("start")), ctx.manifest.get("end_unix", ctx.manifest.get("end"))
+        base = ((float(tel["window"][0]), float(tel["window"][1])) if tel.get("window")
+                else (float(s0), float(e0)) if s0 and e0 else None)
         r, (s, e) = raw_subwindow_stat(series, metric, ctx.jobid(), stat, start_offset_s, end_offset_s, base)
-        unit = promql.METRICS[metric].unit
+        unit = METRICS[metric].unit
         out = {f"raw.{metric}.{stat}": r.value, "unit": unit, "sample_count": r.sample_count,
                "window_s": [s, e], "per_instance": r.per_instance, "vendor": r.vendor}
         q = f"{how}: {stat} of {metric} over s {s:.1f}-{e:.1f} of the job, plain Python (no PromQL)"
