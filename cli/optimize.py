@@ -54,6 +54,8 @@ def optimize(
     wait_timeout: Optional[float] = typer.Option(
         None, "--wait-timeout", help="Seconds to wait for one job before stopping (default 900; on --resume "
                                      "it replaces the saved value for a loop that stopped on TIMEOUT_WAITING)."),
+    llm: str = typer.Option("none", "--llm", help="Lever picker: none (rules) or anthropic (an LLM; --llm-model)."),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model string provider:name for --llm."),
 ) -> None:
     """Run the perf-optimizer loop on a SLURM cluster or on this machine (--executor)."""
     from ..graph.optimize import graph as O
@@ -81,7 +83,10 @@ def optimize(
                              executor=kind, shared_dir=shared_dir, analyze=analyze, pin_placement=not no_pin)
             typer.echo(f"executor: {kind}{'' if executor != 'auto' else ' (auto: ' + ('cluster config found' if kind == 'slurm' else 'no cluster config') + ')'}")
             typer.echo(f"loop {req.loop_id} in {req.loop_dir}")
-        final = O.run_loop(req, on_status=show, resume=bool(resume))
+        from ..graph.agents.picker import make_picker
+
+        picker = make_picker(llm, report_path=req.report, loop_dir=req.loop_dir, model=llm_model) if llm != "none" else None
+        final = O.run_loop(req, picker=picker, on_status=show, resume=bool(resume))
     except Ai4sError as e:
         _fail(str(e))
         return

@@ -155,6 +155,8 @@ def register(app: typer.Typer) -> None:
         baseline: Optional[Path] = typer.Option(None, "--baseline", help="An eval-cluster report (REPORT.md) or its "
                                                 "raw eval JSON: the all-reduce busbw measured on this cluster, to "
                                                 "compare the job's achieved busbw with."),
+        probe: bool = typer.Option(False, "--probe", help="Let the deterministic verifiers run one srun -N1 "
+                                   "--time=00:05:00 node probe (GPU clocks and power cap) on one of the job's nodes."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
         if not submit and not job and not perf_run:
@@ -179,7 +181,8 @@ def register(app: typer.Typer) -> None:
                          llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
                          wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array,
-                         baseline=str(baseline.resolve()) if baseline else None)
+                         baseline=str(baseline.resolve()) if baseline else None,
+                         probe=probe)
         except ValueError as e:
             msg = _first_error(e)
             err_console.print(f"error: {msg}")

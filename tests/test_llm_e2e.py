@@ -59,10 +59,29 @@ def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monk
     assert all(v["verdict"] in ("confirmed", "inconclusive", "unsupported", "refuted") for v in extra)
     assert all(v["verdict"] != "confirmed" or v["evidence"] or v["claim"]["evidence"] for v in extra)
     # the prose is the LLM's, and passes the number guard
-    from ai4s_graph.graph.agents import llm
+    from ai4s_graph.graph.agents.tracing import NumberRef, check_text, report_sources
 
     assert rep["executive_summary"] != det["executive_summary"]
-    assert llm.prose_numbers_supported(rep["executive_summary"], rep)[0]
+    notes = tmp_path / "llm" / ".ai4s-graph" / "agent_notes"
+    # every LLM pass finished (a pass that fell back leaves no notes)
+    assert {p.stem for p in notes.iterdir()} == {"trace_analyst", "telemetry_analyst", "trace_verifier",
+                                                 "telemetry_verifier", "synthesizer"}
+    syn = json.loads((notes / "synthesizer.json").read_text())
+    assert syn["summary"] == rep["executive_summary"]
+    assert check_text(rep["executive_summary"], [NumberRef(**n) for n in syn["numbers"]], report_sources(rep)) == []
+    md = (tmp_path / "llm" / "report.md").read_text()
+    # the LLM's class equals the rules' on the same inputs, or the report explains the difference
+    assert syn["bottleneck_class"] == rep["bottleneck"]["klass"] or "the rules say" in md
+    # the analysts' endorse/dispute lists and the verifiers' prose reach the report, numbers traced
+    assert "## Agents (LLM)" in md and "**trace_analyst** endorses" in md and "**telemetry_verifier**:" in md
+    assert "**trace_verifier**:" in md
+    assert "(withheld:" not in md
+    assert "## Agents (LLM)" not in (tmp_path / "det" / "report.md").read_text()
+    # verdicts the LLM verifiers changed rest on tools other than the claim's own evidence
+    for v in rep["claims"]:
+        if "(LLM) with" in v.get("method", ""):
+            own = {e["tool"] for e in v["claim"]["evidence"]}
+            assert v["evidence"] and v["evidence"][-1]["tool"] not in own, v["claim"]["id"]
     for agent in ("trace_analyst", "telemetry_analyst", "trace_verifier", "telemetry_verifier", "synthesizer"):
         u = rep["usage"][agent]
         assert u["input_tokens"] > 0 and u["output_tokens"] > 0 and u["cost_usd"] > 0, agent

@@ -38,6 +38,13 @@ def run91003(shared_data) -> dict:
     return {"dir": run, "manifest": man}
 
 
+@pytest.fixture(autouse=True)
+def _no_retry_wait(monkeypatch):
+    from ai4s_graph.graph.agents import runner
+
+    monkeypatch.setattr(runner, "RETRY_WAIT", wait_none())
+
+
 @pytest.fixture(scope="module")
 def trace91003(shared_data) -> dict:
     from ai4s_graph.tools.trace import backends as tracelens
@@ -66,7 +73,19 @@ def _trace_claims(a: dict) -> list[dict]:
     return out
 
 
+def assert_all_traced(res: llm.LlmResult, texts: list[str], extra_sources: dict | None = None) -> None:
+    """Invariant: every number in the pass's texts traces to a field of its own tool results (or a
+    given claim), by the references it returned."""
+    from ai4s_graph.graph.agents.tracing import check_text
+
+    sources = {**(extra_sources or {}), **{r["id"]: r["returned"] for r in res.evidence}}
+    for t in texts:
+        assert check_text(t, res.numbers, sources) == [], t
+
+
 def _assert_new_claims_supported(res: llm.LlmResult, det_ids: list[str], tools: set[str]) -> list[dict]:
+    from ai4s_graph.graph.agents.tracing import claim_sources
+
     ids = [c["id"] for c in res.claims]
     assert ids[: len(det_ids)] == det_ids                       # deterministic claims kept, in order
     new = [c for c in res.claims if c["id"] not in det_ids]
@@ -75,8 +94,9 @@ def _assert_new_claims_supported(res: llm.LlmResult, det_ids: list[str], tools: 
         Claim.model_validate(c)
         assert c["id"].startswith("llm.")
         assert llm.is_supported(c), c                           # its number came from a cited tool result
-        assert {e["tool"] for e in c["evidence"]} <= tools | {"tracelens.analyze_trace", "promql.job_stat",
-                                                              "fom.parse_log", "diagnosis.classify_trace"}
+        assert len(c["evidence"]) == 1 and c["evidence"][0]["tool"] in tools | {"tracelens.analyze_trace"}
+    assert_all_traced(res, [*(c["statement"] for c in new), res.prose, *res.disputed.values()],
+                      claim_sources(res.claims))
     return new
 
 
@@ -90,6 +110,8 @@ def test_trace_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_pa
     assert cass.play_count == res.llm_calls or cass.play_count == 0  # 0 while recording
     _assert_new_claims_supported(res, [c["id"] for c in det], {"kineto.kernel_stats", "kineto.ops_for_kernel"})
     assert len(res.prose) > 40
+    # the analyst endorses what its own timeline agrees with (91003's deterministic figures are right)
+    assert set(res.endorsed) == {c["id"] for c in det} and not res.disputed
     assert res.usage.input_tokens > 0 and res.usage.output_tokens > 0 and res.usage.cost_usd > 0
     assert len(res.evidence) == res.tool_calls
     # the ledger holds the tokens of every call, for the per-run budget
@@ -152,14 +174,32 @@ def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, mo
         res = llm.verifier_pass("trace_verifier", _req(run91003, tmp_path), ctx, verdicts)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 1
+    # only re-derivation tools were offered and used: never the analyst's tools or its cached analysis
+    assert {r["tool"] for r in res.evidence} <= {"kineto.rederive", "stream.kernel_counts", "slurm.srun_probe"}
     by = {v["claim"]["id"]: v for v in res.verdicts}
     assert by["tl.r0.planted_computation"]["verdict"] == "refuted"
-    assert by["tl.r0.planted_computation"]["rederived_value"] == pytest.approx(comp, rel=0.01)
-    assert any(e["tool"] == "tracelens.analyze_trace" and e["query"].startswith("traces/")
-               for e in by["tl.r0.planted_computation"]["evidence"])
+    assert by["tl.r0.planted_computation"]["rederived_value"] == pytest.approx(comp, abs=1.0)
+    assert_independent(res, verdicts)
     assert by["tl.r0.invented_idle"]["verdict"] == "unsupported"          # never confirmed
     for c in good:
         assert by[c["id"]]["verdict"] == "confirmed"
+    # the probe was asked for; no cluster holds node "vm" (nor does CI): "not run: no cluster"
+    probe = [r for r in res.evidence if r["tool"] == "slurm.srun_probe"]
+    assert probe and probe[0]["returned"] == {"ran": False, "check": "matmul", "reason": "not run: no cluster"}
+    from ai4s_graph.graph.agents.tracing import claim_sources
+
+    assert_all_traced(res, [res.prose or "", *(v["note"] for v in res.verdicts)], claim_sources(verdicts))
+
+
+def assert_independent(res: llm.LlmResult, before: list[dict]) -> None:
+    """Invariant: every verdict the LLM changed rests on a tool other than the claim's own evidence."""
+    old = {v["claim"]["id"]: v for v in before}
+    for v in res.verdicts:
+        o = old[v["claim"]["id"]]
+        if v["verdict"] != o["verdict"] and v["verdict"] in ("confirmed", "refuted"):
+            added = {e["tool"] for e in v["evidence"]} - {e["tool"] for e in o["evidence"]}
+            own = {e["tool"] for e in v["claim"]["evidence"]}
+            assert added and not (added & own), (v["claim"]["id"], added, own)
 
 
 def _report(trace: dict) -> dict:
@@ -180,10 +220,12 @@ def test_synthesizer_writes_guarded_summary(trace91003, run91003, tmp_path, monk
         res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.prose and res.prose != rep["executive_summary"]
-    assert "compute-bound" in res.prose
-    ok, bad = llm.prose_numbers_supported(res.prose, rep)
-    assert ok, bad
+    from ai4s_graph.graph.agents.tracing import report_sources
+
+    assert_all_traced(res, [res.prose, *res.levers.values(), res.class_note], report_sources(rep))
     assert set(res.levers) <= {"bigger_effective_batch"}
+    # its own reading of the class from the claims: equal to the rules', or the difference explained
+    assert res.bottleneck_class == rep["bottleneck"]["klass"] or res.class_note
 
 
 def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch, record_mode):
@@ -203,7 +245,6 @@ def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch
 
 
 def test_overload_529_is_retried_with_backoff(trace91003, run91003, tmp_path, monkeypatch, record_mode):
-    monkeypatch.setattr(llm, "RETRY_WAIT", wait_none())
     rep = _report(trace91003)
     with harness.anthropic_cassette("synthesizer_overloaded", record_mode, monkeypatch, fault="overload-once") as cass:
         res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
@@ -211,6 +252,16 @@ def test_overload_529_is_retried_with_backoff(trace91003, run91003, tmp_path, mo
     assert statuses[:2] == [529, 200]
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.llm_calls == 1 and res.prose
+
+
+def test_turn_without_a_tool_call_is_asked_again(trace91003, run91003, tmp_path, monkeypatch, record_mode):
+    rep = _report(trace91003)
+    with harness.anthropic_cassette("synthesizer_text_turn", record_mode, monkeypatch, fault="text-once") as cass:
+        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        first = json.loads(cass.responses[0]["body"]["string"])
+    assert first["stop_reason"] == "end_turn" and {b["type"] for b in first["content"]} == {"text"}
+    assert res.status.status is Outcome.ok, res.status.format()
+    assert res.no_tool_turns == 1 and res.llm_calls == 2 and res.prose
 
 
 def test_budget_stops_the_llm_path_cleanly(run91003, trace91003, tmp_path, monkeypatch, record_mode):
@@ -228,8 +279,9 @@ def test_budget_stops_the_llm_path_cleanly(run91003, trace91003, tmp_path, monke
 
 def test_cassettes_are_wire_format_and_hold_no_key(record_mode):
     files = sorted(harness.HERE.glob("*.yaml"))
-    assert {f.stem for f in files} >= {"trace_analyst", "telemetry_analyst", "trace_verifier", "synthesizer",
-                                       "trace_analyst_malformed", "synthesizer_overloaded"}
+    assert record_mode != "none" or {f.stem for f in files} >= {"trace_analyst", "telemetry_analyst", "trace_verifier", "synthesizer",
+                                       "trace_analyst_malformed", "synthesizer_overloaded", "synthesizer_text_turn",
+                                       "telemetry_verifier", "telemetry_verifier_cap", "lever_picker"}
     kinds = set()
     for f in files:
         text = f.read_text()

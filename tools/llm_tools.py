@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Ai4sError, InputError
 
-__all__ = ["Recorder", "toolset", "TRACE_TOOLS", "TELEMETRY_TOOLS", "round_floats"]
+__all__ = ["Recorder", "toolset", "TRACE_TOOLS", "TELEMETRY_TOOLS", "round_floats", "ToolContext", "make_tool"]
 
 TRACE_TOOLS = ("trace_timeline", "trace_top_kernels", "trace_ops_for_kernel")
 TELEMETRY_TOOLS = ("telemetry_stat", "fom_read")
@@ -96,11 +96,15 @@ class Recorder:
 
 
 class TraceTimelineArgs(BaseModel):
+    """Arguments of ``trace_timeline``."""
+
     model_config = ConfigDict(extra="forbid")
     rank: int | None = Field(None, description="rank whose trace to read; default the lowest rank")
 
 
 class TopKernelsArgs(BaseModel):
+    """Arguments of ``trace_top_kernels``."""
+
     model_config = ConfigDict(extra="forbid")
     category: str | None = Field(None, description="op category (GEMM, elementwise, reduce, NORM_fwd, NORM_bwd, "
                                                    "SDPA_fwd, SDPA_bwd, CONV_fwd, CONV_bwd, triton, other, ...) "
@@ -110,6 +114,8 @@ class TopKernelsArgs(BaseModel):
 
 
 class OpsForKernelArgs(BaseModel):
+    """Arguments of ``trace_ops_for_kernel``."""
+
     model_config = ConfigDict(extra="forbid")
     kernel_substring: str = Field(min_length=2, max_length=200, description="text contained in the kernel name")
     n: int = Field(5, ge=1, le=20)
@@ -117,6 +123,8 @@ class OpsForKernelArgs(BaseModel):
 
 
 class TelemetryStatArgs(BaseModel):
+    """Arguments of ``telemetry_stat`` (offsets in s from the job start)."""
+
     model_config = ConfigDict(extra="forbid")
     metric: Literal["gpu_util", "sm_clock", "mem_clock", "power", "gpu_temp", "mem_bw_util", "hbm_used",
                     "hbm_free", "hbm_total", "hbm_used_pct", "cpu_util", "mem_available", "mem_total",
@@ -127,6 +135,8 @@ class TelemetryStatArgs(BaseModel):
 
 
 class FomReadArgs(BaseModel):
+    """Arguments of ``fom_read``."""
+
     model_config = ConfigDict(extra="forbid")
     warmup_steps: int | None = Field(None, ge=0, description="leading steps to skip; default the parser's rule")
 
@@ -136,8 +146,12 @@ class FomReadArgs(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 
-class _Ctx:
-    """What the tools of one pass share: run directory, traces, manifest, TSDB (lazily started)."""
+class ToolContext:
+    """What the tools of one pass share: run directory, traces, manifest, TSDB (lazily started).
+
+    ``request``: the RunRequest dict (``perf_run``, ``tsdb_url``, ``jobid``); ``context``:
+    ``manifest`` and ``findings``. Call :meth:`close` (or use :func:`toolset`) to stop a
+    VictoriaMetrics it started."""
 
     def __init__(self, request: dict[str, Any], context: dict[str, Any]) -> None:
         self.request = request
@@ -152,12 +166,14 @@ class _Ctx:
 
     # -- paths -----------------------------------------------------------------------------
     def rel(self, p: str | Path) -> str:
+        """``p`` relative to the run directory (its file name when outside it)."""
         try:
             return str(Path(p).resolve().relative_to(self.run_dir.resolve()))
         except ValueError:
             return Path(p).name
 
     def rank_paths(self) -> dict[int, Path]:
+        """Rank -> trace path, from the findings' ``ranks[].path`` or the manifest's artifacts."""
         out: dict[int, Path] = {}
         findings = self.context.get("findings") or {}
         trace = findings.get("trace", findings) if isinstance(findings, dict) else {}
@@ -170,6 +186,7 @@ class _Ctx:
         return out
 
     def path_for(self, rank: int | None) -> tuple[int, Path]:
+        """(rank, trace path) for ``rank`` (None: the lowest); raises ``InputError`` when absent."""
         paths = self.rank_paths()
         if not paths:
             raise InputError("no rank traces in this run")
@@ -179,6 +196,7 @@ class _Ctx:
         return r, paths[r]
 
     def kineto(self, path: Path) -> Any:
+        """The analyst tools' kineto load of ``path`` (loaded once per pass)."""
         from .trace import kineto
 
         with self._lock:
@@ -209,6 +227,7 @@ class _Ctx:
 
     # -- telemetry ---------------------------------------------------------------------------
     def jobid(self) -> str:
+        """The job id (manifest, else request)."""
         return str(self.manifest.get("jobid") or self.request.get("jobid") or "")
 
     def tsdb(self) -> str:
@@ -235,6 +254,7 @@ class _Ctx:
             return url
 
     def window(self, pq: Any) -> tuple[float, float]:
+        """The job window (unix s): the findings' telemetry window, else PromQL's job window."""
         tel = (self.context.get("findings") or {}).get("telemetry") or {}
         if tel.get("window"):
             return float(tel["window"][0]), float(tel["window"][1])
@@ -243,12 +263,14 @@ class _Ctx:
         return pq.job_window(self.jobid(), hint=hint)
 
     def close(self) -> None:
+        """Stop what this context started (a VictoriaMetrics)."""
         self._stack.close()
 
 
-def _tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorder: Recorder) -> Any:
+def make_tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorder: Recorder) -> Any:
     """A StructuredTool whose call runs ``fn(**args) -> (tool, query, returned)``, records the
-    result and returns ``{"evidence_id", "tool", "query", "result"}`` as a dict."""
+    result (floats rounded by :func:`round_floats`) and returns ``{"evidence_id", "tool", "query",
+    "result"}`` as a dict; an :class:`Ai4sError` becomes ``{"error": "<one line>"}``, unrecorded."""
     from langchain_core.tools import StructuredTool
 
     def run(**kwargs: Any) -> dict[str, Any]:
@@ -264,7 +286,7 @@ def _tool(name: str, description: str, schema: type[BaseModel], fn: Any, recorde
     return StructuredTool.from_function(func=run, name=name, description=description, args_schema=schema)
 
 
-def _trace_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
+def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
     def timeline(rank: int | None = None) -> tuple[str, str, Any]:
         r, p = ctx.path_for(rank)
         a = ctx.analysis(p)
@@ -333,17 +355,17 @@ def _trace_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
         return "kineto.ops_for_kernel", f"{ctx.rel(p)}: cpu ops launching kernels containing {kernel_substring!r}", out
 
     return [
-        _tool("trace_timeline", "TraceLens GPU timeline of one rank's profiler trace: busy/idle/computation/"
+        make_tool("trace_timeline", "TraceLens GPU timeline of one rank's profiler trace: busy/idle/computation/"
               "exposed communication/exposed memcpy time (ms and % of total), op-category shares of kernel time, "
               "kernel launch statistics, kernels per step, DataLoader ms per step.", TraceTimelineArgs, timeline, rec),
-        _tool("trace_top_kernels", "Top GPU kernels by total time, optionally only those launched by ops of one "
+        make_tool("trace_top_kernels", "Top GPU kernels by total time, optionally only those launched by ops of one "
               "category, with count, total and mean µs and share of all kernel time.", TopKernelsArgs, top_kernels, rec),
-        _tool("trace_ops_for_kernel", "The CPU ops (aten::...) that launched the kernels whose name contains a text: "
+        make_tool("trace_ops_for_kernel", "The CPU ops (aten::...) that launched the kernels whose name contains a text: "
               "kernels and kernel time per op.", OpsForKernelArgs, ops_for_kernel, rec),
     ]
 
 
-def _telemetry_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
+def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
     def stat(metric: str, stat: str = "avg", start_offset_s: float | None = None,
              end_offset_s: float | None = None) -> tuple[str, str, Any]:
         from .telemetry import promql
@@ -379,11 +401,11 @@ def _telemetry_tools(ctx: _Ctx, rec: Recorder) -> list[Any]:
         return "fom.parse_log", q, out
 
     return [
-        _tool("telemetry_stat", "A statistic (avg/max/min/p50/p90 over time, then across GPUs) of one GPU or node "
+        make_tool("telemetry_stat", "A statistic (avg/max/min/p50/p90 over time, then across GPUs) of one GPU or node "
               "metric over the job window or a sub-window of it (offsets in s from the job start), from "
               "VictoriaMetrics with PromQL joined to the job through rmsjob_info. Time-averaged values; never "
               "compare them with burst rates.", TelemetryStatArgs, stat, rec),
-        _tool("fom_read", "Re-read the training log's figures of merit: steady step time (median after warm-up), "
+        make_tool("fom_read", "Re-read the training log's figures of merit: steady step time (median after warm-up), "
               "epoch time, nominal and realized throughput, loss sanity.", FomReadArgs, fom_read, rec),
     ]
 
@@ -397,7 +419,7 @@ def toolset(domain: Literal["trace", "telemetry"], request: dict[str, Any], cont
     ``findings`` (the trace findings with ``ranks[].path``, or telemetry findings with
     ``window``). A VictoriaMetrics started for the telemetry tools is stopped on exit. Raises
     ``ValueError`` for an unknown domain; input problems surface as tool errors, not here."""
-    ctx = _Ctx(request, context)
+    ctx = ToolContext(request, context)
     try:
         if domain == "trace":
             yield _trace_tools(ctx, recorder)

@@ -39,6 +39,7 @@ class RunRequest(BaseModel):
     workers: int = Field(0, ge=0)  # rank-trace worker processes (0 = automatic)
     slurm_array: bool = False  # analyse the rank traces as a SLURM job array
     baseline: str | None = None  # eval-cluster report or raw JSON: measured all-reduce busbw (issue 13)
+    probe: bool = False  # the verifiers may run one srun -N1 --time=00:05:00 node probe (tools/slurm/probe.py)
 
     @field_validator("tsdb_url")
     @classmethod

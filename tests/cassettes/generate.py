@@ -7,8 +7,8 @@ key, so ``harness.anthropic_cassette`` routes every request to the scripted serv
 Anthropic Messages API wire format. Then a header comment saying so is put at the top of each
 cassette. Re-run it after changing a prompt, a tool, or anything that changes a request body.
 
-With a real key, do not use this script: ``pytest tests/test_llm_replay.py tests/test_llm_e2e.py
---record-mode=rewrite`` records from Claude instead (the header then disappears, as it should).
+With a real key, do not use this script: ``pytest tests/test_llm_*.py --record-mode=rewrite``
+records from Claude instead (the header then disappears, as it should).
 
 Usage: ``python tests/cassettes/generate.py [pytest args...]`` from the repository root.
 """
@@ -30,15 +30,16 @@ HEADER = (
     "# (POST /v1/messages, tool_use / tool_result blocks, usage), but its responses were written by the\n"
     "# scripted server tests/cassettes/fake_anthropic.py, not by Claude (no API key where it was made).\n"
     "# Regenerate: python tests/cassettes/generate.py.  Re-record from Claude:\n"
-    "#   ANTHROPIC_API_KEY=<key> pytest tests/test_llm_replay.py tests/test_llm_e2e.py --record-mode=rewrite\n"
+    "#   ANTHROPIC_API_KEY=<key> pytest tests/test_llm_*.py --record-mode=rewrite\n"
 )
-TESTS = ["tests/test_llm_replay.py", "tests/test_llm_e2e.py"]
+#: Every LLM test file (the ones without cassettes are quick and harmless to run too).
+TESTS = "tests/test_llm_*.py"
 
 
 def main() -> int:
     env = dict(os.environ, ANTHROPIC_API_KEY=FAKE_KEY)
     env.pop("ANTHROPIC_BASE_URL", None)
-    tests = [t for t in TESTS if (ROOT / t).exists()]
+    tests = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(TESTS))
     rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
                           "--record-mode=rewrite", *sys.argv[1:]], cwd=ROOT, env=env)
     for f in sorted(HERE.glob("*.yaml")):

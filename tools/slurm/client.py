@@ -514,15 +514,17 @@ def wait_for_array(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> l
 
 
 def srun_probe(argv: list[str], cluster: ClusterConfig, *, timeout_s: float = 330,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+               env: dict[str, str] | None = None, node: str | None = None) -> subprocess.CompletedProcess:
     """The verifiers' one interactive probe: ``srun -N1 --time=00:05:00 [-p P] [-A A] argv...``
     (seed 000: "verifiers may use at most one 1-node srun -N1 --time=00:05:00 interactive probe
     (partition/account from .cluster-config.yaml)"). Never more than one node. Returns the
     completed process (stdout/stderr text, returncode); raises :class:`ToolUnavailableError` when
-    srun is missing or does not finish within ``timeout_s``."""
+    srun is missing or does not finish within ``timeout_s``. ``node``: run on that node (``-w``)."""
     if not argv:
         raise InputError("srun_probe: empty command")
     cmd = ["srun", "-N1", "-n1", "--time=00:05:00", f"--partition={cluster.partition}"]
+    if node is not None:
+        cmd.append(f"--nodelist={_check_nodes([node])[0]}")
     if cluster.account:
         cmd.append(f"--account={cluster.account}")
     cmd += [str(a) for a in argv]

@@ -16,6 +16,7 @@ from .. import triage
 from ..configuration import llm_request, run_dir
 from ..verdict import decide, reconcile_with_window
 from ..schema import AnalysisState
+from ...agents.render import agent_notes_markdown
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
                               Tolerance, Verdict, VerifiedClaim)
@@ -331,5 +332,5 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=1) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest))
+    (out_dir / "report.md").write_text(render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep))
     return {"report": rep}, status

@@ -192,6 +192,7 @@ def _window_note(state: AnalysisState) -> str:
 
 def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[VerifiedClaim]:
     from ....tools.telemetry import rawstats
+    from ....tools.telemetry.subwindow import raw_subwindow_stat, subwindow_of
 
     manifest = state["manifest"]
     try:
@@ -208,12 +209,19 @@ def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[Verifie
         if c.metric == "telemetry.supports_compute":
             continue
         metric, stat = parts[1], parts[2]
+        sub = subwindow_of(c.evidence[0].args if c.evidence else None)  # a sub-window claim: over ITS window
         try:
-            v = rawstats.raw_job_stat(series, metric, manifest.jobid, stat, window=window)
+            if sub is None:
+                v = rawstats.raw_job_stat(series, metric, manifest.jobid, stat, window=window)
+            else:  # the offsets count from the analyst's window (the findings'), else this one
+                tel_win = ((state.get("findings") or {}).get("telemetry") or {}).get("window")
+                base = tuple(tel_win) if tel_win else window
+                v = raw_subwindow_stat(series, metric, manifest.jobid, stat, *sub, base)[0].value
         except Ai4sError as e:
             out.append(verdict(c, VERIFIER, None, Tolerance(), method, note=str(e)))
             continue
-        raw[f"{metric}.{stat}"] = v
+        if sub is None:
+            raw[f"{metric}.{stat}"] = v
         out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method, note=note))
     for c in claims:
         if c.metric == "telemetry.supports_compute":
@@ -244,6 +252,10 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
             verdicts.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
     if tel:
         verdicts.extend(_verify_telemetry(tel, state))
+    if state["request"].probe:  # --probe: one srun -N1 gpu_clocks check on one of the job's nodes
+        from ....tools.slurm.probe import probe_verdicts
+
+        verdicts = probe_verdicts(verdicts, state["manifest"].nodes_list)
     update: dict[str, Any] = {"verdicts": verdicts}
     if state["request"].llm != "none":
         from ...agents import llm
