@@ -16,9 +16,9 @@ Phases (each case's failure is logged and the rest go on; ``summary.json`` says 
 3. ``tools/cluster/gpu_bench.py collectives`` (all-reduce / all-gather / reduce-scatter by message
    size, with and without ``NCCL_P2P_DISABLE=1``) and ``gpu_bench.py probe`` (the probe's
    all-reduce check);
-4. packing: ``runs.tar.gz`` (every case directory), ``bench.tar.gz`` (gpu_bench JSON),
-   ``longtrace.json.gz`` (split into ``.partNN`` files under 15 MiB when larger), ``summary.json``
-   and ``driver.log``.
+4. packing: ``runs-multi.tar.gz`` and ``runs-single.tar.gz`` (the case directories),
+   ``bench.tar.gz`` (gpu_bench JSON, ``nvidia-smi topo -m``), ``longtrace.json.gz`` (each split
+   into ``.partNN`` files of 15 MiB when larger) and ``summary.json`` (with the driver's log).
 
 ``--cpu`` rehearses the same driver on a CPU machine (gloo, tiny sizes, no hog, no long trace).
 """
@@ -216,7 +216,10 @@ def run_bench(out: Path, cpu: bool) -> list[dict]:
                      300))
         for name, cmd in (("topo", ["nvidia-smi", "topo", "-m"]), ("nvlink", ["nvidia-smi", "nvlink", "-s"])):
             with open(bd / f"{name}.txt", "w") as fh:
-                subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=30, check=False)
+                try:
+                    subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=30, check=False)
+                except (OSError, subprocess.SubprocessError) as e:
+                    fh.write(f"{cmd}: {e}\n")
     res = []
     for name, cmd, tmo in jobs:
         if left(tmo) < 20:
@@ -228,6 +231,23 @@ def run_bench(out: Path, cpu: bool) -> list[dict]:
         res.append({"name": name, "rc": rc, "seconds": round(time.time() - t0, 1)})
         log(out, f"bench {name}: rc={rc} in {res[-1]['seconds']} s")
     return res
+
+
+def pack(out: Path, name: str, dirs: list[Path]) -> list[str]:
+    """``<name>.tar.gz`` of ``dirs`` (under ``runs/`` or ``bench/`` inside the archive), split into
+    ``.partNN`` files of at most PART_BYTES when larger (``cat`` them back together)."""
+    tgz = out / f"{name}.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tf:
+        for d in sorted(dirs):
+            tf.add(d, arcname=f"{d.parent.name}/{d.name}" if d.parent.name == "runs" else d.name)
+    if tgz.stat().st_size <= PART_BYTES:
+        return [tgz.name]
+    data, names = tgz.read_bytes(), []
+    for i in range(0, len(data), PART_BYTES):
+        (out / f"{tgz.name}.part{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
+        names.append(f"{tgz.name}.part{i // PART_BYTES:02d}")
+    tgz.unlink()
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     log(out, f"generate: {len(by_id)} cases, cpu={a.cpu}")
     if "multi" not in skip:
         for i, c in enumerate(c for c in by_id.values() if c["gpus"] > 1):
-            r = run_case(c, out, scratch, None, a.cpu, 29600 + i)
+            try:
+                r = run_case(c, out, scratch, None, a.cpu, 29600 + i)
+            except Exception as e:  # noqa: BLE001
+                r = {"jobid": c["jobid"], "name": c["name"], "rc": -1, "traces": [],
+                     "error_tail": [f"{type(e).__name__}: {e}"]}
             summary["cases"].append(r)
             log(out, f"{c['jobid']} {c['name']}: rc={r['rc']} in {r['seconds']} s, traces {r['traces']}")
 
@@ -262,14 +286,20 @@ def main(argv: list[str] | None = None) -> int:
             if jid == "long":
                 if "long" in skip or a.cpu:
                     continue
-                r = run_long(out, scratch, gpu, a.cpu, a.long_steps)
+                try:
+                    r = run_long(out, scratch, gpu, a.cpu, a.long_steps)
+                except Exception as e:  # noqa: BLE001
+                    r = {"name": "long-trace", "rc": -1, "error_tail": [f"{type(e).__name__}: {e}"]}
                 summary["long_trace"] = r
                 log(out, f"long trace: rc={r['rc']} in {r['seconds']} s, json {r.get('json_bytes')} B")
                 continue
             if jid not in by_id:
                 continue
             c = by_id[jid]
-            r = run_case(c, out, scratch, gpu, a.cpu, 0)
+            try:
+                r = run_case(c, out, scratch, gpu, a.cpu, 0)
+            except Exception as e:  # noqa: BLE001 - log it, go on with the lane
+                r = {"jobid": jid, "name": c["name"], "rc": -1, "error_tail": [f"{type(e).__name__}: {e}"]}
             summary["cases"].append(r)
             log(out, f"{jid} {c['name']} (lane {name}): rc={r['rc']} in {r['seconds']} s, traces {r['traces']}")
 
@@ -281,17 +311,19 @@ def main(argv: list[str] | None = None) -> int:
             t.join()
     if "bench" not in skip:
         summary["bench"] = run_bench(out, a.cpu)
-    with tarfile.open(out / "runs.tar.gz", "w:gz") as tf:
-        tf.add(out / "runs", arcname="runs")
+    multi = [d for d in (out / "runs").iterdir() if d.name in {c["jobid"] for c in CASES if c["gpus"] > 1}]
+    single = [d for d in (out / "runs").iterdir() if d not in multi]
+    summary["packed"] = pack(out, "runs-multi", multi) + pack(out, "runs-single", single)
     if (out / "bench").exists():
-        with tarfile.open(out / "bench.tar.gz", "w:gz") as tf:
-            tf.add(out / "bench", arcname="bench")
+        summary["packed"] += pack(out, "bench", [out / "bench"])
         shutil.rmtree(out / "bench")
     shutil.rmtree(out / "runs")
     summary["seconds"] = round(time.time() - t_all, 1)
     summary["failed"] = [r["jobid"] for r in summary["cases"] if r["rc"] != 0]
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     log(out, f"done in {summary['seconds']} s; failed: {summary['failed']}; files: {sorted(os.listdir(out))}")
+    summary["log"] = (out / "driver.log").read_text().splitlines()
+    (out / "driver.log").unlink()
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 
