@@ -35,7 +35,7 @@ CAUSES = {
 
 STEPS = ["--epochs", "1", "--steps-per-epoch", "16"]
 VIT_MED = ["--model", "vit", "--hidden", "512", "--depth", "6", "--tokens", "128", "--batch-size", "16"]
-VIT_BIG = ["--model", "vit", "--precision", "bf16", "--batch-size", "32"]
+VIT_BIG = ["--model", "vit", "--precision", "bf16", "--batch-size", "256", "--num-workers", "2"]
 WIDE = ["--model", "wide", "--hidden", "4096", "--depth", "16", "--batch-size", "4", "--optimizer", "sgd"]
 
 
@@ -56,14 +56,18 @@ CASES = [
           notes="93001 with NCCL_P2P_DISABLE=1: the same all-reduce through host shared memory; busbw far "
                 "below the NVLink sweep in reports/raw-2026-11-30-2gpu", example=True),
     _case(93003, "ddp-overlapped", 2, VIT_BIG + STEPS, "none", "compute-bound",
-          notes="DDP ViT (12 x dim 1024, 256 tokens) bf16 batch 32 per rank: the all-reduce buckets run "
-                "during the backward, hidden behind compute", example=True),
+          notes="DDP ViT (12 x dim 1024, 256 tokens) bf16 batch 256 per rank, 2 DataLoader workers: the "
+                "all-reduce buckets run during the backward, hidden behind compute. (At batch 32 the step "
+                "was CPU-launch-bound, the ranks drifted and the all-reduce waited: measured on the first "
+                "device run, not kept)", example=True),
     _case(93004, "ddp-straggler", 2, VIT_BIG + STEPS + ["--fault", "straggler", "--straggler-rank", "1",
-                                                        "--straggler-matmuls", "12"],
+                                                        "--straggler-matmuls", "24"],
           "straggler", "communication-bound", rank=1,
-          notes="93003 where rank 1 runs 12 extra bf16 8192^3 matmuls (~15 ms) every step before its "
+          notes="93003 where rank 1 runs 24 extra bf16 8192^3 matmuls (~35 ms) every step before its "
                 "backward: rank 0 waits in the all-reduce (its exposed communication grows), rank 1 "
-                "arrives last at every collective", example=True),
+                "arrives last at the collectives. (With batch 32 the step was CPU-bound and the extra GPU "
+                "work hid in rank 1's idle time: rank 0 arrived last; the first device run, not kept)",
+          example=True),
     _case(93005, "fsdp", 2, VIT_BIG + STEPS + ["--parallel", "fsdp"], "none", "compute-bound",
           notes="FSDP2 fully_shard per encoder layer: parameter all-gathers and gradient reduce-scatters "
                 "(no all-reduce of gradients)", example=True, bench=False),
@@ -104,4 +108,7 @@ CASES = [
                                        "--batch-size", "32"] + STEPS, "gpu-contention", None, hog=True,
           notes="a second process (workloads/faults.py hog) runs back-to-back bf16 8192^3 matmuls on the same "
                 "GPU for the whole run; telemetry shows the GPU busy beyond what the job's own kernels explain"),
+    _case(93110, "gpu-contention-control", 1, ["--model", "vit", "--precision", "bf16", "--hidden", "1024",
+                                               "--depth", "6", "--batch-size", "32"] + STEPS, "none", None,
+          bench=False, notes="93109 without the second process: the control for the contention case"),
 ]

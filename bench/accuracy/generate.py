@@ -42,7 +42,7 @@ from cases import CASES  # type: ignore  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-LANES = {"A": ["93101", "93102", "93103", "93104", "93105", "93106"], "B": ["long", "93108", "93109", "93107"]}
+LANES = {"A": ["93101", "93102", "93103", "93104", "93105", "93106"], "B": ["long", "93108", "93109", "93107", "93110"]}
 PART_BYTES = 15 * 1024 * 1024
 PACK_RESERVE_S = 30.0
 """Seconds kept at the end of ``--budget`` for packing the outputs."""
