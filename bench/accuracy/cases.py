@@ -9,7 +9,9 @@ Truth fields:
 - ``cause``: one of :data:`CAUSES` (what was injected, by construction);
 - ``class``: the bottleneck class an analysis should name (``compute-bound``, ``dispatch-bound``,
   ``memory-bound``, ``data-loader-bound``, ``communication-bound``), or None where no class of the
-  taxonomy fits (the GPU shared with another process);
+  taxonomy fits (the GPU shared with another process; a straggler, where the slow rank is busy with
+  its extra work and the other rank's wait runs in an NCCL kernel that overlaps its backward, so
+  each rank's own timeline looks GPU-bound);
 - ``rank``: the rank at fault (the straggler), or None when every rank has the fault;
 - ``notes``: how the fault was made and what the evidence should look like.
 """
@@ -62,10 +64,10 @@ CASES = [
                 "device run, not kept)", example=True),
     _case(93004, "ddp-straggler", 2, VIT_BIG + STEPS + ["--fault", "straggler", "--straggler-rank", "1",
                                                         "--straggler-matmuls", "24"],
-          "straggler", "communication-bound", rank=1,
+          "straggler", None, rank=1,
           notes="93003 where rank 1 runs 24 extra bf16 8192^3 matmuls (~35 ms) every step before its "
-                "backward: rank 0 waits in the all-reduce (its exposed communication grows), rank 1 "
-                "arrives last at the collectives. (With batch 32 the step was CPU-bound and the extra GPU "
+                "backward: rank 0 waits in the all-reduce (an NCCL kernel that overlaps its backward), "
+                "rank 1 arrives last at the collectives. (With batch 32 the step was CPU-bound and the extra GPU "
                 "work hid in rank 1's idle time: rank 0 arrived last; the first device run, not kept)",
           example=True),
     _case(93005, "fsdp", 2, VIT_BIG + STEPS + ["--parallel", "fsdp"], "none", "compute-bound",

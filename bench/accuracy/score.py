@@ -8,7 +8,7 @@ on it in a fresh state directory and reads ``report.json``:
 
 - **class**: ``bottleneck.klass`` equals the truth's class (cases whose truth class is None --
   the GPU shared with another process -- count as not applicable);
-- **cause**: ``bottleneck.cause`` (a cause id of ``cases.CAUSES``) when the report has one, else
+- **cause**: (not applicable to a control, truth cause ``none``) ``bottleneck.cause`` (a cause id of ``cases.CAUSES``) when the report has one, else
   the first cause whose keywords (:data:`CAUSE_WORDS`) occur in ``bottleneck.rationale``; a
   report that names no cause scores wrong;
 - **rank**: for cases with a rank at fault, ``bottleneck.rank`` when present, else the rank of a
@@ -112,7 +112,8 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
     if report is None:
         return {**row, "class": None, "named_cause": None, "named_rank": None, "class_ok": False if truth.get("class")
                 else None, "cause_ok": False, "rank_ok": False if truth.get("rank") is not None else None,
-                "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error}
+                "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error,
+                **({"cause_ok": None} if truth["cause"] == "none" else {})}
     klass = (report.get("bottleneck") or {}).get("klass")
     claims = report.get("claims") or []
     conf = sum(1 for c in claims if c.get("verdict") == "confirmed")
@@ -120,7 +121,8 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
     cause = named_cause(report)
     rank = named_rank(report)
     return {**row, "class": klass, "named_cause": cause, "named_rank": rank,
-            "class_ok": (klass == tc) if tc else None, "cause_ok": cause == truth["cause"],
+            "class_ok": (klass == tc) if tc else None,
+            "cause_ok": (cause == truth["cause"]) if truth["cause"] != "none" else None,
             "rank_ok": (rank == truth["rank"]) if truth.get("rank") is not None else None,
             "claims": len(claims), "confirmed": conf,
             "wrong_confident": bool(tc) and klass not in (None, "unknown", tc), "unknown": klass in (None, "unknown"),
