@@ -227,11 +227,13 @@ def floor_from(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_floor(res: dict[str, Any], floor: dict[str, Any]) -> list[str]:
-    """Regressions against ``floor`` (empty when none)."""
+    """Regressions against ``floor`` (empty when none): fewer right classes, causes or ranks, or
+    more wrong confident verdicts. The confirmed-claim count is recorded but not checked (it moves
+    when the analysis adds or merges claims, which is not an accuracy change)."""
     o = res["overall"]
     bad = []
     for key, got in (("class_right", o["class"]["right"]), ("cause_right", o["cause"]["right"]),
-                     ("rank_right", o["rank"]["right"]), ("claims_confirmed", o["claims_confirmed"])):
+                     ("rank_right", o["rank"]["right"])):
         if got < floor.get(key, 0):
             bad.append(f"{key}: {got} < floor {floor[key]}")
     if o["wrong_confident"] > floor.get("wrong_confident_max", o["wrong_confident"]):
