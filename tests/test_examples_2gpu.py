@@ -113,3 +113,12 @@ def test_the_2gpu_eval_builds_a_report_with_the_network_section():
     assert "## Network" in md and "Peak busbw 327.7 GB/s at 1 GiB" in md
     probe = json.loads((RAW / "node_health_probe-2gpu.json").read_text())
     assert probe["allreduce"]["ranks"] == 2 and all(r["correct"] for r in probe["allreduce"]["rows"])
+
+
+def test_the_committed_2gpu_report_passes_the_report_rules():
+    from ai4s_graph.tools.cluster.report_check import check_file
+
+    rep = REPO / "reports" / "eval-h200x2-2026-11-30.md"
+    assert check_file(rep) == []
+    text = rep.read_text()
+    assert "NVIDIA H200 × 2" in text and "Peak busbw 327.7 GB/s at 1 GiB" in text
