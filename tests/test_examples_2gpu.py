@@ -110,7 +110,10 @@ def test_the_2gpu_collective_sweep_is_complete_and_correct():
 def test_the_2gpu_eval_builds_a_report_with_the_network_section():
     nodes = evalcluster.load_results([RAW / "eval-2gpu.json"])
     md = evalcluster.build_report(nodes, raw_dir="raw-2026-11-30-2gpu", access="device tool")
-    assert "## Network" in md and "Peak busbw 327.7 GB/s at 1 GiB" in md
+    assert "## Network" in md and "NVLink: peak busbw 327.3 GB/s at 1 GiB" in md
+    # the collective sweep, NVLink and P2P disabled, is in the report's Network section
+    assert "Intra-node all-gather benchmark" in md and "Intra-node reduce-scatter benchmark" in md
+    assert "peak busbw 28.3 GB/s at 1 GiB" in md
     probe = json.loads((RAW / "node_health_probe-2gpu.json").read_text())
     assert probe["allreduce"]["ranks"] == 2 and all(r["correct"] for r in probe["allreduce"]["rows"])
 
@@ -118,7 +121,7 @@ def test_the_2gpu_eval_builds_a_report_with_the_network_section():
 def test_the_committed_2gpu_report_passes_the_report_rules():
     from ai4s_graph.tools.cluster.report_check import check_file
 
-    rep = REPO / "reports" / "eval-h200x2-2026-11-30.md"
+    rep = REPO / "reports" / "h200-2026-11-30-0946Z.md"
     assert check_file(rep) == []
     text = rep.read_text()
-    assert "NVIDIA H200 × 2" in text and "Peak busbw 327.7 GB/s at 1 GiB" in text
+    assert "NVIDIA H200 × 2" in text and "peak busbw 327.3 GB/s at 1 GiB" in text
