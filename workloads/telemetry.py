@@ -12,6 +12,8 @@ What it samples, every ``interval_s`` (0.25 s on GPU, 0.5 s on CPU by default):
   gpu, device, modelName, Hostname, instance), like ``../shared/data/perf-runs/*/telemetry``;
 - CPU nodes, from /proc, named as node_exporter names them (``node_cpu_seconds_total{cpu,mode}``
   seconds, ``node_memory_MemAvailable_bytes``, ``node_memory_MemTotal_bytes``, ``node_load1``);
+- ``$AI4S_TELEMETRY_GPUS`` (comma-separated NVML indices) restricts the GPUs sampled, numbered
+  from 0 in that order as the process sees them under the matching ``CUDA_VISIBLE_DEVICES``;
 - always Omnistat's ``rmsjob_info{jobid,user,partition,nodes,batchflag,jobstep,type,instance} = 1``
   while the job runs, so the PromQL join ``metric * on (instance) group_left() (max by (instance)
   (rmsjob_info{jobid="..."}))`` (seed 000 lesson 5) works on it.
@@ -72,7 +74,12 @@ class _Nvml:
             pynvml.nvmlInit()
             self.nv = pynvml
             n = pynvml.nvmlDeviceGetCount()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+            # AI4S_TELEMETRY_GPUS="1" samples only NVML GPU 1 (a run pinned there with
+            # CUDA_VISIBLE_DEVICES=1), labelled gpu="0" as the process sees it
+            only = [int(x) for x in os.environ.get("AI4S_TELEMETRY_GPUS", "").split(",") if x.strip()]
+            idx = [i for i in only if 0 <= i < n] if only else list(range(n))
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in idx]
+            n = len(self.handles)
             self.names = []
             for h in self.handles:
                 name = pynvml.nvmlDeviceGetName(h)

@@ -1,0 +1,276 @@
+"""Score ``ai4s-graph run`` against injected faults with known causes (issue 19).
+
+    python -m bench.accuracy score [--cases bench/accuracy/cases] [--results bench/accuracy/RESULTS.md]
+
+Each case is a perf-run directory with ``truth.json`` ({cause, class, rank, notes}, see
+``cases.py``). The scorer runs ``ai4s-graph run --job <jobid> --perf-run <case> --llm none``
+on it in a fresh state directory and reads ``report.json``:
+
+- **class**: ``bottleneck.klass`` equals the truth's class (cases whose truth class is None --
+  the GPU shared with another process -- count as not applicable);
+- **cause**: (not applicable to a control, truth cause ``none``) ``bottleneck.cause`` (a cause id of ``cases.CAUSES``) when the report has one, else
+  the first cause whose keywords (:data:`CAUSE_WORDS`) occur in ``bottleneck.rationale``; a
+  report that names no cause scores wrong;
+- **rank**: for cases with a rank at fault, ``bottleneck.rank`` when present, else the rank of a
+  claim whose metric names a straggler (``...straggler...``) with an integer value;
+- **claims confirmed**: the share of the report's claims with verdict ``confirmed``;
+- **wrong confident**: a class other than ``unknown`` that is not the truth's class (counted
+  apart from ``unknown``, which is a miss but not a wrong answer).
+
+Per fault kind (cause) and overall. The result is JSON (``--json``) and, with ``--results``,
+a markdown table with the date and the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CASES_DIR = HERE / "cases"
+FLOOR = HERE / "floor.json"
+
+CAUSE_WORDS: dict[str, tuple[str, ...]] = {
+    "dataloader-stall": ("dataloader", "data loader", "data-loader", "num_workers"),
+    "straggler": ("straggler",),
+    "slow-link": ("nccl_p2p_disable", "p2p disabled", "slow link", "slow fabric", "host shared memory"),
+    "exposed-communication": ("exposed communication", "exposed comm", "communication-bound"),
+    "host-sync": ("host sync", "host-sync", ".item()", "synchronize", "cudastreamsynchronize"),
+    "kernel-launch-overhead": ("launch overhead", "kernel launch", "launch-bound"),
+    "memory-bound-elementwise": ("elementwise", "bandwidth-bound", "memory-bound"),
+    "compute-bound-gemm": ("gemm", "matmul", "tensor core"),
+    "sdpa-math-fallback": ("sdpa", "math backend", "flash attention", "scaled_dot_product"),
+    "recompilation": ("recompil", "dynamo", "torch.compile"),
+    "cuda-launch-blocking": ("cuda_launch_blocking", "launch blocking"),
+    "gpu-contention": ("another process", "second process", "contention", "shared gpu"),
+}
+"""Keywords that name a cause in a rationale (lower case; first match in this order wins, more
+specific causes first in :data:`_MATCH_ORDER`)."""
+
+_MATCH_ORDER = ("cuda-launch-blocking", "recompilation", "sdpa-math-fallback", "gpu-contention", "straggler",
+                "slow-link", "host-sync", "dataloader-stall", "kernel-launch-overhead", "memory-bound-elementwise",
+                "compute-bound-gemm", "exposed-communication")
+
+
+def load_cases(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Case directories under ``root`` (each with truth.json and manifest.json), sorted by name.
+    Raises FileNotFoundError when there are none."""
+    out = []
+    for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        t = d / "truth.json"
+        if t.exists() and (d / "manifest.json").exists():
+            out.append((d, json.loads(t.read_text())))
+    if not out:
+        raise FileNotFoundError(f"no cases (directories with truth.json and manifest.json) under {root}")
+    return out
+
+
+def named_cause(report: dict[str, Any]) -> str | None:
+    """The cause a report names: ``bottleneck.cause`` if set, else a keyword match in the rationale."""
+    b = report.get("bottleneck") or {}
+    if b.get("cause"):
+        return str(b["cause"])
+    text = str(b.get("rationale") or "").lower()
+    for cause in _MATCH_ORDER:
+        if any(w in text for w in CAUSE_WORDS[cause]):
+            return cause
+    return None
+
+
+def named_rank(report: dict[str, Any]) -> int | None:
+    """The rank a report blames: ``bottleneck.rank`` if set, else a straggler claim's value."""
+    b = report.get("bottleneck") or {}
+    if b.get("rank") is not None:
+        return int(b["rank"])
+    for vc in report.get("claims") or []:
+        c = vc.get("claim") or {}
+        if "straggler" in str(c.get("metric", "")).lower() and isinstance(c.get("value"), (int, float)) \
+                and not isinstance(c.get("value"), bool) and float(c["value"]).is_integer():
+            return int(c["value"])
+    for vc in report.get("claims") or []:
+        c = vc.get("claim") or {}
+        if "straggler" in str(c.get("metric", "")).lower():
+            m = re.search(r"rank\s+(\d+)", str(c.get("statement", "")))
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "") -> dict[str, Any]:
+    """One case's score from its truth and report (None when the run failed)."""
+    row: dict[str, Any] = {"cause": truth["cause"], "truth_class": truth.get("class"), "truth_rank": truth.get("rank")}
+    if report is None:
+        return {**row, "class": None, "named_cause": None, "named_rank": None, "class_ok": False if truth.get("class")
+                else None, "cause_ok": False, "rank_ok": False if truth.get("rank") is not None else None,
+                "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error,
+                **({"cause_ok": None} if truth["cause"] == "none" else {})}
+    klass = (report.get("bottleneck") or {}).get("klass")
+    claims = report.get("claims") or []
+    conf = sum(1 for c in claims if c.get("verdict") == "confirmed")
+    tc = truth.get("class")
+    cause = named_cause(report)
+    rank = named_rank(report)
+    return {**row, "class": klass, "named_cause": cause, "named_rank": rank,
+            "class_ok": (klass == tc) if tc else None,
+            "cause_ok": (cause == truth["cause"]) if truth["cause"] != "none" else None,
+            "rank_ok": (rank == truth["rank"]) if truth.get("rank") is not None else None,
+            "claims": len(claims), "confirmed": conf,
+            "wrong_confident": bool(tc) and klass not in (None, "unknown", tc), "unknown": klass in (None, "unknown"),
+            "error": ""}
+
+
+def run_case(case: Path, truth: dict[str, Any], work: Path, timeout: float = 600) -> dict[str, Any]:
+    """``ai4s-graph run`` on one case (deterministic path, fresh state) and its score."""
+    man = json.loads((case / "manifest.json").read_text())
+    out = work / case.name
+    env = {**os.environ, "AI4S_STATE_DIR": str(work / ".state" / case.name),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for k in ("ANTHROPIC_API_KEY", "AI4S_TSDB_URL"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "ai4s_graph.cli", "run", "--job", str(man["jobid"]), "--perf-run", str(case),
+           "--out", str(out), "--llm", "none", "--fresh", "--workers", "1"]
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {"case": case.name, **judge(truth, None, f"timed out after {timeout:.0f} s")}
+    rep = out / "report.json"
+    if not rep.exists():
+        tail = (cp.stderr or cp.stdout).strip().splitlines()[-1:] or [f"exit {cp.returncode}"]
+        return {"case": case.name, **judge(truth, None, tail[0][:300])}
+    return {"case": case.name, **judge(truth, json.loads(rep.read_text()))}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracy per fault kind (cause) and overall: right class / cause / rank as
+    ``[right, applicable]`` and a fraction, claims confirmed, wrong confident, unknown."""
+    def agg(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        def frac(key: str) -> dict[str, Any]:
+            app = [r for r in rs if r[key] is not None]
+            ok = sum(1 for r in app if r[key])
+            return {"right": ok, "of": len(app), "accuracy": round(ok / len(app), 3) if app else None}
+        claims = sum(r["claims"] for r in rs)
+        return {"cases": len(rs), "class": frac("class_ok"), "cause": frac("cause_ok"), "rank": frac("rank_ok"),
+                "claims": claims, "claims_confirmed": sum(r["confirmed"] for r in rs),
+                "claims_confirmed_share": round(sum(r["confirmed"] for r in rs) / claims, 3) if claims else None,
+                "wrong_confident": sum(1 for r in rs if r["wrong_confident"]),
+                "unknown": sum(1 for r in rs if r["unknown"]), "failed_runs": sum(1 for r in rs if r["error"])}
+    kinds = sorted({r["cause"] for r in rows})
+    return {"overall": agg(rows), "by_cause": {k: agg([r for r in rows if r["cause"] == k]) for k in kinds},
+            "cases": rows}
+
+
+def score(cases_dir: Path = CASES_DIR, workers: int = 2, work: Path | None = None) -> dict[str, Any]:
+    """Run every case under ``cases_dir`` (``workers`` at a time) and summarize."""
+    cases = load_cases(cases_dir)
+    tmp = tempfile.TemporaryDirectory(prefix="ai4s-acc-") if work is None else None
+    wd = Path(tmp.name) if tmp else Path(work)
+    wd.mkdir(parents=True, exist_ok=True)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+            rows = list(ex.map(lambda ct: run_case(ct[0], ct[1], wd), cases))
+    finally:
+        if tmp:
+            tmp.cleanup()
+    return summarize(rows)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _pct(d: dict[str, Any]) -> str:
+    return "n/a" if not d["of"] else f"{d['right']}/{d['of']}"
+
+
+def markdown(res: dict[str, Any], cases_dir: Path) -> str:
+    """RESULTS.md: the per-cause table, overall line, and each case's answer."""
+    o = res["overall"]
+    lines = [f"# Accuracy benchmark (injected faults with known causes)", "",
+             f"Date {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, commit `{_commit()}`, "
+             f"cases `{os.path.relpath(cases_dir, REPO)}` ({o['cases']}), `python -m bench.accuracy score`.", "",
+             "| fault kind (cause) | cases | right class | right cause | right rank | claims confirmed | "
+             "wrong confident | unknown |", "|---|---|---|---|---|---|---|---|"]
+    for k, a in res["by_cause"].items():
+        lines.append(f"| {k} | {a['cases']} | {_pct(a['class'])} | {_pct(a['cause'])} | {_pct(a['rank'])} | "
+                     f"{a['claims_confirmed']}/{a['claims']} | {a['wrong_confident']} | {a['unknown']} |")
+    lines.append(f"| **overall** | {o['cases']} | {_pct(o['class'])} | {_pct(o['cause'])} | {_pct(o['rank'])} | "
+                 f"{o['claims_confirmed']}/{o['claims']} | {o['wrong_confident']} | {o['unknown']} |")
+    lines += ["", "| case | truth class | answered class | truth cause | named cause | truth rank | named rank | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in res["cases"]:
+        lines.append(f"| {r['case']} | {r['truth_class']} | {r['class']} | {r['cause']} | {r['named_cause']} | "
+                     f"{r['truth_rank']} | {r['named_rank']} | {r['error']} |")
+    return "\n".join(lines) + "\n"
+
+
+def floor_from(res: dict[str, Any]) -> dict[str, Any]:
+    """The floor file's content from a measured result: the right counts (never above measured)
+    and the wrong-confident count as a ceiling."""
+    o = res["overall"]
+    return {"cases": o["cases"], "class_right": o["class"]["right"], "cause_right": o["cause"]["right"],
+            "rank_right": o["rank"]["right"], "claims_confirmed": o["claims_confirmed"],
+            "wrong_confident_max": o["wrong_confident"]}
+
+
+def check_floor(res: dict[str, Any], floor: dict[str, Any]) -> list[str]:
+    """Regressions against ``floor`` (empty when none): fewer right classes, causes or ranks, or
+    more wrong confident verdicts. The confirmed-claim count is recorded but not checked (it moves
+    when the analysis adds or merges claims, which is not an accuracy change)."""
+    o = res["overall"]
+    bad = []
+    for key, got in (("class_right", o["class"]["right"]), ("cause_right", o["cause"]["right"]),
+                     ("rank_right", o["rank"]["right"])):
+        if got < floor.get(key, 0):
+            bad.append(f"{key}: {got} < floor {floor[key]}")
+    if o["wrong_confident"] > floor.get("wrong_confident_max", o["wrong_confident"]):
+        bad.append(f"wrong_confident: {o['wrong_confident']} > ceiling {floor['wrong_confident_max']}")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description="accuracy benchmark scorer")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("score", help="run ai4s-graph on every case and score it")
+    s.add_argument("--cases", default=str(CASES_DIR))
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--json", default=None, help="write the full result here")
+    s.add_argument("--results", default=None, help="write the markdown table here (e.g. bench/accuracy/RESULTS.md)")
+    s.add_argument("--write-floor", action="store_true", help="record the measured score as bench/accuracy/floor.json")
+    s.add_argument("--check-floor", action="store_true", help="exit 1 when the score is below floor.json")
+    a = ap.parse_args(argv)
+    try:
+        res = score(Path(a.cases), a.workers)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        print(f"STATUS=fail; reason={e}")
+        return 2
+    o = res["overall"]
+    print(f"cases {o['cases']}: class {_pct(o['class'])}, cause {_pct(o['cause'])}, rank {_pct(o['rank'])}, "
+          f"claims confirmed {o['claims_confirmed']}/{o['claims']}, wrong confident {o['wrong_confident']}, "
+          f"unknown {o['unknown']}, failed runs {o['failed_runs']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+    if a.results:
+        Path(a.results).write_text(markdown(res, Path(a.cases)))
+    if a.write_floor:
+        FLOOR.write_text(json.dumps(floor_from(res), indent=1) + "\n")
+    if a.check_floor:
+        bad = check_floor(res, json.loads(FLOOR.read_text()))
+        if bad:
+            print("below the floor: " + "; ".join(bad), file=sys.stderr)
+            return 1
+    return 0
