@@ -83,7 +83,7 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
         if c.analyst != "trace_analyst":
             continue
         res = by_path.get(str(c.evidence[0].args.get("path"))) if c.evidence else None
-        if res is None or c.metric.startswith("collectives."):
+        if res is None or c.metric.startswith("collectives.") or c.id.startswith("triage."):
             out.append(_other_claim(c, rank_results))
             continue
         try:
