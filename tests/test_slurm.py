@@ -63,7 +63,7 @@ def test_cluster_config_yaml(tmp_path):
 def test_two_node_job_completes_and_nodelist_is_expanded(local_cluster, tmp_path):
     jid = slurm.sbatch(_script(tmp_path, "two.sh", 'srun bash -c \'echo "on $SLURMD_NODENAME"\'', nodes=2))
     assert jid.isdigit()
-    rec = slurm.wait_for_terminal(jid, timeout_s=60, poll_s=0.3)
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.3)
     assert rec.state == "COMPLETED" and rec.exit_code == "0:0"
     assert rec.nodelist == ["node1", "node2"]
     assert rec.start is not None and rec.end is not None and rec.end >= rec.start
@@ -76,7 +76,7 @@ def test_two_node_job_completes_and_nodelist_is_expanded(local_cluster, tmp_path
 @pytest.mark.slurm
 def test_exit_42_is_failed_42(local_cluster, tmp_path):
     jid = slurm.sbatch(_script(tmp_path, "bad.sh", "exit 42"))
-    rec = slurm.wait_for_terminal(jid, timeout_s=60, poll_s=0.3)
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.3)
     assert rec.state == "FAILED" and rec.exit_code == "42:0" and rec.exit_status == 42
     assert len(rec.nodelist) == 1 and rec.nodelist[0] in ("node1", "node2")
 
@@ -84,7 +84,7 @@ def test_exit_42_is_failed_42(local_cluster, tmp_path):
 @pytest.mark.slurm
 def test_exclude_puts_the_job_on_the_other_node(local_cluster, tmp_path):
     jid = slurm.sbatch(_script(tmp_path, "ex.sh", "true"), exclude=["node1"])
-    rec = slurm.wait_for_terminal(jid, timeout_s=60, poll_s=0.3)
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.3)
     assert rec.state == "COMPLETED" and rec.nodelist == ["node2"]
 
 
@@ -100,7 +100,7 @@ def test_wait_bound_raises_wait_timeout_with_scontrol(local_cluster, tmp_path):
         assert e.last is None or e.last.state in ("PENDING", "RUNNING")
     finally:
         slurm.scancel(jid)
-    rec = slurm.wait_for_terminal(jid, timeout_s=60, poll_s=0.3)
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.3)
     assert rec.base_state == "CANCELLED"
 
 
@@ -228,7 +228,7 @@ def test_requeued_job_is_waited_on_until_its_second_run_completes(local_cluster,
     time.sleep(1.0)
     # SLURM holds a requeued job back (BeginTime); release it now
     subprocess.run(["scontrol", "update", f"jobid={jid}", "StartTime=now"], check=True)
-    rec = slurm.wait_for_terminal(jid, timeout_s=90, poll_s=0.5)
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.5)
     assert rec.state == "COMPLETED" and rec.attempts == ["REQUEUED"] and rec.steps == {"batch": "COMPLETED"}
 
 
@@ -238,10 +238,10 @@ def test_array_het_and_cancelled_jobs_on_the_cluster(local_cluster, tmp_path):
     het = slurm.sbatch(_script(tmp_path, "het.sh", "srun --het-group=0,1 true"), extra_args=["-n1", ":", "-n1"])
     long = slurm.sbatch(_script(tmp_path, "long.sh", "sleep 60"))
     slurm.scancel(long)
-    a = slurm.wait_for_terminal(arr, timeout_s=90, poll_s=0.5)
+    a = slurm.wait_for_terminal(arr, timeout_s=300, poll_s=0.5)
     assert a.components == [f"{arr}_1", f"{arr}_2", f"{arr}_3"] and a.state == "FAILED" and a.exit_code == "1:0", a
-    assert slurm.wait_for_terminal(f"{arr}_[1,3]", timeout_s=30).state == "COMPLETED"
-    h = slurm.wait_for_terminal(het, timeout_s=90, poll_s=0.5)
+    assert slurm.wait_for_terminal(f"{arr}_[1,3]", timeout_s=120).state == "COMPLETED"
+    h = slurm.wait_for_terminal(het, timeout_s=300, poll_s=0.5)
     assert h.components == [f"{het}+0", f"{het}+1"] and h.state == "COMPLETED" and sorted(h.nodelist) == ["node1", "node2"]
-    c = slurm.wait_for_terminal(long, timeout_s=60, poll_s=0.5)
+    c = slurm.wait_for_terminal(long, timeout_s=300, poll_s=0.5)
     assert c.base_state == "CANCELLED" and c.state.startswith("CANCELLED by ")
