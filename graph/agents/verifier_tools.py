@@ -15,7 +15,7 @@ re-derivation from a re-run of the claim's own call.
   run's JSON-lines export, or VictoriaMetrics' ``/api/v1/export``) in plain Python, no PromQL, over
   the job window or the sub-window the claim names (offsets in s from the job start);
   ``log_reread`` (tool ``trainlog.reread``): the telemetry verifier's own second reading of the
-  training log (:func:`~ai4s_graph.graph.analysis.nodes.telemetry_verifier.reread_log`).
+  training log (:func:`~ai4s_graph.tools.trainlog.reread.reread_log`).
 - both: ``node_probe`` (tool ``slurm.srun_probe``): one ``srun -N1 -w <one of the job's nodes>
   --time=00:05:00`` named check per pass (:mod:`ai4s_graph.tools.slurm.probe`), or
   ``"not run: no cluster"``.
@@ -187,7 +187,7 @@ def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
         return "telemetry.raw_samples", q, out
 
     def reread() -> tuple[str, str, Any]:
-        from ..analysis.nodes.telemetry_verifier import reread_log
+        from ...tools.trainlog.reread import reread_log
 
         log = ctx.run_dir / ((ctx.manifest.get("artifacts") or {}).get("train_log") or "train.log")
         if not log.is_file():

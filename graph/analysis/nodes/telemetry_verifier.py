@@ -11,7 +11,6 @@ the analyst's:
 
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -24,57 +23,9 @@ from ..schema import AnalysisState
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError
+from ....tools.trainlog.reread import reread_log
 
 VERIFIER = "telemetry_verifier"
-_STEP_TIME = re.compile(r"^\s*(?:0:\s*)?Batch \d+: .*?time ([0-9.eE+-]+) seconds")
-_TIC = re.compile(r"my rank 0\. tic4-tic1 in ([0-9.eE+-]+) seconds")
-_EPOCH_END = re.compile(r"Epoch (\d+) completed")
-_LOSS = re.compile(r"loss (?:tensor\()?([0-9.eE+-]+)")
-_EDM_EPOCH = re.compile(r"^epoch: (\d+) batch_idx \d+")
-
-
-def reread_log(path: Path) -> dict[str, Any]:
-    """Step times (s), epochs (lists of step times) and per-epoch mean losses of rank 0, read
-    with this module's own patterns. Empty lists when nothing matches."""
-    steps: list[float] = []
-    epochs: list[list[float]] = []
-    losses: list[list[float]] = []
-    cur: list[float] = []
-    cur_loss: list[float] = []
-    edm_epoch = None
-
-    def close_epoch() -> None:
-        nonlocal cur, cur_loss
-        if cur:
-            epochs.append(cur)
-            losses.append(cur_loss)
-            cur, cur_loss = [], []
-
-    def add_loss(line: str) -> None:
-        lm = _LOSS.search(line)
-        if lm:
-            cur_loss.append(float(lm.group(1)))
-
-    for line in path.read_text(errors="replace").splitlines():
-        m = _STEP_TIME.search(line) or _TIC.search(line)
-        if m:
-            steps.append(float(m.group(1)))
-            cur.append(float(m.group(1)))
-            if m.re is _STEP_TIME:
-                add_loss(line)
-            continue
-        m = _EDM_EPOCH.search(line)
-        if m:
-            e = int(m.group(1))
-            if edm_epoch is not None and e != edm_epoch:
-                close_epoch()
-            edm_epoch = e
-            add_loss(line)
-            continue
-        if _EPOCH_END.search(line):
-            close_epoch()
-    return {"steps": steps, "epochs": epochs,
-            "epoch_losses": [sum(x) / len(x) for x in losses if x]}
 
 
 def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: int | None) -> Any:
