@@ -14,9 +14,10 @@ realized batch, batches per epoch, memory, partial steps, loss; seed 000 lessons
 the model and nominal batch are the same; the node placement is noted (lessons 10, 18). An unlike
 pair is refused with its reasons: its FOM delta is shown but never called a regression.
 
-Noise band of the FOM: ``max(floor, 2 * sqrt(semA**2 + semB**2))`` where sem is the standard
-error of each run's steady-state epoch times (first epoch skipped, as the FOM parser does) in
-percent; floor = ``FomSpec().min_noise_pct`` (2 %, the seed's noise-level deltas of +-1-3 %,
+The FOM is the one the runs' parser declared (``foms.json`` ``primary_fom_name``: epoch time
+for latency work, throughput otherwise; lessons 5, 31). Noise band of the FOM:
+``max(floor, 2 * sqrt(semA**2 + semB**2))`` where sem is each run's standard error of that FOM in
+percent (:func:`_sem_pct`); floor = ``FomSpec().min_noise_pct`` (2 %, the seed's noise-level deltas of +-1-3 %,
 lessons 22 and 24) or ``--noise-pct`` (e.g. a loop's measured baseline spread).
 
 Exit code: 0 = comparable and no regression beyond noise; 1 = a regression beyond noise, or the
@@ -89,12 +90,21 @@ def load_side(path: str | Path) -> Side:
     return Side(d, rep, foms, man, perf, claims)
 
 
-def _sem_pct(foms: dict[str, Any]) -> float | None:
-    ep = [float(x) for x in (foms.get("epoch_times_s") or []) if isinstance(x, (int, float))][1:]
-    if len(ep) < 3:
+def _sem_pct(foms: dict[str, Any], name: str | None = "epoch_time_s") -> float | None:
+    """Standard error of the FOM in percent: for ``epoch_time_s`` from the steady epochs' times
+    (first epoch skipped); for the step-based FOMs (steady step time, throughput = batch / median
+    step time) from the step-time spread: sigma ~ (p90 - p10) / 2.563 (normal quantiles), the
+    median's standard error ~ 1.253 sigma / sqrt(n) (asymptotic efficiency of the median)."""
+    if name == "epoch_time_s":
+        ep = [float(x) for x in (foms.get("epoch_times_s") or []) if isinstance(x, (int, float))][1:]
+        if len(ep) >= 3:
+            m = statistics.fmean(ep)
+            return 100.0 * statistics.stdev(ep) / m / math.sqrt(len(ep)) if m else None
+    p10, p90, med = (_num(foms.get(k)) for k in ("step_time_p10_s", "step_time_p90_s", "steady_step_time_s"))
+    n = (_num(foms.get("n_timed_steps")) or 0) - (_num(foms.get("warmup_steps_skipped")) or 0)
+    if p10 is None or p90 is None or not med or n < 3:
         return None
-    m = statistics.fmean(ep)
-    return 100.0 * statistics.stdev(ep) / m / math.sqrt(len(ep)) if m else None
+    return 100.0 * 1.253 * ((p90 - p10) / 2.563) / med / math.sqrt(n)
 
 
 def _num(v: Any) -> float | None:
@@ -175,12 +185,17 @@ def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) 
     """The diff of B against A as a JSON-able dict (see module doc); ``verdict`` is
     ``improvement``, ``within-noise``, ``regression`` or ``not-comparable``; ``exit_code`` 0/1."""
     floor = noise_pct if noise_pct is not None else FomSpec().min_noise_pct
-    name = next((k for k in FOM_ORDER if _num(a.foms.get(k)) is not None and _num(b.foms.get(k)) is not None), None)
-    sems = [x for x in (_sem_pct(a.foms), _sem_pct(b.foms)) if x is not None]
+    declared = a.foms.get("primary_fom_name")
+    if declared in FOM_DIRECTIONS and declared == b.foms.get("primary_fom_name") and \
+            _num(a.foms.get(declared)) is not None and _num(b.foms.get(declared)) is not None:
+        name = declared  # the FOM the runs' own parser chose (lessons 5, 31)
+    else:
+        name = next((k for k in FOM_ORDER if _num(a.foms.get(k)) is not None and _num(b.foms.get(k)) is not None), None)
+    sems = [x for x in (_sem_pct(a.foms, name), _sem_pct(b.foms, name)) if x is not None]
     band = max(floor, 2.0 * math.sqrt(sum(x * x for x in sems))) if len(sems) == 2 else floor
     comparable, reasons, checks, placement = comparability(a, b)
     fom: dict[str, Any] = {"name": name, "noise_pct": band, "noise_floor_pct": floor,
-                           "sem_pct": {"a": _sem_pct(a.foms), "b": _sem_pct(b.foms)}}
+                           "sem_pct": {"a": _sem_pct(a.foms, name), "b": _sem_pct(b.foms, name)}}
     verdict = "within-noise"
     if name:
         va, vb = float(a.foms[name]), float(b.foms[name])
@@ -239,7 +254,7 @@ def render_md(d: dict[str, Any]) -> str:
     if f.get("name"):
         lines += [f"- FOM `{f['name']}` ({f['direction']} is better): A {_f(f['a'])}, B {_f(f['b'])}; "
                   f"B is {f['improvement_pct']:+.2f}% {'better' if f['improvement_pct'] > 0 else 'worse'}; noise band "
-                  f"{f['noise_pct']:.2f}% (floor {f['noise_floor_pct']:g}%, epoch-time standard errors "
+                  f"{f['noise_pct']:.2f}% (floor {f['noise_floor_pct']:g}%, standard errors of the FOM "
                   f"{_f(f['sem_pct']['a'], 3)}% / {_f(f['sem_pct']['b'], 3)}%)"]
     lines += [f"- Placement: A {','.join(a['nodes_list']) or '?'}; B {','.join(b['nodes_list']) or '?'} -- "
               f"{d['placement']['note']}",
