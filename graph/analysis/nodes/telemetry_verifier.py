@@ -45,6 +45,8 @@ def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: in
             if seen >= warm:
                 sums.append(sum(ep))
             seen += len(ep)
+        if not sums:  # the analyst's stated fallback: no epoch free of warm-up, so warm-up included
+            sums = [sum(ep) for ep in reread["epochs"]]
         return statistics.median(sums) if sums else None
     if metric == "fom.loss_decreased":
         el = reread["epoch_losses"]
