@@ -37,4 +37,6 @@ $PY -m pip install -q -e ".[test]"
 if [ "$use_venv" = 1 ]; then
   $SUDO ln -sf "$PWD/.venv/bin/ai4s-graph" /usr/local/bin/ai4s-graph
 fi
-echo "setup: done ($(command -v ai4s-graph))"
+bin="$(dirname "$($PY -c 'import sys; print(sys.executable)')")/ai4s-graph"
+[ -x "$bin" ] || bin="$(command -v ai4s-graph)"
+echo "setup: done ($bin)"
