@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
                                                       "(partition, account, shared dir)."),
         wait_timeout: float = typer.Option(3600.0, "--wait-timeout", help="Seconds to wait for sacct to report a "
                                            "terminal state before TIMEOUT_WAITING."),
-        baseline: Optional[Path] = typer.Option(None, "--baseline", help="An eval-cluster report (REPORT.md) or its "
+        baseline: Optional[Path] = typer.Option(None, "--baseline", exists=True, dir_okay=False, help="An eval-cluster report (REPORT.md) or its "
                                                 "raw eval JSON: the all-reduce busbw measured on this cluster, to "
                                                 "compare the job's achieved busbw with."),
         probe: bool = typer.Option(False, "--probe", help="Let the deterministic verifiers run one srun -N1 "

@@ -45,6 +45,7 @@ events; total = last end - first start; idle = total - busy. All times are µs.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import re
 import zlib
@@ -157,6 +158,7 @@ class TraceScan:
     header: dict[str, Any] = field(default_factory=dict)
     cat_counts: dict[str, int] = field(default_factory=dict)
     overlaps: list[tuple[int, int, float]] = field(default_factory=list)
+    bad_durations: int = 0  # GPU events dropped for a negative or non-finite ``dur`` (an export fault)
 
     @property
     def n_gpu_events(self) -> int:
@@ -306,6 +308,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
     o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
     n = 0
+    bad_dur = 0
     for ev in iter_events(p, progress):
         n += 1
         cat = ev.get("cat")
@@ -315,6 +318,9 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             t = ev.get("ts")
             d = ev.get("dur")
             if t is None or d is None:
+                continue
+            if not (float(d) >= 0.0 and math.isfinite(float(d))):  # a negative / NaN / inf duration
+                bad_dur += 1
                 continue
             nm = ev.get("name") or ""
             i = name_index.get(nm)
@@ -412,7 +418,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
         op_order=np.frombuffer(o_ord, dtype=np.int64), flow_ids=np.frombuffer(flows, dtype=np.int64),
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
-        header=header, cat_counts=cat_counts,
+        header=header, cat_counts=cat_counts, bad_durations=bad_dur,
     )
     if len(ts) == 0:
         gl = scan.graph_launches()
@@ -453,9 +459,12 @@ def _short(name: str, n: int = 60) -> str:
 
 
 def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
-    """One warning line per clipped event (the ``limit`` largest excesses, then a count)."""
+    """One warning line per clipped event (the ``limit`` largest excesses, then a count), and one
+    for GPU events dropped for a negative or non-finite duration."""
+    bad = ([f"{scan.bad_durations} GPU event(s) with a negative or non-finite dur dropped (an export fault): "
+            "the figures leave them out"] if scan.bad_durations else [])
     if not scan.overlaps:
-        return []
+        return bad
     rows = sorted(scan.overlaps, key=lambda x: -x[2])
     out = []
     for i, j, excess in rows[:limit]:
@@ -464,7 +473,7 @@ def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
                    "on the same stream: clipped at that start")
     if len(rows) > limit:
         out.append(f"... and {len(rows) - limit} more overlapping GPU events on one stream, clipped the same way")
-    return out
+    return bad + out
 
 
 # --------------------------------------------------------------------------- classification

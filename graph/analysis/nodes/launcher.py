@@ -61,7 +61,7 @@ def preflight(req: RunRequest) -> None:
     job). Submit mode checks only the id: its directory does not exist yet."""
     from ....tools.slurm import client as slurm
 
-    if req.jobid:
+    if req.jobid is not None:  # an empty id is not SLURM syntax either
         slurm.check_jobid(req.jobid)
     if req.submit:
         return

@@ -339,7 +339,8 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     claims: list[Claim] = []
     for res in good:
         claims.extend(claims_for_rank(res))
-        if _material_clip(res) or (res.get("window") or {}).get("degenerate"):
+        if (_material_clip(res) or (res.get("window") or {}).get("degenerate")
+                or any("non-finite dur" in w for w in res.get("warnings") or [])):
             missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
     tables = _write_tables(state, good)
     findings = {"trace": {"ranks": good, "errors": bad, "rank_notes": id_notes, "tables": tables,
