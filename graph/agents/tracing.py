@@ -33,6 +33,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..analysis.claimkit import _as_float
+
 __all__ = ["NumberRef", "numbers_in_prose", "lookup", "field_unit", "canon_unit", "convert",
            "trace_ref", "trace_value", "check_text", "claim_sources", "report_sources"]
 
@@ -50,21 +52,6 @@ class NumberRef(BaseModel):
 
 _NUM = re.compile(r"(?<![A-Za-z0-9_.\-])(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _UNIT_AFTER = re.compile(r"\s?(%|µs|us|ms|s|sec|seconds|MHz|GHz|W|GB/s|GiB|GB|TFLOP/s)(?![A-Za-z0-9/])")
-
-
-def _as_float(x: Any) -> float | None:
-    if isinstance(x, bool) or x is None:
-        return None
-    if isinstance(x, (int, float)):
-        f = float(x)
-        return f if math.isfinite(f) else None
-    if isinstance(x, str):
-        try:
-            f = float(x.strip().replace(",", ""))
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
-    return None
 
 
 def numbers_in_prose(text: str) -> list[tuple[str, float]]:

@@ -1,30 +1,7 @@
-"""Shared helpers of ``gpu_bench.py`` (units, subprocess, NVML/amdsmi telemetry) for the GPU, host and storage measurements for ``ai4s-graph probe`` and ``ai4s-graph eval-cluster``.
-
-SELF-CONTAINED on purpose: standard library + torch + (optional) ``pynvml`` from
-``nvidia-ml-py`` (or ``amdsmi`` on AMD). GPU nodes often carry only a torch install, so this file
-must run there as a plain script::
-
-    NCCL_NVLS_ENABLE=0 python3 gpu_bench.py probe --json $OUT/probe.json
-    NCCL_NVLS_ENABLE=0 python3 gpu_bench.py eval  --json $OUT/eval.json --local-dir /tmp --fio .fio/fio
-
-and must not import pydantic, typer or anything of ai4s_graph. ``ai4s_graph.tools.cluster.node_probe`` and
-``ai4s_graph.tools.cluster.evalcluster`` import the functions below in-process where torch exists.
-
-What is measured, and where each method comes from (seed 003, "evaluate-cluster" runbook):
-
-- kernel launch latency: back-to-back empty kernels (``torch.cuda._sleep(0)``), µs per launch
-  (seed 000 lesson 18 saw 3.5-3.8 µs per HIP launch on every GPU of every node);
-- device-to-device copy: ``dst.copy_(src)`` of 1 GiB, GB/s counting bytes read plus written;
-- MAMF / MSMF: a short matmul shape search (M x N x K, bf16) with board power and SM clock read
-  through NVML while each shape runs; MSMF shapes must hold the board near its power limit, and on
-  a node with several GPUs the sustainable run happens while every other GPU runs a continuous
-  matmul (seed 003, "GPU performance benchmarks");
-- lemon GEMM: fixed 16384^3 bf16 matmul on every GPU, siblings idle, three passes (seed 003);
-- all-reduce: NCCL (RCCL on ROCm) over payload sizes, algbw = bytes / time, busbw = algbw x
-  2(n-1)/n (the ring formula of nccl-tests' PERFORMANCE.md);
-- storage: Debian's ``fio`` (16 jobs, 4 KiB blocks, libaio, O_DIRECT, --unlink=1) over file sizes
-  16 KiB / 1 MiB / 1 GiB, read and write (seed 003, "Storage").
-"""
+"""Shared helpers of ``gpu_bench.py``: units, subprocess calls, and NVML/amdsmi telemetry
+(sampled while a measurement runs). Self-contained like ``gpu_bench.py`` (standard library +
+torch + optional ``pynvml``/``amdsmi``), so it runs as a plain script on a GPU node; what is
+measured and the source of each method are in ``gpu_bench.py``'s docstring."""
 
 from __future__ import annotations
 
