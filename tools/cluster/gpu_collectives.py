@@ -94,30 +94,30 @@ def _allreduce_worker(rank: int, world: int, init: str, payloads: list[int], ite
         q.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
 
 
-def allreduce_single_node(ngpus: int, payloads: list[int], iters: int = 20, timeout_s: float = 300) -> dict[str, Any]:
-    """All-reduce over the node's ``ngpus`` GPUs (one spawned process each, NCCL/RCCL).
 
-    Returns ``{"ranks", "rows": [{bytes, time_us, algbw_gbps, busbw_gbps, correct}]}`` or
-    ``{"skipped": reason}`` for fewer than 2 GPUs, or ``{"error": ...}`` on failure/timeout
-    (seed 000 lesson 19: an NCCL ring timeout is one of the per-node faults the probe must catch)."""
-    if ngpus < 2:
-        return {"skipped": f"{ngpus} GPU on this node: an all-reduce needs at least 2 GPUs", "ranks": ngpus}
+def _spawn_ranks(ngpus: int, prefix: str, timeout_s: float, what: str, make) -> dict[str, Any]:
+    """Run one spawned process per rank, rendezvousing through a ``file://`` store, and return the
+    result rank 0 puts on the queue plus ``ranks``; ``{"error": ...}`` when none arrives within
+    ``timeout_s`` s. ``make(rank, init_url, queue)`` gives each rank's ``(target, args)``. Processes
+    still alive 30 s after are killed."""
     import torch.multiprocessing as mp  # noqa: PLC0415
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    fd, path = tempfile.mkstemp(prefix="ai4s-ar-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     os.close(fd)
     os.unlink(path)
-    init = f"file://{path}"
-    procs = [ctx.Process(target=_allreduce_worker, args=(r, ngpus, init, payloads, iters, q)) for r in range(ngpus)]
+    procs = []
+    for r in range(ngpus):
+        target, args = make(r, f"file://{path}", q)
+        procs.append(ctx.Process(target=target, args=args))
     for p in procs:
         p.start()
     result: dict[str, Any] = {}
     try:
         result = q.get(timeout=timeout_s)
     except Exception:  # noqa: BLE001
-        result = {"error": f"all-reduce over {ngpus} GPUs did not finish in {timeout_s:.0f} s"}
+        result = {"error": f"{what} did not finish in {timeout_s:.0f} s"}
     for p in procs:
         p.join(timeout=30)
         if p.is_alive():
@@ -126,6 +126,17 @@ def allreduce_single_node(ngpus: int, payloads: list[int], iters: int = 20, time
         os.unlink(path)
     result["ranks"] = ngpus
     return result
+
+def allreduce_single_node(ngpus: int, payloads: list[int], iters: int = 20, timeout_s: float = 300) -> dict[str, Any]:
+    """All-reduce over the node's ``ngpus`` GPUs (one spawned process each, NCCL/RCCL).
+
+    Returns ``{"ranks", "rows": [{bytes, time_us, algbw_gbps, busbw_gbps, correct}]}`` or
+    ``{"skipped": reason}`` for fewer than 2 GPUs, or ``{"error": ...}`` on failure/timeout
+    (seed 000 lesson 19: an NCCL ring timeout is one of the per-node faults the probe must catch)."""
+    if ngpus < 2:
+        return {"skipped": f"{ngpus} GPU on this node: an all-reduce needs at least 2 GPUs", "ranks": ngpus}
+    return _spawn_ranks(ngpus, "ai4s-ar-", timeout_s, f"all-reduce over {ngpus} GPUs",
+                        lambda r, init, q: (_allreduce_worker, (r, ngpus, init, payloads, iters, q)))
 
 
 def allreduce_distributed(payloads: list[int], iters: int = 20) -> dict[str, Any]:
@@ -254,28 +265,8 @@ def collective_sweep(ngpus: int, payloads: list[int], ops: tuple[str, ...] | lis
            **(env or {})}
     if ngpus < 2:
         return {"skipped": f"{ngpus} GPU on this node: a collective needs at least 2 GPUs", "ranks": ngpus, "env": env}
-    import torch.multiprocessing as mp  # noqa: PLC0415
-
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    fd, path = tempfile.mkstemp(prefix="ai4s-coll-")
-    os.close(fd)
-    os.unlink(path)
-    procs = [ctx.Process(target=_sweep_worker, args=(r, ngpus, f"file://{path}", list(ops), payloads, iters, env, q,
-                                                             device))
-             for r in range(ngpus)]
-    for p in procs:
-        p.start()
-    try:
-        result = q.get(timeout=timeout_s)
-    except Exception:  # noqa: BLE001
-        result = {"error": f"collective sweep over {ngpus} GPUs did not finish in {timeout_s:.0f} s"}
-    for p in procs:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    result["ranks"] = ngpus
+    result = _spawn_ranks(ngpus, "ai4s-coll-", timeout_s, f"collective sweep over {ngpus} GPUs",
+                          lambda r, init, q: (_sweep_worker, (r, ngpus, init, list(ops), payloads, iters, env, q,
+                                                              device)))
     result["env"] = env
     return result
