@@ -61,6 +61,11 @@ class RankResult(TypedDict, total=False):
     from_cache: bool
     error: str
     no_gpu_events: bool
+    rederived: dict[str, Any]  # the verifier's reader's figures, fed by the same read (kineto.figures_of)
+    rederive_error: str  # why that reader could not read the trace (the verifier says inconclusive)
+    triage_names: dict[str, int]  # event-name counts the trace checks read (triage.EventNameCounter)
+    roofline_totals: dict[str, Any] | None  # RooflineCollector.totals("external_id")
+    device_name: str  # deviceProperties[0].name of the trace ("" when absent)
 
 
 class RankTask(TypedDict):

@@ -28,7 +28,6 @@ from typing import Any
 
 from ...state.claims import Evidence
 from ...tools.perfmodel.datasheet import find_gpu
-from ...tools.trace.kineto import read_trace_json
 from .claimkit import claim
 
 CPU_BUSY_PCT = 90.0      # seed 001 T1: "util consistently >90%" is busy; T3: a worker pegged at ~100% CPU
@@ -152,22 +151,72 @@ def check_data_split(dataloader_share: float | None, cpu_util_pct: float | None)
 # ---------------------------------------------------------------------------------------------
 
 
+def _checked_name(name: str) -> bool:
+    """Whether the trace checks (T14, T16, T12) read counts of this event name."""
+    return (name == _MATH_SDPA or name == "aten::isnan" or name.startswith("autograd::engine::evaluate_function")
+            or bool(_FUSED_SDPA.search(name)) or bool(_COMPILE_EV.search(name)))
+
+
+class EventNameCounter:
+    """Counts, over trace events fed one at a time (:meth:`feed`), the event names the trace checks
+    read (cpu ops, kernels, annotations, python functions; :func:`_checked_name`). Memory: one flag
+    per distinct name. Fed during the analysis pass, or over a file by :func:`trace_names`."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._checked: dict[str, bool] = {}
+
+    def feed(self, ev: Any) -> None:
+        n = ev.get("name") if type(ev) is dict else None
+        if type(n) is not str:
+            return
+        hit = self._checked.get(n)
+        if hit is None:
+            hit = self._checked[n] = _checked_name(n)
+        if hit:
+            self.counts[n] = self.counts.get(n, 0) + 1
+
+
 def trace_names(path: str | Path, data: dict | None = None) -> dict[str, int]:
-    """Event name -> count over a kineto trace's events (cpu ops, kernels, annotations);
-    ``data``: the trace already parsed."""
-    out: dict[str, int] = {}
-    for e in (data if data is not None else read_trace_json(path)).get("traceEvents") or []:
-        n = e.get("name")
-        if isinstance(n, str):
-            out[n] = out.get(n, 0) + 1
-    return out
+    """Event name -> count over a kineto trace's events, for the names the checks read
+    (:class:`EventNameCounter`); ``data``: the trace already parsed, else the file is streamed."""
+    from ...tools.trace.stream import feed_events
+
+    c = EventNameCounter()
+    if data is not None:
+        for e in data.get("traceEvents") or []:
+            c.feed(e)
+    else:
+        feed_events(path, (c.feed,))
+    return c.counts
+
+
+#: Overlap kept between chunks of the raw-text scan: longer than any one event name.
+_RAW_OVERLAP = 1 << 16
 
 
 def _raw_count(path: str | Path, pattern: str) -> int:
-    """Verifier path: occurrences of ``"name": "<pattern...>"`` in the raw text, no JSON parse."""
+    """Verifier path: occurrences of ``"name": "<pattern...>"`` in the raw text, no JSON parse.
+    The text is scanned in 8 MiB chunks with a 64 KiB overlap (memory: one chunk)."""
     p = Path(path)
-    raw = (gzip.open(p, "rt", errors="replace") if p.suffix == ".gz" else open(p, errors="replace")).read()
-    return len(re.findall(r'"name":\s*"' + pattern, raw))
+    rx = re.compile(rb'"name":\s*"' + pattern.encode())
+    n = 0
+    carry = b""
+    with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
+        while True:
+            chunk = fh.read(8 << 20)
+            buf = carry + chunk
+            if not chunk:
+                n += len(rx.findall(buf))
+                return n
+            cut = max(0, len(buf) - _RAW_OVERLAP)
+            last = 0
+            for m in rx.finditer(buf):
+                if m.start() >= cut:
+                    break
+                n += 1
+                last = m.end()
+            carry = buf[max(cut, last):]
 
 
 def check_sdpa_fallback(names: dict[str, int], path: str = "") -> TriageFinding | None:
@@ -281,10 +330,12 @@ def check_clocks_power(gpu_name: str | None, gpu_util_pct: float | None, sm_cloc
 
 
 def triage_trace(path: str | Path, *, log_text: str = "", env: dict[str, str] | None = None,
-                 log_path: str | None = None, data: dict | None = None) -> list[TriageFinding]:
-    """T14, T16 and T12 on one rank's trace (plus log and environment); the trace is read once.
-    ``log_path`` is recorded in the T16 evidence so a verifier can grep the log itself."""
-    names = trace_names(path, data)
+                 log_path: str | None = None, data: dict | None = None,
+                 names: dict[str, int] | None = None) -> list[TriageFinding]:
+    """T14, T16 and T12 on one rank's trace (plus log and environment). ``names``: the
+    :class:`EventNameCounter` counts of the analysis pass; else the trace (``data`` or the file) is
+    read once. ``log_path`` is recorded in the T16 evidence so a verifier can grep the log itself."""
+    names = names if names is not None else trace_names(path, data)
     found = [check_sdpa_fallback(names, str(path)), check_recompilations(names, log_text, str(path)),
              check_debug_apis(names, env, str(path))]
     for f in found:
@@ -339,16 +390,19 @@ def env_from_script(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2).strip("'\"") for m in re.finditer(r"^\s*(?:export\s+)?([A-Z][A-Z0-9_]*)=(\S+)", text, re.M)}
 
 
-def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None,
-                    data: dict | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None, data: dict | None = None,
+                    totals: dict[str, Any] | None = None, device: str | None = None,
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One claim per memory-bound category of the trace's roofline (arithmetic intensity below
     the ridge point; value = achieved TB/s, statement with % of the datasheet peak) and the
-    roofline dict; ([], None) when the trace has no shapes or the GPU is unknown."""
+    roofline dict; ([], None) when the trace has no shapes or the GPU is unknown. ``totals``: the
+    analysis pass's :meth:`~ai4s_graph.tools.perfmodel.roofline.RooflineCollector.totals` (kernels
+    linked by External id) and ``device`` the trace's device name; else the trace is read."""
     from ...tools.errors import InputError
-    from ...tools.perfmodel.roofline import roofline
+    from ...tools.perfmodel.roofline import roofline, roofline_of
 
     try:
-        rf = roofline(path, gpu, data=data)
+        rf = roofline_of(totals, gpu or device, Path(path).name) if totals is not None else roofline(path, gpu, data=data)
     except InputError:
         return [], None
     if not rf["shapes_recorded"]:
@@ -368,6 +422,18 @@ def roofline_claims(path: str | Path, gpu: str | None, rank: Any = None,
     return out, rf
 
 
+def _trace_device(path: str | Path) -> str:
+    """The trace's ``deviceProperties[0].name`` (before or after the events), "" when absent."""
+    from ...tools.errors import InputError
+    from ...tools.trace.stream import read_header
+
+    try:
+        props = read_header(path, ("deviceProperties",), trailer=True).get("deviceProperties") or []
+    except InputError:
+        return ""
+    return str(props[0].get("name", "")) if props and isinstance(props[0], dict) else ""
+
+
 def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any]], manifest: dict[str, Any] | None,
                         run_dir: str | None) -> list[dict[str, Any]]:
     """The trace analyst's one call: T14/T16/T12 and the roofline on the first good rank's trace.
@@ -384,15 +450,23 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
     log_path = str(Path(run_dir) / arts["train_log"]) if log and run_dir and arts.get("train_log") else None
     from ...tools.errors import InputError
 
-    try:
-        data = read_trace_json(res["path"])
-    except InputError:
-        return []
-    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, data=data)
+    names, totals = res.get("triage_names"), res.get("roofline_totals")
+    if names is None or totals is None:  # no analysis-pass counts (a SLURM-array rank): one read here
+        from ...tools.perfmodel.roofline import RooflineCollector
+        from ...tools.trace.stream import feed_events
+
+        counter, col = EventNameCounter(), RooflineCollector()
+        try:
+            feed_events(res["path"], (counter.feed, col.feed))
+        except InputError:
+            return []
+        names, totals = counter.counts, col.totals("external_id")
+    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, names=names)
     for f in found:
         for e in f.claim.evidence:
             e.args.update(rank=res.get("rank"), path=res["path"])
-    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"), data=data)
+    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"), totals=totals,
+                             device=res.get("device_name") or _trace_device(res["path"]))
     trace_findings["triage"] = [{"id": f.claim.id, "lever": f.lever, "why": f.why} for f in found]
     trace_findings["triage"] += [{"id": c.id, "lever": "fuse_elementwise", "why": "bring the memory-bound category "
                                   "to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"} for c in rc]
@@ -463,9 +537,12 @@ def verify_claim(c: dict[str, Any], state: dict[str, Any] | None = None) -> tupl
         return (bool(env_ev) or (bw > 0 and isnan >= ANOMALY_ISNAN_PER_BACKWARD * bw)), Tolerance(), \
             "raw-text counts of aten::isnan and backward nodes"
     if cid.startswith("triage.roofline.") and path:
-        from ...tools.perfmodel.roofline import roofline
+        from ...tools.perfmodel.roofline import roofline, roofline_of
 
-        rf = roofline(path, args.get("gpu"), link="correlation")
+        res = next((r for r in st.get("rank_results") or [] if str(r.get("path")) == str(path)), {})
+        corr = (res.get("rederived") or {}).get("roofline_correlation")
+        rf = roofline_of(corr, args.get("gpu") or res.get("device_name") or _trace_device(path), Path(path).name) \
+            if corr is not None else roofline(path, args.get("gpu"), link="correlation")
         a = rf["categories"].get(args.get("category"), {})
         return (round(a["tbps"], 4) if a else None), Tolerance(rel=0.01), "roofline with kernels linked by correlation id"
     if cid == "triage.t3.oversubscription":

@@ -16,21 +16,159 @@ FLOPs / (kernel time of the modelled ops x peak).
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..trace.kineto import read_trace_json
 from .datasheet import GPUSpec, find_gpu, peak_tflops
 from .opcost import op_cost
 
 CATEGORIES = ("GEMM", "CONV", "SDPA", "elementwise", "normalization", "reduction")
 
 
+RUNTIME_CATS = ("cuda_runtime", "hip_runtime", "cuda_driver")
+LINKS = ("external_id", "correlation")
+
+
 def _device_name(data: dict) -> str:
     props = data.get("deviceProperties") or []
     return str(props[0].get("name", "")) if props else ""
+
+
+class RooflineCollector:
+    """Collects, from trace events fed one at a time (:meth:`feed`), what the roofline needs, in
+    compact columns: the outermost-candidate modelled ops (thread, start, end, cost), every
+    ``cpu_op``'s ``External id`` and every runtime call's ``correlation`` with (thread, start), and every
+    kernel's two link ids, start and duration. Nothing is kept when the first ``cpu_op`` has no
+    ``Input Dims`` (the trace was recorded without ``record_shapes``: every op of such a trace
+    lacks them, and with ``record_shapes`` every op has them, PyTorch ``torch.profiler.profile``)."""
+
+    def __init__(self) -> None:
+        self.shapes: bool | None = None  # decided by the first cpu_op
+        self.modelled: list[tuple] = []  # (thread, ts, end, OpCost)
+        self.threads: dict = {}
+        self.ids: dict[str, tuple[list, array, array]] = {lk: ([], array("i"), array("d")) for lk in LINKS}
+        self.k_ext: list = []
+        self.k_corr: list = []
+        self.k_ts, self.k_end = array("d"), array("d")
+        self.k_first, self.k_last = float("inf"), float("-inf")  # kernel window, kept without shapes too
+        self.error: str | None = None
+
+    def _thr(self, ev: dict) -> int:
+        t = ev.get("tid")
+        c = self.threads.get(t)
+        if c is None:
+            c = self.threads[t] = len(self.threads)
+        return c
+
+    def feed(self, ev: Any) -> None:
+        """Take one trace event (dict); non-``X`` events and anything else are skipped. An event it
+        cannot take stops the collector (``error``; :meth:`totals` raises it), not the feeding pass."""
+        if self.error is None:
+            try:
+                self._feed(ev)
+            except Exception as e:  # noqa: BLE001 - reported by totals()
+                self.error = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+
+    def _feed(self, ev: Any) -> None:
+        if type(ev) is not dict or ev.get("ph") != "X":
+            return
+        cat = ev.get("cat")
+        if cat == "kernel":
+            args = ev.get("args") or {}
+            ts = float(ev.get("ts", 0.0))
+            end = ts + float(ev.get("dur", 0) or 0)
+            self.k_first, self.k_last = min(self.k_first, ts), max(self.k_last, end)
+            if self.shapes is not False:
+                self.k_ext.append(args.get("External id"))
+                self.k_corr.append(args.get("correlation"))
+                self.k_ts.append(ts)
+                self.k_end.append(end)
+            return
+        if self.shapes is False:
+            return
+        if cat == "cpu_op":
+            args = ev.get("args") or {}
+            if self.shapes is None:
+                self.shapes = "Input Dims" in args
+                if not self.shapes:
+                    self.modelled, self.k_ext, self.k_corr = [], [], []
+                    self.k_ts, self.k_end = array("d"), array("d")
+                    return
+            ts = float(ev.get("ts", 0.0))
+            end = ts + float(ev.get("dur", 0) or 0)
+            thr = self._thr(ev)
+            c = op_cost(ev.get("name") or "", args)
+            if c is not None:
+                self.modelled.append((thr, ts, end, c))
+            x = args.get("External id")
+            if x is not None:
+                col = self.ids["external_id"]
+                col[0].append(x)
+                col[1].append(thr)
+                col[2].append(ts)
+        elif cat in RUNTIME_CATS:
+            x = (ev.get("args") or {}).get("correlation")
+            if x is not None:
+                col = self.ids["correlation"]
+                col[0].append(x)
+                col[1].append(self._thr(ev))
+                col[2].append(float(ev.get("ts", 0.0)))
+
+    def totals(self, link: str = "external_id") -> dict[str, Any]:
+        """Per category (of the outermost modelled ops that launched kernels, found through
+        ``link``): ``{ops, flops, bytes, kernel_us, precision_flops: {precision: FLOP}}``, plus
+        ``shapes_recorded``, ``window_us`` (first kernel start to last kernel end) and
+        ``unattributed_kernel_us``. JSON-able; independent of the GPU (see :func:`roofline_of`)."""
+        if link not in LINKS:
+            raise ValueError(f"link must be one of {LINKS}, not {link!r}")
+        if self.error is not None:
+            raise InputError(f"roofline: the trace could not be read: {self.error}")
+        out: dict[str, Any] = {"link": link, "shapes_recorded": bool(self.shapes), "window_us": 0.0,
+                               "unattributed_kernel_us": 0.0, "categories": {}}
+        if self.k_last >= self.k_first:
+            out["window_us"] = self.k_last - self.k_first
+        if not self.shapes:
+            return out
+        modelled = sorted(self.modelled, key=lambda x: (x[0], x[1], -x[2]))
+        outer: dict[int, list[tuple[float, float, Any]]] = defaultdict(list)
+        for thr, ts, end, c in modelled:
+            lst = outer[thr]
+            if lst and ts >= lst[-1][0] and end <= lst[-1][1]:
+                continue  # nested inside an outer modelled op
+            lst.append((ts, end, c))
+        starts = {thr: [x[0] for x in lst] for thr, lst in outer.items()}
+        ids, thr_col, ts_col = self.ids[link]
+        by_id = {x: i for i, x in enumerate(ids)}
+        kernel_ids = self.k_ext if link == "external_id" else self.k_corr
+        kt: dict[int, float] = defaultdict(float)  # id(outer op) -> kernel µs
+        owners: dict[int, Any] = {}
+        for x, ks, ke in zip(kernel_ids, self.k_ts, self.k_end):
+            i = by_id.get(x) if x is not None else None
+            hit = None
+            if i is not None and thr_col[i] in outer:
+                thr, t = thr_col[i], ts_col[i]
+                lst = outer[thr]
+                j = bisect.bisect_right(starts[thr], t) - 1
+                if j >= 0 and lst[j][0] <= t <= lst[j][1]:
+                    hit = lst[j]
+            if hit is None:
+                out["unattributed_kernel_us"] += ke - ks
+                continue
+            kt[id(hit)] += ke - ks
+            owners[id(hit)] = hit[2]
+        for key, us in kt.items():
+            c = owners[key]
+            a = out["categories"].setdefault(c.category, {"ops": 0, "flops": 0.0, "bytes": 0.0, "kernel_us": 0.0,
+                                                          "precision_flops": {}})
+            a["ops"] += 1
+            a["flops"] += c.flops
+            a["bytes"] += c.bytes
+            a["kernel_us"] += us
+            a["precision_flops"][c.precision] = a["precision_flops"].get(c.precision, 0.0) + (c.flops or c.bytes)
+        return out
 
 
 def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "external_id",
@@ -40,82 +178,43 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "ex
     ``external_id`` (the kernel's ``External id`` names the cpu_op) or ``correlation`` (the
     kernel's ``correlation`` names the runtime launch call, whose time and thread place it
     inside an op): two independent paths, the second is the verifier's. ``data``: the trace
-    already parsed (``read_trace_json(path)``), to read a big trace once. Returns ``{gpu, shapes_recorded, modelled_ops, window_us,
-    categories: {cat: {ops, flops, bytes, kernel_us, tflops, tbps, intensity, ridge, bound,
-    pct_peak_flops, pct_peak_bw, precision}}, mfu_time_averaged, mfu_burst, unattributed_kernel_us}``
-    (times µs, FLOP, B, TFLOP/s, TB/s). ``shapes_recorded`` False (no ``Input Dims``) means no
-    roofline: categories are empty. Raises InputError for an unreadable trace or unknown GPU."""
-    data = data if data is not None else read_trace_json(path)
-    spec = gpu if isinstance(gpu, GPUSpec) else find_gpu(gpu or _device_name(data))
-    if spec is None:
-        raise InputError(f"{Path(path).name}: GPU {gpu or _device_name(data)!r} is not in the datasheet table")
-    ev = data.get("traceEvents") or []
-    cpu = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
-    kernels = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel"]
-    shapes = any("Input Dims" in (e.get("args") or {}) for e in cpu)
-    out: dict[str, Any] = {"gpu": spec.name, "shapes_recorded": shapes, "peak_bf16_tflops": spec.tflops.get("bf16"),
-                           "hbm_tbps": spec.hbm_tbps, "categories": {}, "modelled_ops": 0,
-                           "mfu_time_averaged": None, "mfu_burst": None, "window_us": 0.0, "unattributed_kernel_us": 0.0}
-    if kernels:
-        out["window_us"] = max(k["ts"] + k.get("dur", 0) for k in kernels) - min(k["ts"] for k in kernels)
-    if not shapes:
-        return out
-    # outermost modelled ops per thread, as sorted disjoint intervals
-    modelled = []
-    for e in cpu:
-        c = op_cost(e["name"], e.get("args") or {})
-        if c is not None:
-            modelled.append((e.get("tid"), e["ts"], e["ts"] + e.get("dur", 0), c))
-    modelled.sort(key=lambda x: (str(x[0]), x[1], -x[2]))
-    outer: dict[Any, list[tuple[float, float, Any]]] = defaultdict(list)
-    for tid, ts, end, c in modelled:
-        lst = outer[tid]
-        if lst and ts >= lst[-1][0] and end <= lst[-1][1]:
-            continue  # nested inside an outer modelled op
-        lst.append((ts, end, c))
-    starts = {tid: [x[0] for x in lst] for tid, lst in outer.items()}
-    by_ext = {}
-    if link == "correlation":
-        for e in ev:
-            if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "hip_runtime", "cuda_driver"):
-                x = (e.get("args") or {}).get("correlation")
-                if x is not None:
-                    by_ext[x] = (e.get("tid"), e["ts"])
+    already parsed; otherwise the file is streamed (memory: the collector's columns, never the
+    event list). Returns :func:`roofline_of`'s dict. Raises InputError for an unreadable trace or
+    unknown GPU."""
+    from ..trace.stream import feed_events, read_header
+
+    col = RooflineCollector()
+    if data is not None:
+        for ev in data.get("traceEvents") or []:
+            col.feed(ev)
+        device = _device_name(data)
     else:
-        for e in cpu:
-            x = (e.get("args") or {}).get("External id")
-            if x is not None:
-                by_ext[x] = (e.get("tid"), e["ts"])
-    key = "correlation" if link == "correlation" else "External id"
-    kt: dict[int, float] = defaultdict(float)  # id(outer op) -> kernel µs
-    owners: dict[int, Any] = {}
-    for k in kernels:
-        x = (k.get("args") or {}).get(key)
-        launch = by_ext.get(x)
-        hit = None
-        if launch is not None and launch[0] in outer:
-            lst = outer[launch[0]]
-            i = bisect.bisect_right(starts[launch[0]], launch[1]) - 1
-            if i >= 0 and lst[i][0] <= launch[1] <= lst[i][1]:
-                hit = lst[i]
-        if hit is None:
-            out["unattributed_kernel_us"] += k.get("dur", 0)
-            continue
-        kt[id(hit)] += k.get("dur", 0)
-        owners[id(hit)] = hit[2]
+        feed_events(path, (col.feed,))
+        device = _device_name(read_header(path, ("deviceProperties",), trailer=True))
+    return roofline_of(col.totals(link), gpu or device, Path(path).name)
+
+
+def roofline_of(totals: dict[str, Any], gpu: GPUSpec | str | None, label: str = "trace") -> dict[str, Any]:
+    """The roofline of :meth:`RooflineCollector.totals` on one GPU (a datasheet row or name).
+    Returns ``{gpu, shapes_recorded, modelled_ops, window_us, categories: {cat: {ops, flops, bytes,
+    kernel_us, tflops, tbps, intensity, ridge, bound, pct_peak_flops, pct_peak_bw, precision}},
+    mfu_time_averaged, mfu_burst, unattributed_kernel_us}`` (times µs, FLOP, B, TFLOP/s, TB/s).
+    ``shapes_recorded`` False (no ``Input Dims``) means no roofline: categories are empty. Raises
+    InputError for a GPU not in the datasheet table."""
+    spec = gpu if isinstance(gpu, GPUSpec) else find_gpu(gpu or "")
+    if spec is None:
+        raise InputError(f"{label}: GPU {gpu!r} is not in the datasheet table")
+    out: dict[str, Any] = {"gpu": spec.name, "shapes_recorded": totals["shapes_recorded"],
+                           "peak_bf16_tflops": spec.tflops.get("bf16"), "hbm_tbps": spec.hbm_tbps, "categories": {},
+                           "modelled_ops": 0, "mfu_time_averaged": None, "mfu_burst": None,
+                           "window_us": totals["window_us"], "unattributed_kernel_us": totals["unattributed_kernel_us"]}
+    if not totals["shapes_recorded"]:
+        return out
     agg: dict[str, dict[str, Any]] = {}
-    prec_flops: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for key, us in kt.items():
-        c = owners[key]
-        a = agg.setdefault(c.category, {"ops": 0, "flops": 0.0, "bytes": 0.0, "kernel_us": 0.0})
-        a["ops"] += 1
-        a["flops"] += c.flops
-        a["bytes"] += c.bytes
-        a["kernel_us"] += us
-        prec_flops[c.category][c.precision] += c.flops or c.bytes
     total_flops, peak_weighted = 0.0, 0.0
-    for cat, a in agg.items():
-        prec = max(prec_flops[cat].items(), key=lambda kv: kv[1])[0]
+    for cat, t in totals["categories"].items():
+        a = {k: t[k] for k in ("ops", "flops", "bytes", "kernel_us")}
+        prec = max(t["precision_flops"].items(), key=lambda kv: kv[1])[0]
         pk = peak_tflops(spec, prec) or peak_tflops(spec, "fp32") or 0.0
         if cat in ("elementwise", "normalization", "reduction"):  # vector units, not matrix peaks
             pk = peak_tflops(spec, "fp32") or pk
@@ -132,6 +231,7 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "ex
         if cat in ("GEMM", "CONV", "SDPA"):
             total_flops += a["flops"]
             peak_weighted += a["flops"] * pk
+        agg[cat] = a
     out["categories"] = {c: agg[c] for c in CATEGORIES if c in agg}
     out["modelled_ops"] = sum(a["ops"] for a in agg.values())
     if total_flops:

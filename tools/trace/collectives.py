@@ -38,7 +38,10 @@ import os
 from typing import Any
 
 import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..errors import InputError
@@ -126,6 +129,7 @@ class CollectiveReport(BaseModel):
 
 
 def _long_comm_frame(results: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
     frames = []
     for r in results:
         c = r.get("comm") or {}
@@ -161,6 +165,7 @@ def match_collectives(long: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
 def per_collective(df: pd.DataFrame, simplified: bool) -> pd.DataFrame:
     """One row per matched collective: latency, skews, arrival ranks, size, algbw/busbw and
     per-rank wait (column ``wait`` holds a {rank: µs} dict)."""
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
     df = df.copy()
     df["end"] = df["ts"] + df["dur"]
     g = df.groupby("collective_id", sort=False)
@@ -217,6 +222,7 @@ def _rank_row(r: dict[str, Any]) -> RankRow:
 
 
 def _groups(coll: pd.DataFrame) -> list[CollectiveGroup]:
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
     out = []
     keys = ["collective", "dtype", "msg_bytes", "group_size"]
     c = coll.copy()
@@ -332,6 +338,7 @@ def comm_kernel_stats(result: dict[str, Any], *, hta_window: bool = True) -> lis
     ``mean_us``, ``std_us`` (sample std), largest sum first — the communication rows of HTA's
     ``get_gpu_kernel_breakdown`` when ``hta_window`` (kernels launched before the last
     ProfilerStep), else over every linked communication kernel."""
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
     c = result.get("comm") or {}
     if not c.get("ts"):
         return []

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from array import array
+
 import numpy as np
 
 from .categories import categorize_op
@@ -65,24 +67,35 @@ def launch_parents(scan: TraceScan) -> np.ndarray:
     parent_of_launch = np.full(n_l, -1, dtype=np.int64)
     if n_l == 0 or n_o == 0:
         return parent_of_launch
-    thr = np.concatenate([scan.op_thread, scan.launch_thread])
-    ts = np.concatenate([scan.op_ts, scan.launch_ts])
-    order_ev = np.concatenate([scan.op_order, scan.launch_order])
-    end = np.concatenate([scan.op_end, scan.launch_end])
-    isop = np.concatenate([np.ones(n_o, dtype=bool), np.zeros(n_l, dtype=bool)])
-    idx = np.concatenate([np.arange(n_o), np.arange(n_l)])
-    order = np.lexsort((order_ev, ts, thr))
-    execute = {i for i, nm in enumerate(scan.cpu_names) if nm == "execute"}
-    op_name = scan.op_name
+    order = np.lexsort((np.concatenate([scan.op_order, scan.launch_order]),
+                        np.concatenate([scan.op_ts, scan.launch_ts]),
+                        np.concatenate([scan.op_thread, scan.launch_thread])))
+
+    def col(a: np.ndarray, code: str) -> array:
+        """The ``array`` behind a scan column (no copy), else an ``array`` copy: Python scalars on access."""
+        b = a.base
+        if isinstance(b, memoryview) and isinstance(b.obj, array) and b.obj.typecode == code and a.size == len(b.obj):
+            return b.obj
+        out = array(code)
+        out.frombytes(np.ascontiguousarray(a).tobytes())
+        return out
+
+    order_a = col(order.astype(np.int64), "q")
+    del order
+    o_thr, o_ts, o_end = col(scan.op_thread, "i"), col(scan.op_ts, "d"), col(scan.op_end, "d")
+    l_thr, l_ts, l_end = col(scan.launch_thread, "i"), col(scan.launch_ts, "d"), col(scan.launch_end, "d")
+    is_execute = col(np.isin(scan.op_name, [i for i, nm in enumerate(scan.cpu_names) if nm == "execute"]), "b")
     stack: list[tuple[float, int]] = []  # (end, node); node >= 0: cpu_op index, < 0: launch
-    parent: dict[int, int] = {}  # cpu_op index -> parent cpu_op index (or -1)
+    parent = array("q", [-1]) * n_o  # cpu_op index -> parent cpu_op index (or -1)
     cur_thr = None
-    for k in order.tolist():
-        t = thr[k]
+    for k in order_a:  # node k < n_o: cpu_op k; else launch k - n_o
+        if k < n_o:
+            t, s, e = o_thr[k], o_ts[k], o_end[k]
+        else:
+            t, s, e = l_thr[k - n_o], l_ts[k - n_o], l_end[k - n_o]
         if t != cur_thr:
             stack = []
             cur_thr = t
-        s, e = ts[k], end[k]
         while stack and s >= stack[-1][0]:
             stack.pop()
         if stack and e > stack[-1][0]:
@@ -96,15 +109,14 @@ def launch_parents(scan: TraceScan) -> np.ndarray:
             if node >= 0:
                 par = node
                 break
-        if isop[k]:
-            i = int(idx[k])
-            parent[i] = par
-            stack.append((e, i))
+        if k < n_o:
+            parent[k] = par
+            stack.append((e, k))
         else:
             # skip pass-through ``execute`` ops, as TraceLens does
-            while par >= 0 and int(op_name[par]) in execute:
-                par = parent.get(par, -1)
-            parent_of_launch[int(idx[k])] = par
+            while par >= 0 and is_execute[par]:
+                par = parent[par]
+            parent_of_launch[k - n_o] = par
             stack.append((e, -1))
     return parent_of_launch
 

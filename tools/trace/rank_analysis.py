@@ -26,7 +26,7 @@ from .tables import kernel_tables
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-2.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-3.s{ts_mod.STREAM_VERSION}"
 
 
 
@@ -101,7 +101,9 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
         lt = launch_ts[i]
         comm["in_hta_window"].append(bool(found[i] and (last_step_start is None or lt < last_step_start)))
     dist = scan.header.get("distributedInfo") or {}
+    props = scan.header.get("deviceProperties") or []
     return {
+        "device_name": str(props[0].get("name", "")) if props and isinstance(props[0], dict) else "",
         "rank": int(rank),
         "path": scan.path,
         "analysis_version": ANALYSIS_VERSION,
@@ -150,7 +152,7 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
 
 
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool = True,
-                 label: str | None = None, progress=None) -> dict[str, Any]:
+                 label: str | None = None, progress=None, also: tuple = ()) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
@@ -162,7 +164,8 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     of the trace bytes, ANALYSIS_VERSION and whether cross-checks ran; ``"from_cache"`` says whether
     it was served from there. Picklable arguments and result: safe to run in a ProcessPoolExecutor or
     a SLURM array task. ``label``: the rank's unique label (``"0-dup1"`` for a second file claiming
-    rank 0, see :mod:`.ranks`).
+    rank 0, see :mod:`.ranks`). ``also``: other event consumers fed during the engine's read
+    (:func:`.stream.scan_trace`); they see no event when the result comes from the cache.
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
@@ -174,7 +177,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     cache = TraceCache(cache_dir)
 
     def compute() -> dict[str, Any]:
-        scan = ts_mod.scan_trace(p, progress)
+        scan = ts_mod.scan_trace(p, progress, also)
         rec = rank_record(scan, rank)
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)

@@ -40,11 +40,12 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _header_rank(path: Path) -> int | None:
+def _header_rank(path: Path, trailer: bool = False) -> int | None:
+    """``distributedInfo.rank`` of a trace; with ``trailer`` also when it is written after the events."""
     from .stream import read_header
 
     try:
-        info = read_header(path).get("distributedInfo")
+        info = read_header(path, ("distributedInfo",), trailer=trailer).get("distributedInfo")
     except Ai4sError:
         return None  # the analysis of that file reports the error
     r = info.get("rank") if isinstance(info, dict) else None
@@ -61,7 +62,8 @@ def identify_ranks(paths: list[str | Path]) -> tuple[list[RankFile], list[str]]:
     ps = [Path(p) for p in paths]
     found: list[tuple[int | None, str]] = []
     for p in ps:
-        r = _header_rank(p)
+        # one file alone needs no identity: the trailer (a full read of a gzip file) only when several
+        r = _header_rank(p, trailer=len(ps) > 1)
         if r is not None:
             found.append((r, "distributedInfo"))
             continue

@@ -15,7 +15,10 @@ import re
 from typing import Any
 
 import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 from pydantic import BaseModel, Field
 
 #: HTA's straggler metric looks at kernels whose name starts with ``ncclKernel`` (hta/analyzers/
@@ -62,6 +65,7 @@ class StragglerReport(BaseModel):
 
 def straggler_summary(coll: pd.DataFrame, long: pd.DataFrame) -> list[StragglerRow]:
     """TraceLens ``straggler_summary`` over the implicit-sync collectives matched on >1 rank."""
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
     sync = coll[coll["implicit_sync"] & (coll["n_ranks"] > 1)]
     if sync.empty:
         return []

@@ -122,11 +122,36 @@ def _as_rank_result(rec: dict[str, Any]) -> RankResult:
 
 
 def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> RankResult:
-    """Worker-process body: the engine on one rank trace through the content-hash cache
-    (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`), plus the optional cross-checks."""
-    from ....tools.trace import rank_analysis
+    """Worker-process body: ONE read of one rank trace feeding (a) the engine, through the
+    content-hash cache (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`, plus the optional
+    cross-checks), (b) the verifier's own reader (:class:`ai4s_graph.tools.trace.kineto.KinetoLoader`:
+    its linking, clipping and interval arithmetic; its figures go under ``rederived``, or the reason
+    it failed under ``rederive_error``), (c) the trace checks' event-name counts (``triage_names``)
+    and (d) the roofline's collector (``roofline_totals`` by External id for the analyst,
+    ``rederived.roofline_correlation`` by correlation id for the verifier). When the engine's result
+    comes from the cache the others get their own read of the file."""
+    from ....tools.perfmodel.roofline import RooflineCollector
+    from ....tools.trace import kineto, rank_analysis, stream
 
-    return _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=True))
+    loader, names, roof = kineto.KinetoLoader(path), triage.EventNameCounter(), RooflineCollector()
+    consumers = (loader.feed, names.feed, roof.feed)
+    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=True,
+                                                     also=consumers))
+    if loader.n == 0:  # the engine's result came from the cache: the others read the file themselves
+        stream.feed_events(path, consumers)
+    stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
+    res["triage_names"] = names.counts
+    res["roofline_totals"] = roof.totals("external_id") if roof.error is None else None
+    res["device_name"] = (res.get("stream") or {}).get("device_name") or ""
+    try:
+        rederived = kineto.figures_of(loader.finish(rank))
+        rederived["roofline_correlation"] = roof.totals("correlation") if roof.error is None else None
+        res["rederived"] = rederived
+        stream.trim_heap()
+    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
+        res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
+            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    return res
 
 
 def _checks_note(checks: list[dict[str, Any]]) -> str:
@@ -151,13 +176,8 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
     rank, path = task["rank"], task["path"]
     label = task.get("label") or str(rank)
-    from ....tools.trace.kineto import rederive_figures
-
-    # The verifier's independent re-derivation (the full-load reader) runs in a worker process
-    # while the engine runs: on a trace of hundreds of MB the two passes overlap instead of adding up.
-    verify = _pool(workers).submit(rederive_figures, path)
     try:
-        if task.get("n_ranks") == 1:  # one trace: the engine in this process, the re-derivation beside it
+        if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
             res = _analyze_one(path, rank, cache_dir, label)
         else:
             res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
@@ -181,11 +201,6 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e)}]},
                 StatusLine.make(Outcome.fail, f"rank {label}: {e}"))
     res["rank"], res["label"], res["path"] = rank, label, path
-    try:
-        res["rederived"] = verify.result()
-    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
-        res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
-            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
     warn = f"; {len(res.get('warnings') or [])} input warning(s)" if res.get("warnings") else ""
     return ({"rank_results": [res]},
             StatusLine.make(Outcome.ok, f"rank {label}: engine (stream), {res.get('kernel_count', 0)} kernels"

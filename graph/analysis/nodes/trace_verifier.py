@@ -107,7 +107,7 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> 
 def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
     """A cross-rank claim, re-derived from every rank's kernels by the independent path."""
     if c.id.startswith("triage."):
-        return verdict(c, VERIFIER, *triage.verify_claim(c))
+        return verdict(c, VERIFIER, *triage.verify_claim(c, {"rank_results": rank_results}))
     value, tol, method = collectives.rederive_claim(c.metric, rank_results)
     return verdict(c, VERIFIER, value, tol, method)
 

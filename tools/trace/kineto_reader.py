@@ -1,0 +1,497 @@
+"""The verifier's trace reader: streams a kineto trace (``.json`` / ``.json.gz``) into per-event
+objects for GPU work and columns for the CPU side (:class:`KinetoLoader`), with its own linking,
+stream clipping and host call-stack attribution. :mod:`.kineto` computes the figures from what it
+loads; the linking and clipping rules are those of :mod:`.kineto`'s docstring.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sys
+import zlib
+from array import array
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError, NoGpuEventsError
+from .categories import _COMM_RE
+from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+LAUNCH_KERNEL_NAMES = frozenset(
+    {"cudaLaunchKernel", "hipLaunchKernel", "cudaLaunchKernelExC", "hipExtLaunchKernel",
+     "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
+)
+
+# ROCm 7.1 rocclr copy kernels count as memcpy (TraceLens util._ROCM_LEGACY_MEMCPY_NAMES).
+_ROCM_LEGACY_MEMCPY_RE = re.compile(
+    r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
+    r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$"
+)
+_DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+COMPUTE, COMM, MEMCPY = 0, 1, 2
+_COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
+_CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
+
+
+def classify_gpu_event(cat: str, name: str) -> int:
+    """TraceLens's bucket for one GPU event: ``COMPUTE`` (0), ``COMM`` (1) or ``MEMCPY`` (2)."""
+    if cat == "gpu_memcpy":
+        return MEMCPY
+    if cat == "kernel" and _ROCM_LEGACY_MEMCPY_RE.match(name or ""):
+        return MEMCPY
+    if name and _COMM_RE.search(name):
+        return COMM
+    return COMPUTE
+
+
+def is_communication_kernel(name: str) -> bool:
+    """True for NCCL/RCCL collectives and custom all-reduce kernels (TraceLens's rule)."""
+    return bool(name and _COMM_RE.search(name))
+
+
+@dataclass(slots=True)
+class GpuEvent:
+    """One GPU activity, reduced to what the figures need (times in µs)."""
+
+    ts: float
+    end: float
+    dur: float
+    cat: str
+    name: str
+    kind: int  # COMPUTE / COMM / MEMCPY
+    corr: int | None
+    pid: object
+    tid: object
+    stream: object
+    device: object
+    external_id: int | None
+    linked: bool = False
+    launcher: int = -1  # index into KinetoTrace.cpu_ops of the nearest cpu_op, or -1
+    launch_ts: float | None = None  # start of the CPU call that launched it
+    comm_args: dict | None = None  # collective metadata of a communication kernel (record_param_comms args)
+    dur_raw: float = 0.0  # duration as recorded (dur is clipped at the next start on its stream)
+
+
+@dataclass(slots=True)
+class KinetoTrace:
+    """The parts of one kineto trace the analyses use. Times are µs on the trace's clock.
+
+    ``cpu_ops``: (ts, end, name, thread); ``runtime``: (ts, end, name, link id, thread), thread = a
+    small code per (pid, tid);
+    ``steps``: (ts, dur, step number) of ``ProfilerStep#N`` annotations;
+    ``dataloader``: (ts, dur, name) of CPU events whose name mentions DataLoader."""
+
+    path: Path
+    rank: int | None
+    gpu: list[GpuEvent]
+    cpu_ops: Sequence[tuple] = field(default_factory=list)
+    runtime: Sequence[tuple] = field(default_factory=list)
+    steps: list[tuple] = field(default_factory=list)
+    dataloader: list[tuple] = field(default_factory=list)
+    has_flows: bool = False
+    linked_only: bool = True
+    overlaps: list[tuple] = field(default_factory=list)  # (name, next name, stream, excess µs)
+    graph_launches: dict = field(default_factory=dict)  # {API name: calls}
+    memo: dict = field(default_factory=dict)  # figures computed once per loaded trace (the timeline)
+
+
+def _rank_of(data: dict) -> int | None:
+    info = data.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
+    return None
+
+
+def _stream_events(p: Path):
+    """``(rank, event iterator)``: ``distributedInfo.rank`` from the file's head and the
+    ``traceEvents`` one at a time (ijson), so memory holds only the kept intervals, never the event
+    list. The iterator raises :class:`InputError` (one line) on a truncated or malformed file."""
+    from .stream import read_header  # header keys only (before traceEvents)
+
+    if not p.is_file():
+        raise InputError(f"{p.name}: trace file not found ({p})")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p.name}: trace file is empty")
+    head = read_header(p, ("distributedInfo",))
+    rank = _rank_of(head)
+
+    def gen():
+        import ijson
+
+        n = 0
+        try:
+            with open(p, "rb") as raw:
+                magic = raw.read(2)
+                raw.seek(0)
+                fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+                for ev in ijson.items(fh, "traceEvents.item", use_float=True):
+                    n += 1
+                    yield ev
+        except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
+            msg = " ".join(str(e).split())[:120] or type(e).__name__
+            raise InputError(f"{p.name}: truncated or not valid JSON ({msg})") from e
+        if n == 0:
+            raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
+
+    return rank, gen()
+
+
+NO_ID = -(1 << 63)  #: "no link id" in the int columns
+
+
+class _Links(Sequence):
+    """A link-id column (``array('q')`` with :data:`NO_ID` for none) read as Python values: None
+    for none, the original value for the rare non-int ids kept aside."""
+
+    __slots__ = ("_col", "_odd")
+
+    def __init__(self, col: array, odd: dict[int, object]) -> None:
+        self._col, self._odd = col, odd
+
+    def __len__(self) -> int:
+        return len(self._col)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        v = self._col[i]
+        return v if v != NO_ID else self._odd.get(i if i >= 0 else len(self._col) + i)
+
+
+class _Rows(Sequence):
+    """A read-only list of row tuples kept as columns (``array`` or list), so 10^5-10^6 CPU events
+    cost tens of bytes each instead of a tuple of objects each. Column ``name_col`` holds ids
+    into ``names``; indexing returns the row tuple with the name itself."""
+
+    __slots__ = ("_cols", "_names", "_name_col")
+
+    def __init__(self, cols: tuple, names: list[str], name_col: int) -> None:
+        self._cols, self._names, self._name_col = cols, names, name_col
+
+    def __len__(self) -> int:
+        return len(self._cols[0])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        row = [c[i] for c in self._cols]
+        row[self._name_col] = self._names[row[self._name_col]]
+        return tuple(row)
+
+
+class KinetoLoader:
+    """Builds a :class:`KinetoTrace` from trace events fed one at a time (:meth:`feed`), then
+    :meth:`finish`. :func:`load_events` drives it over a file; the analysis pass may drive it
+    beside the engine over one read of the file (each keeps its own events and rules).
+
+    Kept per event (µs floats, names interned once): GPU events as :class:`GpuEvent`; every
+    ``cpu_op`` as columns (start, end, name id, thread, event order: 32 B); every runtime/driver call
+    carrying a correlation (start, end, name id, thread, order, correlation, External id);
+    ``ac2g`` flow start ids; ProfilerStep and DataLoader intervals."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.n = 0
+        self.gpu: list[GpuEvent] = []
+        self.names: list[str] = []
+        self._name_ix: dict[str, int] = {}
+        self._role: dict[int, tuple] = {}  # cpu name id -> (ProfilerStep number or None, is DataLoader)
+        self._kind: dict[tuple, int] = {}
+        self.o_ts, self.o_end, self.o_name, self.o_thr, self.o_ord = (array("d"), array("d"), array("i"),
+                                                                      array("i"), array("q"))
+        self.r_ts, self.r_end, self.r_name, self.r_thr, self.r_ord = (array("d"), array("d"), array("i"),
+                                                                      array("i"), array("q"))
+        self.r_corr, self.r_ext = array("q"), array("q")  # link ids; NO_ID for none, odd values in r_odd
+        self.r_odd: dict[tuple[int, int], object] = {}  # (column 0 corr / 1 ext, index) -> a non-int link id
+        self.steps: list[tuple] = []
+        self.dataloader: list[tuple] = []
+        self.flow_ids = array("q")  # ac2g start-half ids (ints; others in flow_odd)
+        self.flow_odd: set = set()
+        self.launch_key: str | None = None  # "correlation" or "External id" (TraceLens _set_linking_key)
+        self.threads: dict[tuple, int] = {}  # (pid, tid) -> small thread code
+        self.error: str | None = None  # why feeding stopped
+        self._same: dict = {}
+
+    def _nid(self, name: str) -> int:
+        i = self._name_ix.get(name)
+        if i is None:
+            i = self._name_ix[name] = len(self.names)
+            self.names.append(sys.intern(name))
+        return i
+
+    def _share(self, v):
+        return self._same.setdefault(v, v) if type(v) is int or type(v) is str else v
+
+    def _role_of(self, nid: int) -> tuple:
+        r = self._role.get(nid)
+        if r is None:
+            name = self.names[nid]
+            m = _STEP_RE.match(name)
+            r = self._role[nid] = (int(m.group(1)) if m else None, bool(_DATALOADER_RE.search(name)))
+        return r
+
+    def feed(self, ev) -> None:
+        """Take one trace event (a dict of the ``traceEvents`` list); anything else is skipped. An
+        event this reader cannot take stops it (the error is raised by :meth:`finish`), never the
+        pass that feeds it."""
+        if self.error is None:
+            try:
+                self._feed(ev)
+            except Exception as e:  # noqa: BLE001 - reported by finish(), the feeding pass goes on
+                self.error = f"{self.path.name}: event {self.n}: {type(e).__name__}: {' '.join(str(e).split())[:120]}"
+
+    def _feed(self, ev) -> None:
+        self.n += 1
+        if type(ev) is not dict:
+            return
+        cat = ev.get("cat")
+        ph = ev.get("ph")
+        if cat == "ac2g":
+            if ph == "s":  # the start half sits on the launching CPU thread
+                fid = ev.get("id")
+                if type(fid) is int and NO_ID < fid < 1 << 63:
+                    self.flow_ids.append(fid)
+                else:
+                    self.flow_odd.add(fid)
+            return
+        if ph != "X" or cat == "python_function":  # python_function events mark no step or DataLoader
+            return
+        try:
+            ts = float(ev["ts"])
+            dur = float(ev.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            return
+        name = ev.get("name") or ""
+        args = ev.get("args") or {}
+        if cat in GPU_CATS:
+            kk = (cat, name)
+            kind = self._kind.get(kk)
+            if kind is None:
+                kind = self._kind[kk] = classify_gpu_event(cat, name)
+            nm = self.names[self._nid(name)]
+            share = self._share  # one object per distinct pid / tid / stream / device value
+            g = GpuEvent(
+                ts=ts, end=ts + dur, dur=dur, cat=sys.intern(cat), name=nm, kind=kind, corr=args.get("correlation"),
+                pid=share(ev.get("pid")), tid=share(ev.get("tid")), stream=share(args.get("stream")),
+                device=share(args.get("device")), external_id=args.get("External id"),
+            )
+            if kind == COMM:
+                g.comm_args = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
+            self.gpu.append(g)
+        elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
+            if self.launch_key is None and "launch" in name.lower():
+                self.launch_key = "correlation" if "correlation" in args else "External id"
+            key = (ev.get("pid"), ev.get("tid"))
+            thr = self.threads.get(key)
+            if thr is None:
+                thr = self.threads[key] = len(self.threads)
+            self.r_ts.append(ts)
+            self.r_end.append(ts + dur)
+            self.r_name.append(self._nid(name))
+            self.r_thr.append(thr)
+            self.r_ord.append(self.n)
+            i = len(self.r_corr)
+            for col, v, c in ((0, args.get("correlation"), self.r_corr), (1, args.get("External id"), self.r_ext)):
+                if type(v) is int and NO_ID < v < 1 << 63:
+                    c.append(v)
+                else:
+                    c.append(NO_ID)
+                    if v is not None:
+                        self.r_odd[(col, i)] = v
+        elif cat == "cpu_op":
+            key = (ev.get("pid"), ev.get("tid"))
+            thr = self.threads.get(key)
+            if thr is None:
+                thr = self.threads[key] = len(self.threads)
+            nid = self._nid(name)
+            self.o_ts.append(ts)
+            self.o_end.append(ts + dur)
+            self.o_name.append(nid)
+            self.o_thr.append(thr)
+            self.o_ord.append(self.n)
+            step, dl = self._role_of(nid)
+            if step is not None:
+                self.steps.append((ts, dur, step))
+            elif dl:
+                self.dataloader.append((ts, dur, self.names[nid]))
+        elif cat == "user_annotation" or cat is None:
+            step, dl = self._role_of(self._nid(name))
+            if step is not None:
+                self.steps.append((ts, dur, step))
+            elif cat == "user_annotation" and dl:
+                self.dataloader.append((ts, dur, name))
+
+    def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
+        """Link, clip and attribute what was fed; see :func:`load_events` (same errors)."""
+        p, gpu = self.path, self.gpu
+        if self.error is not None:
+            raise InputError(f"the verifier's reader stopped: {self.error}")
+        if self.n == 0:
+            raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
+        names = self.names
+        if not gpu:
+            graphs: dict[str, int] = defaultdict(int)
+            for nid in self.r_name:
+                if GRAPH_LAUNCH_RE.match(names[nid]):
+                    graphs[names[nid]] += 1
+            if graphs:
+                raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, dict(graphs)))
+            raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events (CPU-only run?)")
+
+        overlaps = _clip_streams(gpu)
+
+        # --- CPU -> GPU linking: every GPU event carrying a launch's link id ------------------
+        key = self.launch_key or "correlation"
+        col = 0 if key == "correlation" else 1
+        odd = {i: v for (c, i), v in self.r_odd.items() if c == col}
+        links = _Links(self.r_corr if col == 0 else self.r_ext, odd)
+        by_link: dict = {}  # link id -> GPU index, or a list of them (a graph launch replays many)
+        for i, g in enumerate(gpu):
+            link = g.corr if key == "correlation" else g.external_id
+            if link is not None:
+                prev = by_link.get(link)
+                if prev is None:
+                    by_link[link] = i
+                elif type(prev) is list:
+                    prev.append(i)
+                else:
+                    by_link[link] = [prev, i]
+        gpu_parent = array("q", [-1]) * len(gpu)  # gpu index -> runtime index
+        graph_calls: dict[str, int] = defaultdict(int)
+        graph_ids = {nid for nid, nm in enumerate(names) if GRAPH_LAUNCH_RE.match(nm)}
+        r_ts = self.r_ts
+        for ri, link in enumerate(links):
+            nid = self.r_name[ri]
+            if nid in graph_ids:
+                graph_calls[names[nid]] += 1
+            if link is None:
+                continue
+            hit = by_link.get(link)
+            if hit is None:
+                continue
+            t = r_ts[ri]
+            for gi in (hit if type(hit) is list else (hit,)):
+                gpu[gi].linked = True
+                gpu[gi].launch_ts = t
+                gpu_parent[gi] = ri
+        del by_link
+        unlinked = [g for g in gpu if not g.linked and g.corr is not None]
+        if unlinked:  # a flow start half with the kernel's correlation id, no runtime call in the trace
+            flow_ids = set(self.flow_ids) | self.flow_odd
+            for g in unlinked:
+                if g.corr in flow_ids:
+                    g.linked = True
+        has_flows = bool(self.flow_ids) or bool(self.flow_odd)
+        # A trace where nothing links (no runtime events) counts every GPU event.
+        linked_only = any(g.linked for g in gpu)
+
+        # --- host call stacks: innermost cpu_op around each runtime event -----------------
+        runtime_cpu_op = _runtime_parents(self)
+        for gi, ri in enumerate(gpu_parent):
+            if ri >= 0:
+                gpu[gi].launcher = runtime_cpu_op[ri]
+
+        cpu_ops = _Rows((self.o_ts, self.o_end, self.o_name, self.o_thr), names, 2)
+        runtime = _Rows((self.r_ts, self.r_end, self.r_name, links, self.r_thr), names, 2)
+        return KinetoTrace(
+            path=p, rank=rank, gpu=gpu, cpu_ops=cpu_ops, runtime=runtime, steps=sorted(self.steps),
+            dataloader=self.dataloader, has_flows=has_flows,
+            linked_only=linked_only and not include_unlinked, overlaps=overlaps, graph_launches=dict(graph_calls),
+        )
+
+
+def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTrace:
+    """Load the GPU, runtime, cpu_op, ProfilerStep and DataLoader intervals of one trace.
+
+    The events are streamed (never held as a list) into a :class:`KinetoLoader`; GPU events are
+    marked ``linked`` by the linking rule of the module docstring; each kernel's ``launcher`` is the
+    innermost ``cpu_op`` enclosing its launch call on the same thread (TraceLens's host call-stack
+    rule, incl. the <1 µs "bleed" rule).
+
+    Raises :class:`InputError` for unreadable input and :class:`NoGpuEventsError` when the
+    trace holds no kernel/memcpy/memset event (a CPU-only run)."""
+    p = Path(path)
+    rank, events = _stream_events(p)
+    loader = KinetoLoader(p)
+    feed = loader.feed
+    for ev in events:
+        feed(ev)
+    return loader.finish(rank, include_unlinked=include_unlinked)
+
+
+def _clip_streams(gpu: list[GpuEvent]) -> list[tuple]:
+    """Clip, in place, each GPU event whose end runs past the start of the next event on its
+    (device, stream); returns ``(name, next name, stream, excess µs)`` per clipped event."""
+    per_stream: dict = defaultdict(list)
+    for g in gpu:
+        g.dur_raw = g.dur
+        if g.stream is not None:
+            per_stream[(g.device if g.device is not None else g.pid, g.stream)].append(g)
+    out = []
+    for (_dev, stream), evs in per_stream.items():
+        evs.sort(key=lambda x: x.ts)
+        for a, b in zip(evs, evs[1:]):
+            if a.end > b.ts:
+                out.append((a.name, b.name, stream, a.end - b.ts))
+                a.end = b.ts
+                a.dur = b.ts - a.ts
+    return out
+
+
+def _runtime_parents(ld: KinetoLoader) -> array:
+    """For each runtime event, the index of the innermost enclosing cpu_op (skipping pass-through
+    ``execute`` ops), -1 when none, following TraceLens's per-thread stack build
+    (``BaseTraceToTree.build_host_call_stack_tree``): events in (start, file order); an event that
+    starts inside the open one but ends past it by < 1 µs closes it first (the "bleed" rule), by
+    more is left out of the tree. Nodes 0..n_ops-1 are cpu_ops, n_ops.. runtime events."""
+    import numpy as np
+
+    n_ops, n_rt = len(ld.o_ts), len(ld.r_ts)
+    ts = np.concatenate([np.frombuffer(ld.o_ts, dtype=np.float64), np.frombuffer(ld.r_ts, dtype=np.float64)]) \
+        if n_ops + n_rt else np.zeros(0)
+    ordr = np.concatenate([np.frombuffer(ld.o_ord, dtype=np.int64), np.frombuffer(ld.r_ord, dtype=np.int64)]) \
+        if n_ops + n_rt else np.zeros(0, dtype=np.int64)
+    order = array("q")
+    order.frombytes(np.lexsort((ordr, ts)).astype(np.int64).tobytes())  # 8 B per event, not a list of ints
+    del ts, ordr
+    o_ts, o_end, o_thr, o_name = ld.o_ts, ld.o_end, ld.o_thr, ld.o_name
+    r_ts, r_end, r_thr = ld.r_ts, ld.r_end, ld.r_thr
+    execute = ld._name_ix.get("execute", -1)
+    parent = array("q", [-1]) * (n_ops + n_rt)
+    result = array("q", [-1]) * n_rt
+    stacks: dict[int, list] = defaultdict(list)
+    for k in order:
+        if k < n_ops:
+            ts_k, end, thr = o_ts[k], o_end[k], o_thr[k]
+        else:
+            j = k - n_ops
+            ts_k, end, thr = r_ts[j], r_end[j], r_thr[j]
+        stack = stacks[thr]
+        while stack and ts_k >= stack[-1][0]:
+            stack.pop()
+        if stack and end > stack[-1][0]:
+            if stack[-1][0] - ts_k < 1.0 and len(stack) >= 2:
+                stack.pop()
+            else:
+                continue  # a large bleed: TraceLens leaves the event out of the tree
+        par = stack[-1][1] if stack else -1
+        parent[k] = par
+        stack.append((end, k))
+        if k >= n_ops:
+            cur = par
+            while cur != -1:
+                if cur < n_ops:
+                    if o_name[cur] == execute:
+                        cur = parent[cur]
+                        continue
+                    result[k - n_ops] = cur
+                    break
+                cur = parent[cur]
+    return result
