@@ -24,8 +24,9 @@ def _env(**extra):
     return e
 
 
-def _torchrun(tmp_path, *args, port):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port), TRAIN,
+def _torchrun(tmp_path, *args):
+    # --standalone: the rendezvous takes a free port itself, so two suites side by side never collide
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", TRAIN,
            "--out-dir", str(tmp_path), "--epochs", "1", "--steps-per-epoch", "8", "--batch-size", "2",
            "--write-manifest", *args]
     cp = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
@@ -34,11 +35,11 @@ def _torchrun(tmp_path, *args, port):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel,port", [("ddp", 29731), ("fsdp", 29732)])
-def test_two_ranks_write_their_own_traces(tmp_path, parallel, port):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_ranks_write_their_own_traces(tmp_path, parallel):
     truth = {"cause": "straggler", "class": None, "rank": 1, "notes": "test"}
     cp = _torchrun(tmp_path, "--model", "vit", "--parallel", parallel, "--jobid", "777", "--fault", "straggler",
-                   "--straggler-matmuls", "2", "--straggler-dim", "64", "--truth", json.dumps(truth), port=port)
+                   "--straggler-matmuls", "2", "--straggler-dim", "64", "--truth", json.dumps(truth))
     batches = [ln for ln in cp.stdout.splitlines() if ln.startswith("Batch ")]
     assert len(batches) == 8 and all(ln.endswith("samples 4") for ln in batches)  # rank 0 only, 2 x 2 samples
     for r in (0, 1):

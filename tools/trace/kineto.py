@@ -167,6 +167,12 @@ def rederive_timeline(path: str | Path, *, include_unlinked: bool = False) -> di
 # Kernel counts, op categories, steps, launch statistics
 # --------------------------------------------------------------------------------------
 
+def _op_name(trace: KinetoTrace, i: int) -> str:
+    """Name of cpu_op ``i`` (without building its row when the ops are kept as columns)."""
+    ops = trace.cpu_ops
+    return ops.name(i) if isinstance(ops, _Rows) else ops[i][2]
+
+
 def ops_by_category(trace: KinetoTrace) -> list[dict]:
     """TraceLens's ops_summary_by_category from the raw trace: kernel launchers (innermost
     cpu_op of a linked kernel's launch, or the runtime call when none) grouped by category.
@@ -183,10 +189,10 @@ def ops_by_category(trace: KinetoTrace) -> list[dict]:
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for (kind, idx), ks in launchers.items():
         ks.sort(key=lambda k: k.ts)
-        name = trace.cpu_ops[idx][2] if kind == "op" else ""
+        name = _op_name(trace, idx) if kind == "op" else ""
         cat = categorize_op(name, ks[0].name) if kind == "op" else "other"
         agg[cat][0] += 1
-        agg[cat][1] += total_length(merge_intervals((k.ts, k.end) for k in ks))
+        agg[cat][1] += (ks[0].end - ks[0].ts) if len(ks) == 1 else total_length(merge_intervals((k.ts, k.end) for k in ks))
     total = sum(v[1] for v in agg.values())
     rows = [
         {"category": c, "count": int(v[0]), "kernel_time_ms": v[1] / 1e3,
@@ -213,7 +219,7 @@ def kernel_stats(trace: KinetoTrace, *, short_kernel_us: float = 10.0, top: int 
     for g, d in zip(kernels, durs):
         by_name[g.name][0] += 1
         by_name[g.name][1] += d
-        cat = categorize_op(trace.cpu_ops[g.launcher][2], g.name) if g.launcher >= 0 else "unlinked"
+        cat = categorize_op(_op_name(trace, g.launcher), g.name) if g.launcher >= 0 else "unlinked"
         by_cat[cat][0] += 1
         by_cat[cat][1] += d
     tops = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]

@@ -185,6 +185,10 @@ class _Rows(Sequence):
         row[self._name_col] = self._names[row[self._name_col]]
         return tuple(row)
 
+    def name(self, i: int) -> str:
+        """The name of row ``i`` alone."""
+        return self._names[self._cols[self._name_col][i]]
+
 
 class KinetoLoader:
     """Builds a :class:`KinetoTrace` from trace events fed one at a time (:meth:`feed`), then
