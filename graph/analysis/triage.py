@@ -191,20 +191,22 @@ def trace_names(path: str | Path, data: dict | None = None) -> dict[str, int]:
     return c.counts
 
 
-#: Overlap kept between chunks of the raw-text scan: longer than any one event name.
+#: Chunk and overlap of the raw-text scan: the overlap is longer than any one event name.
+_RAW_CHUNK = 8 << 20
 _RAW_OVERLAP = 1 << 16
 
 
 def _raw_count(path: str | Path, pattern: str) -> int:
     """Verifier path: occurrences of ``"name": "<pattern...>"`` in the raw text, no JSON parse.
-    The text is scanned in 8 MiB chunks with a 64 KiB overlap (memory: one chunk)."""
+    The text is scanned in :data:`_RAW_CHUNK` chunks with a :data:`_RAW_OVERLAP` overlap (memory: one
+    chunk)."""
     p = Path(path)
     rx = re.compile(rb'"name":\s*"' + pattern.encode())
     n = 0
     carry = b""
     with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
         while True:
-            chunk = fh.read(8 << 20)
+            chunk = fh.read(_RAW_CHUNK)
             buf = carry + chunk
             if not chunk:
                 n += len(rx.findall(buf))

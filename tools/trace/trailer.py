@@ -60,7 +60,10 @@ def trailer_keys(tail: bytes, whole: bool = False) -> dict[str, Any]:
             doc = orjson.loads(tail)
         except orjson.JSONDecodeError:
             return {}
-        return {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict) or "traceEvents" not in doc:
+            return {}
+        keys = list(doc)  # document order
+        return {k: doc[k] for k in keys[keys.index("traceEvents") + 1:]}
     start = tail.find(b"\n")
     if start < 0:
         return {}

@@ -1,0 +1,122 @@
+"""One read per rank trace (issue 12): the engine, the verifier's own reader, the trace checks'
+name counts and the roofline collector are fed by the same pass, and each must give what its
+standalone read of the file gives. Also: keys written after ``traceEvents`` (deviceProperties,
+distributedInfo) are read, and the raw-text count streams in chunks with the same answer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph.graph.analysis import triage
+from ai4s_graph.graph.analysis.nodes import trace_analyst
+from ai4s_graph.tools.errors import InputError
+from ai4s_graph.tools.perfmodel.roofline import RooflineCollector, roofline, roofline_of
+from ai4s_graph.tools.trace import kineto, ranks, stream
+from ai4s_graph.tools.trace.trailer import read_trailer, trailer_keys
+
+
+@pytest.fixture()
+def bert(shared_data):
+    return shared_data / "traces/tracelens-h100/gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def test_one_pass_gives_what_each_standalone_read_gives(bert, tmp_path):
+    res = trace_analyst._analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+    assert res["from_cache"] is False
+    # the verifier's reader, fed by the engine's read, equals its own read of the file
+    alone = kineto.rederive_figures(bert)
+    fed = dict(res["rederived"])
+    corr = fed.pop("roofline_correlation")
+    assert fed == alone
+    # the checks' name counts equal a separate streamed count
+    assert res["triage_names"] == triage.trace_names(bert)
+    assert res["triage_names"]["aten::_scaled_dot_product_flash_attention"] == 4  # a fused SDPA, 4 layers
+    assert "aten::_scaled_dot_product_attention_math" not in res["triage_names"]
+    assert triage.rederive_sdpa_fallback(bert) == 0
+    # the roofline totals of the pass give the roofline of a separate read, by both links
+    dev = res["device_name"]
+    assert dev.startswith("NVIDIA H100")
+    for link, totals in (("external_id", res["roofline_totals"]), ("correlation", corr)):
+        assert roofline_of(totals, dev) == roofline(bert, link=link)
+    assert roofline(bert)["categories"]["GEMM"]["kernel_us"] > 0
+
+    # second run: the engine's result comes from the cache; the others read the file themselves
+    again = trace_analyst._analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+    assert again["from_cache"] is True
+    assert again["rederived"] == res["rederived"] and again["triage_names"] == res["triage_names"]
+    assert again["roofline_totals"] == res["roofline_totals"]
+
+
+def test_a_failing_consumer_never_fails_the_engine(bert):
+    class Broken(kineto.KinetoLoader):
+        def _feed(self, ev):
+            if self.n == 10:
+                raise RuntimeError("boom")
+            super()._feed(ev)
+
+    ld = Broken(bert)
+    scan = stream.scan_trace(bert, also=(ld.feed,))
+    assert scan.n_gpu_events > 0
+    with pytest.raises(InputError, match="verifier's reader stopped.*RuntimeError: boom"):
+        ld.finish(0)
+    col = RooflineCollector()
+    col.error = "ValueError: bad"
+    with pytest.raises(InputError, match="roofline: the trace could not be read"):
+        col.totals()
+
+
+def _doc(events, head=None, tail=None):
+    d = dict(head or {})
+    d["traceEvents"] = events
+    d.update(tail or {})
+    return json.dumps(d, indent=1)
+
+
+_EVENTS = [{"ph": "X", "cat": "cpu_op", "name": 'odd "] }, {" name', "ts": float(i), "dur": 1.0,
+            "args": {"Input Dims": [[1, 2], [3]], "s": "]],"}} for i in range(2000)]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_keys_after_trace_events_are_read(tmp_path, gz):
+    tail = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "x": [1, [2]]}],
+            "distributedInfo": {"rank": 3, "world_size": 4}, "traceName": "a ] b"}
+    text = _doc(_EVENTS, {"schemaVersion": 1}, tail)
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    assert read_trailer(p) == tail
+    head = stream.read_header(p)
+    assert head == {"schemaVersion": 1}  # the head alone
+    both = stream.read_header(p, ("distributedInfo", "deviceProperties", "schemaVersion"), trailer=True)
+    assert both["distributedInfo"]["rank"] == 3 and both["deviceProperties"] == tail["deviceProperties"]
+    # the tail of a document bigger than the kept window still parses
+    assert trailer_keys(text.encode()[-5000:]) == tail
+    # a trailer-less document: nothing
+    assert trailer_keys(_doc(_EVENTS).encode()[-5000:]) == {}
+
+
+def test_rank_identity_reads_distributed_info_written_after_the_events(tmp_path):
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 1.0, "args": {"correlation": 1}}]
+    for r in (1, 0):  # file names give no rank and sort opposite to the ranks
+        (tmp_path / f"node{'ab'[r]}.json").write_text(_doc(ev, tail={"distributedInfo": {"rank": r, "world_size": 2}}))
+    files, notes = ranks.identify_ranks(sorted(tmp_path.iterdir()))
+    assert [(f.path.name, f.rank, f.source) for f in files] == [("nodea.json", 0, "distributedInfo"),
+                                                                ("nodeb.json", 1, "distributedInfo")]
+    assert notes == []
+
+
+@pytest.mark.parametrize("chunk", [97, 1024, 1 << 23])
+def test_raw_count_streams_in_chunks_with_the_whole_text_answer(tmp_path, monkeypatch, chunk):
+    names = ["aten::isnan", "autograd::engine::evaluate_function: MulBackward0", "aten::add"] * 700
+    evs = [{"ph": "X", "cat": "cpu_op", "name": n, "ts": float(i), "dur": 1.0} for i, n in enumerate(names)]
+    p = tmp_path / "t.json.gz"
+    text = json.dumps({"traceEvents": evs}, indent=1)
+    p.write_bytes(gzip.compress(text.encode()))
+    monkeypatch.setattr(triage, "_RAW_CHUNK", chunk)
+    monkeypatch.setattr(triage, "_RAW_OVERLAP", min(triage._RAW_OVERLAP, 200))
+    assert triage.rederive_anomaly(p) == (700, 700)
+    assert triage._raw_count(p, "aten::add") == len(re.findall(r'"name":\s*"aten::add', text)) == 700
