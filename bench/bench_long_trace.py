@@ -35,6 +35,29 @@ from bench_traces import _tree_rss, machine  # noqa: E402
 
 ROWS = ("computation_time", "exposed_comm_time", "exposed_memcpy_time", "busy_time", "idle_time", "total_time")
 BEGIN, END = "<!-- long-trace:begin -->", "<!-- long-trace:end -->"
+README_BEGIN, README_END = "<!-- long-trace-table:begin -->", "<!-- long-trace-table:end -->"
+
+
+def replace_block(path: Path, begin: str, end: str, text: str) -> None:
+    """Write ``text`` (which starts with ``begin`` and ends with ``end``) over that block of ``path``,
+    or append it when the file has no such block."""
+    old = path.read_text() if path.is_file() else ""
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + text + old[old.index(end) + len(end) + 1:]
+    else:
+        new = old.rstrip() + "\n\n" + text
+    path.write_text(new)
+
+
+def commit() -> str:
+    """The checkout's commit (short hash, ``+dirty`` with uncommitted changes)."""
+    try:
+        h = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        return h + ("+dirty" if dirty else "")
+    except OSError:
+        return "?"
 
 
 def uncompressed_bytes(path: Path) -> int:
@@ -90,6 +113,8 @@ def main() -> None:
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "ai4s-bench-long")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--results", type=Path, help="RESULTS.md to write the table into")
+    ap.add_argument("--readme", type=Path, help="README.md whose scale table (between the long-trace-table markers) "
+                                                 "is rewritten from this same run")
     a = ap.parse_args()
 
     trace = a.trace.resolve()
@@ -116,6 +141,7 @@ def main() -> None:
     env["AI4S_STATE_DIR"] = str(a.scratch / "state")
     env.pop("AI4S_TRACE_CACHE", None)
     py = sys.executable
+    load0 = os.getloadavg()[0]
     res: dict[str, dict] = {}
     res["timeline"] = timed([py, "-m", "ai4s_graph.cli", "trace", "timeline", str(trace), "--json"], env, a.timeout)
     print(f"timeline  {res['timeline']['status']} {res['timeline']['wall_s']:.1f} s")
@@ -147,9 +173,9 @@ def main() -> None:
     mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
     lines = [BEGIN, "", "## One long real profile: `trace timeline` and `run` against TraceLens (issue 12)", "",
              f"Produced by one run of `python bench/bench_long_trace.py --trace {trace.name} ...` on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             f"**Machine:** {machine()}; load average at the start "
-             f"{os.getloadavg()[0]:.1f} (the machine is shared: wall times carry that load, the ratios less so).", "",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{commit()}`.", "",
+             f"**Machine:** {machine()}; load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at "
+             "the end (the machine is shared: wall times carry that load, the ratios less so).", "",
              f"**Trace:** `{trace.name}` ({man.get('model', '?')} on {man.get('gpu', '?')}, {man.get('steps', '?')} "
              f"steps): {trace.stat().st_size / 1e6:.1f} MB gzip, **{size / 1e6:.1f} MB of JSON**.", "",
              "| command | status | wall s | peak RSS MiB (all processes) | TraceLens time / ours | TraceLens RSS / ours |",
@@ -183,12 +209,19 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if a.results:
-        old = a.results.read_text() if a.results.is_file() else ""
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + text + old[old.index(END) + len(END) + 1:]
-        else:
-            new = old.rstrip() + "\n\n" + text
-        a.results.write_text(new)
+        replace_block(a.results, BEGIN, END, text)
+    if a.readme:
+        w = lambda k: f"{res[k]['wall_s']:.1f} s"  # noqa: E731
+        rows = [README_BEGIN,
+                f"| command (`{trace.name}`, {size / 1e6:.0f} MB of JSON; commit `{commit()}`, load average {load0:.1f}) "
+                "| wall | peak RSS, all processes |", "|---|---|---|",
+                f"| `ai4s-graph trace timeline` | {w('timeline')} ({ratio('timeline', 'wall_s')} faster than TraceLens) "
+                f"| {mib(res['timeline']['peak_rss'])} MiB ({ratio('timeline', 'peak_rss')} less) |",
+                f"| `ai4s-graph run` (whole graph, the verifier's reader included) | {w('run')} "
+                f"({ratio('run', 'wall_s')} faster) | {mib(res['run']['peak_rss'])} MiB ({ratio('run', 'peak_rss')} less) |",
+                f"| TraceLens `generate_perf_report_pytorch` | {w('tracelens')} | {mib(res['tracelens']['peak_rss'])} MiB |",
+                README_END]
+        replace_block(a.readme, README_BEGIN, README_END, "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":
