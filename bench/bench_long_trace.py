@@ -141,7 +141,7 @@ def main() -> None:
     env["AI4S_STATE_DIR"] = str(a.scratch / "state")
     env.pop("AI4S_TRACE_CACHE", None)
     py = sys.executable
-    load0 = os.getloadavg()[0]
+    load0, rev = os.getloadavg()[0], commit()
     res: dict[str, dict] = {}
     res["timeline"] = timed([py, "-m", "ai4s_graph.cli", "trace", "timeline", str(trace), "--json"], env, a.timeout)
     print(f"timeline  {res['timeline']['status']} {res['timeline']['wall_s']:.1f} s")
@@ -173,7 +173,7 @@ def main() -> None:
     mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
     lines = [BEGIN, "", "## One long real profile: `trace timeline` and `run` against TraceLens (issue 12)", "",
              f"Produced by one run of `python bench/bench_long_trace.py --trace {trace.name} ...` on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{commit()}`.", "",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{rev}`.", "",
              f"**Machine:** {machine()}; load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at "
              "the end (the machine is shared: wall times carry that load, the ratios less so).", "",
              f"**Trace:** `{trace.name}` ({man.get('model', '?')} on {man.get('gpu', '?')}, {man.get('steps', '?')} "
@@ -213,7 +213,7 @@ def main() -> None:
     if a.readme:
         w = lambda k: f"{res[k]['wall_s']:.1f} s"  # noqa: E731
         rows = [README_BEGIN,
-                f"| command (`{trace.name}`, {size / 1e6:.0f} MB of JSON; commit `{commit()}`, load average {load0:.1f}) "
+                f"| command (`{trace.name}`, {size / 1e6:.0f} MB of JSON; commit `{rev}`, load average {load0:.1f}) "
                 "| wall | peak RSS, all processes |", "|---|---|---|",
                 f"| `ai4s-graph trace timeline` | {w('timeline')} ({ratio('timeline', 'wall_s')} faster than TraceLens) "
                 f"| {mib(res['timeline']['peak_rss'])} MiB ({ratio('timeline', 'peak_rss')} less) |",

@@ -10,14 +10,19 @@ from __future__ import annotations
 def merge_intervals(intervals) -> list[tuple[float, float]]:
     """Union of (start, end) intervals as sorted, non-overlapping intervals (touching ones
     merge)."""
-    out: list[list[float]] = []
+    out: list[tuple[float, float]] = []
+    cs = ce = None
     for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
+        if cs is not None and s <= ce:
+            if e > ce:
+                ce = e
         else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
+            if cs is not None:
+                out.append((cs, ce))
+            cs, ce = s, e
+    if cs is not None:
+        out.append((cs, ce))
+    return out
 
 
 def subtract_intervals(b: list[tuple[float, float]], a: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -112,7 +112,7 @@ def timeline_from_intervals(comp, comm, memcpy) -> dict[str, TimelineRow]:
 
     Raises :class:`NoGpuEventsError` when all three are empty."""
     comp_u, comm_u, mem_u = merge_intervals(comp), merge_intervals(comm), merge_intervals(memcpy)
-    all_u = merge_intervals(list(comp) + list(comm) + list(memcpy))
+    all_u = merge_intervals(comp_u + comm_u + mem_u)  # the union of the three unions
     if not all_u:
         raise NoGpuEventsError("no GPU events to build a timeline from")
     total = all_u[-1][1] - all_u[0][0]
@@ -180,17 +180,27 @@ def ops_by_category(trace: KinetoTrace) -> list[dict]:
     Returns rows ``{category, count, kernel_time_ms, percent}`` sorted by time, where count is
     the number of launchers and kernel time is the busy time (union) of each launcher's
     direct kernels, summed. Communication kernels are left out, as in TraceLens."""
-    launchers: dict[tuple, list[GpuEvent]] = defaultdict(list)
+    launchers: dict[int, object] = {}  # cpu_op index -> its kernel, or a list of them (most launch one)
+    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for g in trace.gpu:
         if not g.linked or g.kind == COMM:
             continue
-        key = ("op", g.launcher) if g.launcher >= 0 else ("rt", id(g))
-        launchers[key].append(g)
-    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for (kind, idx), ks in launchers.items():
-        ks.sort(key=lambda k: k.ts)
-        name = _op_name(trace, idx) if kind == "op" else ""
-        cat = categorize_op(name, ks[0].name) if kind == "op" else "other"
+        if g.launcher < 0:  # no cpu_op: the runtime call is the launcher, one per kernel
+            agg["other"][0] += 1
+            agg["other"][1] += g.end - g.ts
+            continue
+        prev = launchers.get(g.launcher)
+        if prev is None:
+            launchers[g.launcher] = g
+        elif type(prev) is list:
+            prev.append(g)
+        else:
+            launchers[g.launcher] = [prev, g]
+    for idx, ks in launchers.items():
+        if type(ks) is not list:
+            ks = [ks]
+        first = min(ks, key=lambda k: k.ts)
+        cat = categorize_op(_op_name(trace, idx), first.name)
         agg[cat][0] += 1
         agg[cat][1] += (ks[0].end - ks[0].ts) if len(ks) == 1 else total_length(merge_intervals((k.ts, k.end) for k in ks))
     total = sum(v[1] for v in agg.values())

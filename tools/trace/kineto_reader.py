@@ -61,17 +61,14 @@ class GpuEvent:
     """One GPU activity, reduced to what the figures need (times in µs)."""
 
     ts: float
-    end: float
+    end: float  # ts + dur, set by KinetoLoader.finish (then clipped at the next start on the stream)
     dur: float
     cat: str
     name: str
     kind: int  # COMPUTE / COMM / MEMCPY
-    corr: int | None
     pid: object
-    tid: object
     stream: object
     device: object
-    external_id: int | None
     linked: bool = False
     launcher: int = -1  # index into KinetoTrace.cpu_ops of the nearest cpu_op, or -1
     launch_ts: float | None = None  # start of the CPU call that launched it
@@ -208,12 +205,15 @@ class KinetoLoader:
         self._name_ix: dict[str, int] = {}
         self._role: dict[int, tuple] = {}  # cpu name id -> (ProfilerStep number or None, is DataLoader)
         self._kind: dict[tuple, int] = {}
+        # event order (int32: 2^31 events would be a ~200 GB file) breaks start-time ties
         self.o_ts, self.o_end, self.o_name, self.o_thr, self.o_ord = (array("d"), array("d"), array("i"),
-                                                                      array("i"), array("q"))
+                                                                      array("i"), array("i"))
         self.r_ts, self.r_end, self.r_name, self.r_thr, self.r_ord = (array("d"), array("d"), array("i"),
-                                                                      array("i"), array("q"))
+                                                                      array("i"), array("i"))
         self.r_corr, self.r_ext = array("q"), array("q")  # link ids; NO_ID for none, odd values in r_odd
-        self.r_odd: dict[tuple[int, int], object] = {}  # (column 0 corr / 1 ext, index) -> a non-int link id
+        self.g_corr, self.g_ext = array("q"), array("q")  # the GPU events' link ids, same convention
+        # (column: 0 runtime corr, 1 runtime ext, 2 GPU corr, 3 GPU ext; index) -> a non-int link id
+        self.r_odd: dict[tuple[int, int], object] = {}
         self.steps: list[tuple] = []
         self.dataloader: list[tuple] = []
         self.flow_ids = array("q")  # ac2g start-half ids (ints; others in flow_odd)
@@ -221,7 +221,12 @@ class KinetoLoader:
         self.launch_key: str | None = None  # "correlation" or "External id" (TraceLens _set_linking_key)
         self.threads: dict[tuple, int] = {}  # (pid, tid) -> small thread code
         self.error: str | None = None  # why feeding stopped
-        self._same: dict = {}
+        self.values: list = []  # distinct pid / stream / device / category values, by code
+        self._codes: dict = {}
+        self.g_ts, self.g_dur = array("d"), array("d")
+        self.g_name, self.g_pid, self.g_stream, self.g_device = array("i"), array("i"), array("i"), array("i")
+        self.g_kind, self.g_cat = array("b"), array("i")
+        self.g_comm: dict[int, dict] = {}  # GPU index -> collective metadata of a communication kernel
 
     def _nid(self, name: str) -> int:
         i = self._name_ix.get(name)
@@ -230,8 +235,34 @@ class KinetoLoader:
             self.names.append(sys.intern(name))
         return i
 
-    def _share(self, v):
-        return self._same.setdefault(v, v) if type(v) is int or type(v) is str else v
+    def _code(self, v) -> int:
+        """A small int for a repeated value (pid, stream, device, category); ``self.values[code]``."""
+        try:
+            key = (type(v), v)
+            c = self._codes.get(key)
+        except TypeError:  # an unhashable value: kept as it is, under its own code
+            key, c = None, None
+        if c is None:
+            c = len(self.values)
+            self.values.append(v)
+            if key is not None:
+                self._codes[key] = c
+        return c
+
+    def _gpu_events(self) -> list[GpuEvent]:
+        """The fed GPU events as :class:`GpuEvent` objects (the columns are released)."""
+        names, vals = self.names, self.values
+        cats = [sys.intern(v) if isinstance(v, str) else v for v in vals]
+        gpu = [GpuEvent(ts=t, end=t, dur=d, cat=cats[c], name=names[n], kind=k, pid=vals[p], stream=vals[st],
+                        device=vals[dv])
+               for t, d, n, k, c, p, st, dv in zip(self.g_ts, self.g_dur, self.g_name, self.g_kind, self.g_cat,
+                                                   self.g_pid, self.g_stream, self.g_device)]
+        for i, a in self.g_comm.items():
+            gpu[i].comm_args = a
+        self.g_ts = self.g_dur = array("d")
+        self.g_name = self.g_pid = self.g_stream = self.g_device = self.g_cat = array("i")
+        self.g_kind = array("b")
+        return gpu
 
     def _role_of(self, nid: int) -> tuple:
         r = self._role.get(nid)
@@ -279,16 +310,27 @@ class KinetoLoader:
             kind = self._kind.get(kk)
             if kind is None:
                 kind = self._kind[kk] = classify_gpu_event(cat, name)
-            nm = self.names[self._nid(name)]
-            share = self._share  # one object per distinct pid / tid / stream / device value
-            g = GpuEvent(
-                ts=ts, end=ts + dur, dur=dur, cat=sys.intern(cat), name=nm, kind=kind, corr=args.get("correlation"),
-                pid=share(ev.get("pid")), tid=share(ev.get("tid")), stream=share(args.get("stream")),
-                device=share(args.get("device")), external_id=args.get("External id"),
-            )
+            # kept as columns while the file is read (GpuEvent objects are built in finish(), after
+            # the pass: 8+8+4+1+3x4 B per event instead of a ~200 B object with its floats)
+            code = self._code
+            i = len(self.g_ts)
+            self.g_ts.append(ts)
+            self.g_dur.append(dur)
+            self.g_name.append(self._nid(name))
+            self.g_kind.append(kind)
+            self.g_cat.append(code(cat))
+            self.g_pid.append(code(ev.get("pid")))
+            self.g_stream.append(code(args.get("stream")))
+            self.g_device.append(code(args.get("device")))
+            for col, v, c in ((2, args.get("correlation"), self.g_corr), (3, args.get("External id"), self.g_ext)):
+                if type(v) is int and NO_ID < v < 1 << 63:
+                    c.append(v)
+                else:
+                    c.append(NO_ID)
+                    if v is not None:
+                        self.r_odd[(col, i)] = v
             if kind == COMM:
-                g.comm_args = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
-            self.gpu.append(g)
+                self.g_comm[i] = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
         elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if self.launch_key is None and "launch" in name.lower():
                 self.launch_key = "correlation" if "correlation" in args else "External id"
@@ -334,13 +376,13 @@ class KinetoLoader:
 
     def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
         """Link, clip and attribute what was fed; see :func:`load_events` (same errors)."""
-        p, gpu = self.path, self.gpu
+        p = self.path
         if self.error is not None:
             raise InputError(f"the verifier's reader stopped: {self.error}")
         if self.n == 0:
             raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
         names = self.names
-        if not gpu:
+        if not len(self.g_ts):
             graphs: dict[str, int] = defaultdict(int)
             for nid in self.r_name:
                 if GRAPH_LAUNCH_RE.match(names[nid]):
@@ -349,16 +391,18 @@ class KinetoLoader:
                 raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, dict(graphs)))
             raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events (CPU-only run?)")
 
-        overlaps = _clip_streams(gpu)
+        # host call stacks first (CPU columns only): its temporaries are gone before the GPU objects exist
+        runtime_cpu_op = _runtime_parents(self)
 
-        # --- CPU -> GPU linking: every GPU event carrying a launch's link id ------------------
+        # --- CPU -> GPU linking on the columns: every GPU event carrying a launch's link id ----
         key = self.launch_key or "correlation"
         col = 0 if key == "correlation" else 1
         odd = {i: v for (c, i), v in self.r_odd.items() if c == col}
         links = _Links(self.r_corr if col == 0 else self.r_ext, odd)
+        g_corr = _Links(self.g_corr, {i: v for (c, i), v in self.r_odd.items() if c == 2})
+        g_links = g_corr if col == 0 else _Links(self.g_ext, {i: v for (c, i), v in self.r_odd.items() if c == 3})
         by_link: dict = {}  # link id -> GPU index, or a list of them (a graph launch replays many)
-        for i, g in enumerate(gpu):
-            link = g.corr if key == "correlation" else g.external_id
+        for i, link in enumerate(g_links):
             if link is not None:
                 prev = by_link.get(link)
                 if prev is None:
@@ -367,10 +411,11 @@ class KinetoLoader:
                     prev.append(i)
                 else:
                     by_link[link] = [prev, i]
-        gpu_parent = array("q", [-1]) * len(gpu)  # gpu index -> runtime index
+        n_gpu = len(self.g_ts)
+        gpu_parent = array("q", [-1]) * n_gpu  # gpu index -> runtime index
+        linked = bytearray(n_gpu)
         graph_calls: dict[str, int] = defaultdict(int)
         graph_ids = {nid for nid, nm in enumerate(names) if GRAPH_LAUNCH_RE.match(nm)}
-        r_ts = self.r_ts
         for ri, link in enumerate(links):
             nid = self.r_name[ri]
             if nid in graph_ids:
@@ -380,27 +425,32 @@ class KinetoLoader:
             hit = by_link.get(link)
             if hit is None:
                 continue
-            t = r_ts[ri]
             for gi in (hit if type(hit) is list else (hit,)):
-                gpu[gi].linked = True
-                gpu[gi].launch_ts = t
+                linked[gi] = 1
                 gpu_parent[gi] = ri
         del by_link
-        unlinked = [g for g in gpu if not g.linked and g.corr is not None]
+        unlinked = [(i, g_corr[i]) for i in range(n_gpu) if not linked[i] and g_corr[i] is not None]
         if unlinked:  # a flow start half with the kernel's correlation id, no runtime call in the trace
             flow_ids = set(self.flow_ids) | self.flow_odd
-            for g in unlinked:
-                if g.corr in flow_ids:
-                    g.linked = True
+            for i, c in unlinked:
+                if c in flow_ids:
+                    linked[i] = 1
         has_flows = bool(self.flow_ids) or bool(self.flow_odd)
-        # A trace where nothing links (no runtime events) counts every GPU event.
-        linked_only = any(g.linked for g in gpu)
 
-        # --- host call stacks: innermost cpu_op around each runtime event -----------------
-        runtime_cpu_op = _runtime_parents(self)
+        # --- the GPU events as objects: linked, launch time and launcher (the innermost cpu_op
+        # around the launch, runtime_cpu_op above) set; then clipped on their streams ----------
+        gpu = self.gpu = self._gpu_events()
+        r_ts = self.r_ts
         for gi, ri in enumerate(gpu_parent):
+            g = gpu[gi]
+            if linked[gi]:
+                g.linked = True
             if ri >= 0:
-                gpu[gi].launcher = runtime_cpu_op[ri]
+                g.launch_ts = r_ts[ri]
+                g.launcher = runtime_cpu_op[ri]
+        overlaps = _clip_streams(gpu)
+        # A trace where nothing links (no runtime events) counts every GPU event.
+        linked_only = any(linked)
 
         cpu_ops = _Rows((self.o_ts, self.o_end, self.o_name, self.o_thr), names, 2)
         runtime = _Rows((self.r_ts, self.r_end, self.r_name, links, self.r_thr), names, 2)
@@ -436,6 +486,7 @@ def _clip_streams(gpu: list[GpuEvent]) -> list[tuple]:
     per_stream: dict = defaultdict(list)
     for g in gpu:
         g.dur_raw = g.dur
+        g.end = g.ts + g.dur
         if g.stream is not None:
             per_stream[(g.device if g.device is not None else g.pid, g.stream)].append(g)
     out = []
@@ -460,8 +511,8 @@ def _runtime_parents(ld: KinetoLoader) -> array:
     n_ops, n_rt = len(ld.o_ts), len(ld.r_ts)
     ts = np.concatenate([np.frombuffer(ld.o_ts, dtype=np.float64), np.frombuffer(ld.r_ts, dtype=np.float64)]) \
         if n_ops + n_rt else np.zeros(0)
-    ordr = np.concatenate([np.frombuffer(ld.o_ord, dtype=np.int64), np.frombuffer(ld.r_ord, dtype=np.int64)]) \
-        if n_ops + n_rt else np.zeros(0, dtype=np.int64)
+    ordr = np.concatenate([np.frombuffer(ld.o_ord, dtype=np.int32), np.frombuffer(ld.r_ord, dtype=np.int32)]) \
+        if n_ops + n_rt else np.zeros(0, dtype=np.int32)
     order = array("q")
     order.frombytes(np.lexsort((ordr, ts)).astype(np.int64).tobytes())  # 8 B per event, not a list of ints
     del ts, ordr

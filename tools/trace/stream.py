@@ -8,8 +8,8 @@ never materialized. Of each event only what the analyses need is kept, in compac
   recorded and duration clipped at the next event's start on the same stream (float64 µs), interned
   name id, kind, device, stream, correlation id (45 bytes per GPU event);
 * every CPU-side event carrying a ``correlation`` (``cuda_runtime`` / ``cuda_driver`` launches,
-  graph launches): correlation, start, end, interned name, thread, event index (40 bytes);
-* every ``cpu_op``: start, end, interned name, thread, event index (32 bytes), for TraceLens's
+  graph launches): correlation, start, end, interned name, thread, event index (36 bytes);
+* every ``cpu_op``: start, end, interned name, thread, event index (28 bytes), for TraceLens's
   launcher rule;
 * the ids of ``ac2g`` flow start halves (8 bytes each), ``ProfilerStep#N`` and DataLoader intervals, and,
   for communication kernels only, their collective metadata;
@@ -354,8 +354,9 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     name_id, stream, device = array("i"), array("i"), array("i")
     kind = array("b")
     corr = array("q")
-    l_corr, l_ts, l_end, l_name, l_thr, l_ord = array("q"), array("d"), array("d"), array("i"), array("i"), array("q")
-    o_ts, o_end, o_name, o_thr, o_ord = array("d"), array("d"), array("i"), array("i"), array("q")
+    # event order: int32 (2^31 events would be a ~200 GB file)
+    l_corr, l_ts, l_end, l_name, l_thr, l_ord = array("q"), array("d"), array("d"), array("i"), array("i"), array("i")
+    o_ts, o_end, o_name, o_thr, o_ord = array("d"), array("d"), array("i"), array("i"), array("i")
     flows = array("q")
     names: list[str] = []
     name_index: dict[str, int] = {}
@@ -479,10 +480,10 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         names=names, launch_corr=np.frombuffer(l_corr, dtype=np.int64),
         launch_ts=np.frombuffer(l_ts, dtype=np.float64), launch_end=np.frombuffer(l_end, dtype=np.float64),
         launch_name=np.frombuffer(l_name, dtype=np.int32), launch_thread=np.frombuffer(l_thr, dtype=np.int32),
-        launch_order=np.frombuffer(l_ord, dtype=np.int64),
+        launch_order=np.frombuffer(l_ord, dtype=np.int32),
         op_ts=np.frombuffer(o_ts, dtype=np.float64), op_end=np.frombuffer(o_end, dtype=np.float64),
         op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
-        op_order=np.frombuffer(o_ord, dtype=np.int64), flow_ids=np.frombuffer(flows, dtype=np.int64),
+        op_order=np.frombuffer(o_ord, dtype=np.int32), flow_ids=np.frombuffer(flows, dtype=np.int64),
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts, bad_durations=bad_dur,
     )
