@@ -111,7 +111,11 @@ def timeline_from_intervals(comp, comm, memcpy) -> dict[str, TimelineRow]:
     """TraceLens's gpu_timeline rows from three lists of (start, end) µs intervals.
 
     Raises :class:`NoGpuEventsError` when all three are empty."""
-    comp_u, comm_u, mem_u = merge_intervals(comp), merge_intervals(comm), merge_intervals(memcpy)
+    return timeline_from_unions(merge_intervals(comp), merge_intervals(comm), merge_intervals(memcpy))
+
+
+def timeline_from_unions(comp_u, comm_u, mem_u) -> dict[str, TimelineRow]:
+    """:func:`timeline_from_intervals` of three lists already merged (:func:`merge_intervals`)."""
     all_u = merge_intervals(comp_u + comm_u + mem_u)  # the union of the three unions
     if not all_u:
         raise NoGpuEventsError("no GPU events to build a timeline from")
@@ -149,10 +153,31 @@ def _timeline_of(trace: KinetoTrace) -> dict[str, TimelineRow]:
     for g in trace.gpu:
         if trace.linked_only and not g.linked:
             continue
-        buckets[g.kind].append((g.ts, g.end))
+        buckets[g.kind].append(g)
     if not any(buckets):
         raise NoGpuEventsError(f"{trace.path.name}: no GPU events linked to a CPU launch")
-    return timeline_from_intervals(*buckets)
+    return timeline_from_unions(*(_union_of(b) for b in buckets))
+
+
+def _union_of(events: list[GpuEvent]) -> list[tuple[float, float]]:
+    """:func:`merge_intervals` of the events' (ts, end), without a tuple per event."""
+    out: list[tuple[float, float]] = []
+    cs = ce = None
+    for g in sorted(events, key=_start):
+        if cs is not None and g.ts <= ce:
+            if g.end > ce:
+                ce = g.end
+        else:
+            if cs is not None:
+                out.append((cs, ce))
+            cs, ce = g.ts, g.end
+    if cs is not None:
+        out.append((cs, ce))
+    return out
+
+
+def _start(g: GpuEvent) -> float:
+    return g.ts
 
 
 def rederive_timeline(path: str | Path, *, include_unlinked: bool = False) -> dict[str, TimelineRow]:
