@@ -77,10 +77,10 @@ def launch_parents(scan: TraceScan) -> np.ndarray:
         if isinstance(b, memoryview) and isinstance(b.obj, array) and b.obj.typecode == code and a.size == len(b.obj):
             return b.obj
         out = array(code)
-        out.frombytes(np.ascontiguousarray(a).tobytes())
+        out.frombytes(memoryview(np.ascontiguousarray(a)).cast("B"))
         return out
 
-    order_a = col(order.astype(np.int64), "q")
+    order_a = memoryview(np.ascontiguousarray(order, dtype=np.int64))  # Python ints on access, no copy
     del order
     o_thr, o_ts, o_end = col(scan.op_thread, "i"), col(scan.op_ts, "d"), col(scan.op_end, "d")
     l_thr, l_ts, l_end = col(scan.launch_thread, "i"), col(scan.launch_ts, "d"), col(scan.launch_end, "d")

@@ -513,8 +513,7 @@ def _runtime_parents(ld: KinetoLoader) -> array:
         if n_ops + n_rt else np.zeros(0)
     ordr = np.concatenate([np.frombuffer(ld.o_ord, dtype=np.int32), np.frombuffer(ld.r_ord, dtype=np.int32)]) \
         if n_ops + n_rt else np.zeros(0, dtype=np.int32)
-    order = array("q")
-    order.frombytes(np.lexsort((ordr, ts)).astype(np.int64).tobytes())  # 8 B per event, not a list of ints
+    order = memoryview(np.ascontiguousarray(np.lexsort((ordr, ts)), dtype=np.int64))  # ints on access, no list
     del ts, ordr
     o_ts, o_end, o_thr, o_name = ld.o_ts, ld.o_end, ld.o_thr, ld.o_name
     r_ts, r_end, r_thr = ld.r_ts, ld.r_end, ld.r_thr

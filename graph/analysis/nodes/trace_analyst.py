@@ -144,7 +144,10 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> Ran
     res["roofline_totals"] = roof.totals("external_id") if roof.error is None else None
     res["device_name"] = (res.get("stream") or {}).get("device_name") or ""
     try:
-        rederived = kineto.figures_of(loader.finish(rank))
+        tr = loader.finish(rank)
+        stream.trim_heap()  # the reader's linking temporaries are gone
+        rederived = kineto.figures_of(tr)
+        del tr
         rederived["roofline_correlation"] = roof.totals("correlation") if roof.error is None else None
         res["rederived"] = rederived
         stream.trim_heap()
