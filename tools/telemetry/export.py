@@ -10,6 +10,7 @@ empty or malformed export raises :class:`InputError` naming the line.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -105,10 +106,13 @@ def _parse_export_lines(lines: Iterable[bytes | str], origin: str) -> list[Serie
         if not line.strip():
             continue
         try:
-            d = orjson.loads(line)
+            try:
+                d = orjson.loads(line)
+            except orjson.JSONDecodeError:  # bare NaN/Infinity (Python's json.dumps writes them): stdlib reads them
+                d = json.loads(line)
             metric = {str(k): str(v) for k, v in d["metric"].items()}
             ts, vs = d["timestamps"], d["values"]
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise InputError(f"malformed telemetry export {origin}: line {i} is not a "
                              f'{{"metric","values","timestamps"}} JSON object') from None
         if len(ts) != len(vs):

@@ -21,13 +21,28 @@ exporter on ``node1:9400`` joins a job-info exporter on ``node1:8001``)::
                                     "host", "$1", "instance", "(.+?)(?::[0-9]+)?")) > 0))   @ time=end
 
 **Statistics over the raw samples** (no subquery grid, so a 690 W sample between grid points is
-the max): ``avg``/``max``/``min``/``pNN`` = ``avg_over_time``/``max_over_time``/``min_over_time``/
-``quantile_over_time`` of the range vector ``NAME[D]`` at ``time=end`` (``D`` = the job's length
-plus 1 ms, so the sample at the start counts); ``cpu_util`` ``avg`` = ``100 * (1 - Δidle/Δall)``
-between the first and last sample of the window (``last_over_time - first_over_time``). The
-same definitions as :mod:`.rawstats`, so the two paths agree to rounding. Sources that combine two raw series (``hbm_total``, ``hbm_used_pct``, AMD
-HBM bytes) and ``cpu_util``'s max/min/pNN need values at common times: they keep a 1 s subquery
-(``fn((<expr>)[Ds:1s])``), whose points are the last sample at or before each second.
+the max): ``max``/``min``/``pNN`` = ``max_over_time``/``min_over_time``/``quantile_over_time`` of
+the range vector ``NAME[D]`` at ``time=end`` (``D`` = the job's length plus 1 ms, so the sample at
+the start counts). ``avg`` is TIME-WEIGHTED (:func:`.rawstats.time_weighted_mean`): each raw
+sample holds until the next, the last until ``end``, over the time from the window's first sample
+to ``end``. MetricsQL's ``integrate(NAME[L])`` is that integral ("integral over raw samples",
+VictoriaMetrics MetricsQL docs) when its range starts exactly at the first sample ``t_f`` (the
+sample at the range start is the one it holds first; measured on 1.79.5, tests/test_promql.py).
+So :meth:`PromQL.job_stat` first reads each series' ``t_f`` (``tfirst_over_time(NAME[D])``), then
+evaluates, per group of series with one ``t_f``::
+
+    (integrate(NAME[<end - t_f>ms]) / <end - t_f>) and (tfirst_over_time(NAME[Dms]) == t_f)
+
+joined with ``or``. ``avg_over_time`` (a plain sample mean) would weight densely scraped stretches
+more and count the sample AT ``end`` as a full interval: 59.02 % instead of 60 % on the case
+``short-job-one-rms-sample``. ``cpu_util`` ``avg`` = ``100 * (1 - Δidle/Δall)`` between the first
+and last sample of the window (``last_over_time - first_over_time``), time-weighted by
+construction. The same definitions as :mod:`.rawstats`, so the two paths agree to rounding.
+VictoriaMetrics drops NaN samples at import, so these statistics are over the finite samples;
+:mod:`.rawstats` counts the NaN ones from the export. Sources that combine two raw series
+(``hbm_total``, ``hbm_used_pct``, AMD HBM bytes) and ``cpu_util``'s max/min/pNN need values at
+common times: they keep a 1 s subquery (``fn((<expr>)[Ds:1s])``), whose points are the last sample
+at or before each second.
 
 Errors: an unreachable TSDB raises :class:`ToolUnavailableError` with one line after at most 2
 attempts (connection errors only; a 4xx is never retried); a bad job id, an unknown metric or
@@ -118,13 +133,19 @@ def check_window(window: tuple[float, float]) -> tuple[float, float]:
 
 
 def _per_series(src: Source, stat: str, window: tuple[float, float], rate_window_s: int,
-                step_s: int | None) -> str:
-    """The per-series statistic over the window, evaluated at ``end`` (see module doc)."""
+                step_s: int | None, t_firsts: Sequence[float] | None = None) -> str:
+    """The per-series statistic over the window, evaluated at ``end`` (see module doc).
+    ``t_firsts``: the first-sample times of the series (:meth:`PromQL.first_sample_times`),
+    needed by the time-weighted ``avg`` of a single gauge; ``InputError`` when it is missing."""
     d_ms = _range_ms(window)
     if src.single:
         sel = f"{src.inputs[0]}[{d_ms}ms]"
         if stat in QUANTILE:
             body = f"quantile_over_time({QUANTILE[stat]}, {sel})"
+        elif stat == "avg":
+            if t_firsts is None:
+                raise InputError("a time-weighted avg needs the series' first sample times (PromQL.first_sample_times)")
+            body = tw_avg_expr(src.inputs[0], window, t_firsts)
         else:
             body = f"{stat}_over_time({sel})"
         return f"({body} * {src.scale:.17g})" if src.scale != 1.0 else body
@@ -135,6 +156,27 @@ def _per_series(src: Source, stat: str, window: tuple[float, float], rate_window
     t, dur, step = eval_grid(window, step_s)
     inner = f"({_expr(src, rate_window_s)})[{dur}s:{step}s]"
     return f"quantile_over_time({QUANTILE[stat]}, {inner})" if stat in QUANTILE else f"{stat}_over_time({inner})"
+
+
+def tw_avg_expr(name: str, window: tuple[float, float], t_firsts: Sequence[float]) -> str:
+    """MetricsQL of the time-weighted mean of raw gauge ``name`` over ``window`` (unix s), per
+    series, evaluated at ``end`` (ms precision), given the distinct first-sample times
+    ``t_firsts`` (unix s, ms precision) of its series in the window. Per ``t_f``:
+    ``(integrate(name[<end - t_f>ms]) / <end - t_f s>) and (tfirst_over_time(name[Dms]) == t_f)``
+    (a series whose only sample is at ``end``: ``avg_over_time``), the groups joined by ``or``.
+    No ``t_firsts`` (no samples): ``avg_over_time(name[Dms])``, which is then empty too."""
+    end = round(check_window(window)[1], 3)
+    d_ms = _range_ms(window)
+    parts = []
+    for tf in sorted({round(float(x), 3) for x in t_firsts}):
+        span_ms = int(round((end - tf) * 1000))
+        guard = f"(tfirst_over_time({name}[{d_ms}ms]) == {tf:.3f})"
+        body = (f"(integrate({name}[{span_ms}ms]) / {span_ms / 1000:.3f})" if span_ms > 0
+                else f"avg_over_time({name}[{d_ms}ms])")
+        parts.append(f"({body} and {guard})")
+    if not parts:
+        return f"avg_over_time({name}[{d_ms}ms])"
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
 
 def _range_ms(window: tuple[float, float]) -> int:
@@ -163,16 +205,17 @@ def eval_time(window: tuple[float, float], src: Source, stat: str) -> float:
 
 def stat_query(logical: str, jobid: str, window: tuple[float, float], stat: str = "avg", *,
                vendor: str, by_instance: bool = False, rate_window_s: int = DEFAULT_RATE_WINDOW_S,
-               step_s: int | None = None) -> tuple[str, float]:
+               step_s: int | None = None, t_firsts: Sequence[float] | None = None) -> tuple[str, float]:
     """The PromQL text of :meth:`PromQL.job_stat` and its evaluation time (unix s); see the
     module docstring for the form. ``by_instance``: one value per host (label ``host``).
+    ``t_firsts``: first-sample times of the series, for a time-weighted ``avg`` (:func:`tw_avg_expr`).
     Raises ``InputError`` for an unknown metric, vendor source, stat or bad window."""
     m = metric_def(logical)
     check_stat(stat)
     src = m.sources.get(vendor)
     if src is None:
         raise InputError(f"metric {logical!r} has no {vendor!r} source (has: {', '.join(m.sources)})")
-    joined = job_join(_per_series(src, stat, window, rate_window_s, step_s), jobid, window)
+    joined = job_join(_per_series(src, stat, window, rate_window_s, step_s, t_firsts), jobid, window)
     outer = STATS[stat]
     q = f"{outer} by (host) ({joined})" if by_instance else f"{outer}({joined})"
     return q, eval_time(window, src, stat)
@@ -387,9 +430,13 @@ class PromQL:
         win = check_window(window)
         v = self._vendor_for(m, jobid, win, vendor)
         if v == "none":
-            q, t = stat_query(logical_metric, jobid, win, stat, vendor=next(iter(m.sources)), step_s=step_s)
+            q, t = stat_query(logical_metric, jobid, win, stat, vendor=next(iter(m.sources)), step_s=step_s,
+                              t_firsts=())
             return StatResult(m.name, stat, None, m.unit, q, float(t), win, {}, 0, "none")
-        kw = dict(vendor=v, rate_window_s=self.rate_window_s, step_s=step_s)
+        src = m.sources.get(v)
+        t_firsts = (self.first_sample_times(src.inputs[0], jobid, win)
+                    if src is not None and src.single and stat == "avg" else None)
+        kw = dict(vendor=v, rate_window_s=self.rate_window_s, step_s=step_s, t_firsts=t_firsts)
         q, t = stat_query(logical_metric, jobid, win, stat, **kw)
         q_inst, _ = stat_query(logical_metric, jobid, win, stat, by_instance=True, **kw)
         src = m.sources[v]
@@ -404,6 +451,16 @@ class PromQL:
         count = int(float(cnt[0]["value"][1])) if cnt else 0
         return StatResult(m.name, stat, value, m.unit, q, float(t), win, per_inst, count, v,
                           per_instance_query=q_inst, source_metrics=src.inputs)
+
+    def first_sample_times(self, name: str, jobid: str, window: tuple[float, float]) -> list[float]:
+        """The distinct times (unix s, ms precision) of the first raw sample of ``name`` in
+        ``window`` over the series on the job's hosts (``tfirst_over_time``), for
+        :func:`tw_avg_expr`. ``[]`` when there is none."""
+        win = check_window(window)
+        q = job_join(f"tfirst_over_time({name}[{_range_ms(win)}ms])", jobid, win)
+        t = round(win[1], 3)
+        _wait_until_past(t)
+        return sorted({round(float(r["value"][1]), 3) for r in self.instant(q, t)})
 
     def series_query(self, logical_metric: str, jobid: str, vendor: str, window: tuple[float, float]) -> str:
         """The PromQL of :meth:`job_series`: ``avg by (host) (<expr joined to the job's hosts>)``."""

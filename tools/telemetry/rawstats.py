@@ -13,12 +13,24 @@ fault) stretches.
 
 Statistics per series, then across series (:data:`~.metrics.STATS`):
 
-- ``avg``/``max``/``min``/``pNN``: over every raw sample in ``[start, end]`` (the range vector
+- ``avg``: the TIME-WEIGHTED mean over the window (:func:`time_weighted_mean`): the raw samples in
+  ``[start, end]`` as a step function, each sample's value holding until the next sample (the last
+  one until ``end``), divided by the time they cover (from the first sample in the window to
+  ``end``). This is what VictoriaMetrics' ``integrate()`` sums (MetricsQL docs: "integral over
+  raw samples"; a sample holds until the next, as in Prometheus' instant-vector semantics), and
+  what :mod:`.promql` evaluates. A plain sample mean weights densely scraped stretches more and
+  counts the sample AT ``end`` (which describes the time after the job) like a full interval: on
+  the case ``short-job-one-rms-sample`` (100 % for 5 s, then 20 %, at 4 Hz) it gives 59.02 %
+  instead of the job's 60 %. A sample before the window start is never held into it (the
+  exporter may have been silent, and it describes the time before the job); the stretch before
+  the window's first sample is left out of the mean.
+- ``max``/``min``/``pNN``: over every raw sample in ``[start, end]`` (the range vector
   ``m[D]`` evaluated at ``end`` with ``D`` one millisecond longer than the job, so the sample at
-  the start counts): no evaluation grid, so a 690 W sample between grid points is the max. A
-  sample before the window start is never held into it: the exporter may have been silent (a
-  measured VictoriaMetrics 1.79.5 ``integrate()`` uses such a sample only within about one
-  scrape interval, which a plain-Python path cannot reproduce exactly, hence sample means).
+  the start counts): no evaluation grid, so a 690 W sample between grid points is the max.
+- NaN/inf samples (an exporter that lost the device) are left out of every statistic (a
+  VictoriaMetrics import drops them too) and counted (:attr:`RawStat.nan_count`); when every sample in
+  the window is NaN the statistic is ``None`` with ``sample_count == 0`` and ``nan_count > 0``,
+  which callers report as "all NaN", not as an absent series.
 - ``cpu_util`` (a counter): ``avg`` = ``100 * (1 - Δidle / Δall)`` between the first and the last
   sample in the window (a time-weighted mean by construction); other statistics over the
   utilisation of each pair of consecutive samples.
@@ -74,6 +86,27 @@ def raw_job_hosts(series_list: Sequence[Series], jobid: str, window: tuple[float
             if n:
                 out[s.host] = out.get(s.host, 0) + n
     return out
+
+
+def time_weighted_mean(timestamps: Sequence[float], values: Sequence[float], end: float) -> float:
+    """The time-weighted mean of samples ``(timestamps[i], values[i])`` (unix s, ascending, all
+    finite, all ``<= end``) over ``[timestamps[0], end]``: each value holds until the next sample,
+    the last one until ``end`` (a step function, as VictoriaMetrics' ``integrate()`` reads raw
+    samples). When the samples cover no time (one sample, at ``end``) it is their plain mean.
+
+    Example: samples 100 at 0.00, 0.25, ..., 4.75 s and 20 at 5.00, ..., 10.00 s, end 10 s ->
+    (100 * 5 + 20 * 5) / 10 = 60 (the plain mean of the 41 samples is 59.02). Raises
+    ``InputError`` when there are no samples."""
+    if not len(values):
+        raise InputError("time-weighted mean of no samples")
+    # whole milliseconds (as the TSDB stores times): unix seconds in float64 resolve only ~0.2 µs
+    t = np.round(np.asarray(timestamps, dtype=float) * 1000.0).astype(np.int64)
+    v = np.asarray(values, dtype=float)
+    w = np.diff(np.append(t, max(int(round(float(end) * 1000.0)), int(t[-1])))) / 1000.0
+    total = float(w.sum())
+    if total <= 0:
+        return float(v.mean())
+    return float((v * w).sum() / total)
 
 
 def _stat_of(values: Sequence[float], stat: str) -> float:
@@ -163,6 +196,8 @@ class RawStat:
     windows: dict[str, tuple[float, float]]
     window_source: str = "given"
     hosts: dict[str, int] = field(default_factory=dict)
+    #: NaN/inf samples in the window, left out of the statistic (``sample_count`` is the finite ones).
+    nan_count: int = 0
 
 
 def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",
@@ -194,6 +229,7 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
     else:
         src, vendor = _g(metric), vendor or "raw"
     per_series: list[tuple[str, float, int]] = []
+    nan_count = 0
     if src.kind == "cpu_counter":
         per_series = [(h, v, n) for h, (v, n) in _cpu_stat(series_list, src, set(windows), windows, stat).items()]
     else:
@@ -207,18 +243,26 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
             host = next(iter(by_name.values())).host
             lo, hi = windows[host]
             ts, vs = _combined(by_name, src)
-            inside = [v for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi]
-            if inside:
-                per_series.append((host, _stat_of(inside, stat), len(inside)))
+            pts = [(t, v) for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi]
+            finite = [(t, v) for t, v in pts if np.isfinite(v)]
+            nan_count += len(pts) - len(finite)
+            if not finite:
+                continue
+            if stat == "avg":
+                # end at millisecond precision: TSDB times are whole milliseconds (promql evaluates there)
+                val = time_weighted_mean([t for t, _ in finite], [v for _, v in finite], round(hi, 3))
+            else:
+                val = _stat_of([v for _, v in finite], stat)
+            per_series.append((host, val, len(finite)))
     if not per_series:
-        return RawStat(None, {}, 0, vendor, windows, source, hosts)
+        return RawStat(None, {}, 0, vendor, windows, source, hosts, nan_count)
     per_host: dict[str, list[float]] = {}
     for h, v, _ in per_series:
         per_host.setdefault(h, []).append(v)
     return RawStat(value=_across([v for _, v, _ in per_series], stat),
                    per_instance={h: _across(vs, stat) for h, vs in per_host.items()},
                    sample_count=sum(n for _, _, n in per_series), vendor=vendor, windows=windows,
-                   window_source=source, hosts=hosts)
+                   window_source=source, hosts=hosts, nan_count=nan_count)
 
 
 def raw_job_stat(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",
