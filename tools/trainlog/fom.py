@@ -183,15 +183,22 @@ def _summarise(
         if len(realized) < len(timed) - n_skip:
             notes.append(f"{len(timed) - n_skip - len(realized)} steady steps logged no realized batch")
 
-    # --- losses
+    # --- losses (NaN/inf ones are a diverged run: counted, named, and kept out of the means)
+    logged = [(f"step {s.index} of epoch {s.epoch}", s.loss) for s in steps if s.loss is not None]
     if parsed.logged_epoch_losses is not None:
-        epoch_losses = [parsed.logged_epoch_losses[k] for k in sorted(parsed.logged_epoch_losses)]
+        logged += [(f"epoch {k}'s train loss", parsed.logged_epoch_losses[k]) for k in sorted(parsed.logged_epoch_losses)]
+        epoch_losses = [parsed.logged_epoch_losses[k] for k in sorted(parsed.logged_epoch_losses)
+                        if math.isfinite(parsed.logged_epoch_losses[k])]
     else:
         epoch_losses = []
         for e in complete:
-            ls = [s.loss for s in per_epoch[e] if s.loss is not None]
+            ls = [s.loss for s in per_epoch[e] if s.loss is not None and math.isfinite(s.loss)]
             if ls:
                 epoch_losses.append(float(statistics.fmean(ls)))
+    bad_losses = [where for where, v in logged if not math.isfinite(v)]
+    if bad_losses:
+        notes.append(f"{len(bad_losses)} of {len(logged)} logged loss values are NaN/inf (first: {bad_losses[0]}): "
+                     "training diverged")
     if len(epoch_losses) >= 2:
         sanity = all(b < a for a, b in zip(epoch_losses, epoch_losses[1:]))
         decreased = epoch_losses[-1] < epoch_losses[0]
@@ -249,6 +256,10 @@ def _summarise(
         epoch_losses=epoch_losses,
         loss_sanity_pass=sanity,
         loss_decreased=decreased,
+        n_losses=len(logged),
+        n_nonfinite_losses=len(bad_losses),
+        first_nonfinite_loss=bad_losses[0] if bad_losses else None,
+        loss_diverged=(bool(bad_losses) if logged else None),
         fom_kind=kind,
         primary_fom=primary,
         primary_fom_name=pname,

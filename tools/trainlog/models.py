@@ -26,7 +26,10 @@ class FomResult(BaseModel):
     steps that logged their batch (lesson 31). ``loss_sanity_pass`` is the seed's rule, literally:
     epoch losses strictly decreasing; ``loss_decreased`` is the looser last < first (long runs
     plateau and a strictly-decreasing rule fails on noise). Both are ``None`` with fewer than two
-    epoch losses. ``primary_fom`` is ``epoch_time_s`` for latency-bound GNN work (lesson 5) and a
+    epoch losses. Epoch losses are means of the FINITE loss values; ``n_nonfinite_losses`` of the
+    ``n_losses`` logged values are NaN/inf (the first at ``first_nonfinite_loss``) and
+    ``loss_diverged`` is True when there is any (a NaN loss is a diverged run, whatever the
+    other values do), ``None`` when the log has no loss values. ``primary_fom`` is ``epoch_time_s`` for latency-bound GNN work (lesson 5) and a
     throughput for throughput-bound work (lesson 31); ``fom_higher_is_better`` says which way is
     better."""
 
@@ -57,6 +60,10 @@ class FomResult(BaseModel):
     epoch_losses: list[float]
     loss_sanity_pass: bool | None
     loss_decreased: bool | None
+    n_losses: int = 0
+    n_nonfinite_losses: int = 0
+    first_nonfinite_loss: str | None = None
+    loss_diverged: bool | None = None
     fom_kind: Literal["latency", "throughput"]
     primary_fom: float | None
     primary_fom_name: str | None

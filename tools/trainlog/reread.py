@@ -4,6 +4,7 @@ parser. Used by the deterministic telemetry verifier and by the LLM verifier's `
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,14 @@ __all__ = ["reread_log"]
 _STEP_TIME = re.compile(r"^\s*(?:0:\s*)?Batch \d+: .*?time ([0-9.eE+-]+) seconds")
 _TIC = re.compile(r"my rank 0\. tic4-tic1 in ([0-9.eE+-]+) seconds")
 _EPOCH_END = re.compile(r"Epoch (\d+) completed")
-_LOSS = re.compile(r"loss (?:tensor\()?([0-9.eE+-]+)")
+_LOSS = re.compile(r"loss (?:tensor\()?([-+]?(?:nan|inf(?:inity)?)\b|[0-9.eE+-]+)", re.IGNORECASE)
 _EDM_EPOCH = re.compile(r"^epoch: (\d+) batch_idx \d+")
 
 
 def reread_log(path: Path) -> dict[str, Any]:
-    """Step times (s), epochs (lists of step times) and per-epoch mean losses of rank 0, read
-    with this module's own patterns. Empty lists when nothing matches."""
+    """Step times (s), epochs (lists of step times), per-epoch mean losses (finite values only),
+    ``n_losses`` and ``n_nonfinite_losses`` (NaN/inf loss values) of rank 0, read with this
+    module's own patterns. Empty lists and zero counts when nothing matches."""
     steps: list[float] = []
     epochs: list[list[float]] = []
     losses: list[list[float]] = []
@@ -58,4 +60,6 @@ def reread_log(path: Path) -> dict[str, Any]:
         if _EPOCH_END.search(line):
             close_epoch()
     return {"steps": steps, "epochs": epochs,
-            "epoch_losses": [sum(x) / len(x) for x in losses if x]}
+            "epoch_losses": [sum(f) / len(f) for f in ([v for v in x if math.isfinite(v)] for x in losses) if f],
+            "n_losses": sum(len(x) for x in losses) + len(cur_loss),
+            "n_nonfinite_losses": sum(1 for x in [*losses, cur_loss] for v in x if not math.isfinite(v))}

@@ -77,6 +77,11 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tupl
                             f"last epoch ({res.epoch_losses[0]:.4g} → {res.epoch_losses[-1]:.4g}); strictly decreasing "
                             f"every epoch: {res.loss_sanity_pass}.", "fom.loss_decreased", res.loss_decreased, "bool",
                             [ev("loss_decreased")], confidence=0.9))
+    if res.loss_diverged:
+        claims.append(claim("om.fom.loss_diverged", ANALYST,
+                            f"Training diverged: {res.n_nonfinite_losses} of {res.n_losses} logged loss values are "
+                            f"NaN/inf (the first at {res.first_nonfinite_loss}); its step times do not describe a "
+                            "working run.", "fom.loss_diverged", True, "bool", [ev("loss_diverged")], confidence=0.95))
     return d, claims
 
 
@@ -164,11 +169,31 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
 MIN_SAMPLES = 2
 
 
+def _iso(t: float) -> str:
+    """Unix seconds as ``2026-11-30T12:00:00.000Z`` (UTC), or the number when out of range."""
+    from datetime import datetime, timezone
+
+    try:
+        return datetime.fromtimestamp(float(t), tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return repr(t)
+
+
 def job_window(pq: Any, manifest: Manifest) -> tuple[tuple[float, float], str, list[str]]:
     """The window the statistics cover: the job's SLURM start and end from the manifest (written
     from sacct); only when the manifest has none, the first..last ``rmsjob_info`` sample (which a
     stale series stretches). Returns ``(window, source, problems)``. Raises :class:`InputError`
-    when neither bounds the job (no SLURM times and fewer than two ``rmsjob_info`` samples)."""
+    when neither bounds the job (no SLURM times and fewer than two ``rmsjob_info`` samples), and
+    when the manifest's SLURM end is not after its start (an input error, named with both times:
+    never silently replaced by another window)."""
+    if manifest.start is not None and manifest.end is not None and not (math.isfinite(manifest.start)
+                                                                         and math.isfinite(manifest.end)):
+        raise InputError(f"job window start_unix={manifest.start}, end_unix={manifest.end} in manifest.json is not "
+                         "a finite time: no telemetry window")
+    if manifest.start is not None and manifest.end is not None and not manifest.end > manifest.start:
+        rel = "is before" if manifest.end < manifest.start else "equals"
+        raise InputError(f"job window end {_iso(manifest.end)} {rel} its start {_iso(manifest.start)} "
+                         f"(manifest.json end_unix={manifest.end}, start_unix={manifest.start}): no telemetry window")
     if manifest.start is not None and manifest.end is not None and manifest.end > manifest.start:
         return (float(manifest.start), float(manifest.end)), "SLURM start/end (manifest.json)", []
     w = pq.job_window(manifest.jobid)
@@ -196,10 +221,44 @@ def window_check(pq: Any, jobid: str, window: tuple[float, float]) -> dict[str, 
             "after_s": round(ts[-1] - window[1], 3), "interval_s": round(statistics.median(gaps), 3) if gaps else None}
 
 
-def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[str, Any], list[Claim]]:
+def _names_host(node: str, hosts: Any) -> bool:
+    """Whether SLURM node name ``node`` is one of ``hosts`` (telemetry host names), exactly or by
+    short name (``node1`` and ``node1.cluster.local`` are one host: exporters may report FQDNs)."""
+    short = node.split(".")[0]
+    return node in hosts or any(h.split(".")[0] == short for h in hosts)
+
+
+def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
+               window: tuple[float, float]) -> dict[str, tuple[int, int]]:
+    """``{metric: (finite samples, NaN/inf samples)}`` of the job's series in ``window`` read from
+    the raw export ``files``, for the metrics that have NaN samples there. VictoriaMetrics drops
+    NaN samples at import, so PromQL alone cannot tell "all NaN" from "no series". ``{}`` when
+    the export cannot be read or joined (the PromQL path reports that)."""
+    from ....tools.telemetry import export, rawstats
+
+    try:
+        series = [x for f in files for x in export.load_export(f)]
+    except Ai4sError:
+        return {}
+    out = {}
+    for metric in dict.fromkeys(metrics):
+        try:
+            d = rawstats.raw_job_stat_detail(series, metric, manifest.jobid, "max", window=window)
+        except Ai4sError:
+            continue
+        if d.nan_count:
+            out[metric] = (d.sample_count, d.nan_count)
+    return out
+
+
+def analyze_telemetry(url: str, source: str, manifest: Manifest,
+                      raw_files: list[Path] | None = None) -> tuple[dict[str, Any], list[Claim]]:
     """Telemetry statistics over the job's SLURM window, each with its PromQL query as evidence;
     ``findings["missing"]`` lists what could not be joined (job hosts with no GPU series, a job
-    with no ``rmsjob_info``), so telemetry is never dropped silently.
+    with no ``rmsjob_info``, a metric whose samples are all NaN), so telemetry is never dropped
+    silently. ``raw_files``: the JSON-lines exports the TSDB was loaded from, read to count NaN
+    samples (VictoriaMetrics drops them): statistics are over the finite samples, and each NaN
+    count is recorded in the statistic, its claim and ``missing``.
 
     Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
     :class:`InputError` when the job window is unknown."""
@@ -211,9 +270,15 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
     vendor = pq.detect_vendor(manifest.jobid, window)
     gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
     slurm_nodes = list(manifest.nodes_list)
-    if cov.job_hosts and set(slurm_nodes) & set(cov.job_hosts) and set(slurm_nodes) - set(cov.job_hosts):
+    absent = [n for n in slurm_nodes if not _names_host(n, cov.job_hosts)]
+    if cov.job_hosts and absent and len(absent) == len(slurm_nodes):
+        # no SLURM node matches: the statistics are of whatever hosts rmsjob_info names
+        missing.append(f"telemetry: none of the job's SLURM node(s) {', '.join(slurm_nodes)} has GPU series joined to "
+                       f"the job: rmsjob_info{{jobid=\"{manifest.jobid}\"}} names host(s) "
+                       f"{', '.join(sorted(cov.job_hosts))} instead, so the statistics are of those hosts")
+    elif cov.job_hosts and absent:
         # the exporters name hosts as SLURM does (some match), but not all of the job's nodes report
-        missing.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(n for n in slurm_nodes if n not in cov.job_hosts)}"
+        missing.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(absent)}"
                        ": their telemetry is not in the statistics")
     if not cov.job_hosts:
         missing.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
@@ -233,6 +298,12 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
         findings["window_check"] = chk
     claims: list[Claim] = []
     span = window[1] - window[0]
+    nans = nan_counts(raw_files, manifest, [m for m, _ in stats], window) if raw_files else {}
+    for metric, (fin, nan) in nans.items():
+        missing.append(f"telemetry: {metric}: {fin + nan} sample(s) in the job window, all NaN: no statistic"
+                       if not fin else f"telemetry: {metric}: {nan} of {fin + nan} sample(s) in the job window are "
+                       f"NaN: statistics over the {fin} finite one(s)")
+    findings["nan_samples"] = {m: {"finite": f, "nan": n} for m, (f, n) in nans.items()}
     wname = "SLURM" if wsource.startswith("SLURM") else "rmsjob_info"
     for metric, stat in stats:
         try:
@@ -243,16 +314,19 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest) -> tuple[dict[s
         if r.value is None:
             continue
         findings["stats"][f"{metric}.{stat}"] = {"value": r.value, "unit": r.unit, "query": r.query, "time": r.time,
-                                                 "per_instance": r.per_instance, "sample_count": r.sample_count}
+                                                 "per_instance": r.per_instance, "sample_count": r.sample_count,
+                                                 "nan_count": nans.get(metric, (0, 0))[1]}
         ev = Evidence(**r.evidence())
         ev.args.update({"url": url, "jobid": manifest.jobid})
         shown = (f"{r.value / 2**30:.2f} GiB" if r.unit == "bytes" else f"{r.value:.4g} {r.unit}")
         n_series = max(1, len(r.per_instance))
+        nan_note = (f"; {nans[metric][1]} NaN sample(s) left out" if metric in nans else "")
         few = (f"; only {r.sample_count} sample(s) in the window, too few for a trend"
                if r.sample_count < MIN_SAMPLES * n_series else f" from {r.sample_count} samples")
         claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
-                            f"Over the job's {span:.1f} s {wname} window, the {stat} {metric.replace('_', ' ')} is "
-                            f"{shown}{few}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6), r.unit, [ev]))
+                            f"Over the job's {span:.1f} s {wname} window, the {'time-weighted average' if stat == 'avg' else stat} "
+                            f"{metric.replace('_', ' ')} is "
+                            f"{shown}{few}{nan_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6), r.unit, [ev]))
     for metric in PLOT_METRICS:
         try:
             s = pq.job_series(metric, manifest.jobid, window, step_s=1.0)
@@ -302,6 +376,11 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
         claims += c
         parts.append(f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
                      if findings["fom"].get("primary_fom") is not None else "FOM parsed")
+        if findings["fom"].get("loss_diverged"):
+            f = findings["fom"]
+            missing.append(f"{ANALYST}: training log: training diverged: {f['n_nonfinite_losses']} of {f['n_losses']} "
+                           f"loss values are NaN/inf (first at {f['first_nonfinite_loss']})")
+            outcomes.append(Outcome.partial)
     except Ai4sError as e:
         missing.append(f"{ANALYST}: training log: {e}")
         outcomes.append(Outcome.partial)
@@ -316,7 +395,8 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     problems: list[str] = []
     try:
         with tsdb_for(req, run_dir, manifest, problems) as (url, source):
-            findings["telemetry"], c = analyze_telemetry(url, source, manifest)
+            raw_files = None if req.tsdb_url else [run_dir / p for p in manifest.artifacts.telemetry]
+            findings["telemetry"], c = analyze_telemetry(url, source, manifest, raw_files)
         claims += c
         parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
         problems += findings["telemetry"].pop("missing", [])

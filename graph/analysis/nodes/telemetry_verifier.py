@@ -48,6 +48,8 @@ def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: in
         if not sums:  # the analyst's stated fallback: no epoch free of warm-up, so warm-up included
             sums = [sum(ep) for ep in reread["epochs"]]
         return statistics.median(sums) if sums else None
+    if metric == "fom.loss_diverged":
+        return (reread["n_nonfinite_losses"] > 0) if reread.get("n_losses") else None
     if metric == "fom.loss_decreased":
         el = reread["epoch_losses"]
         return (el[-1] < el[0]) if len(el) >= 2 else None
@@ -62,7 +64,7 @@ def _verify_fom(c: Claim, state: AnalysisState, cache: dict[str, Any]) -> Verifi
         log = run_dir(state) / (manifest.artifacts.train_log or "train.log")
         rr = cache.setdefault(str(log), reread_log(log))
         v = _fom_value(metric, fom, rr, manifest.global_batch_size)
-        tol = Tolerance() if metric == "fom.loss_decreased" else REL_TOL
+        tol = Tolerance() if metric in ("fom.loss_decreased", "fom.loss_diverged") else REL_TOL
         return verdict(c, VERIFIER, v, tol, "own re-read of train.log (rank-0 step lines, median after the "
                        f"declared {fom.get('warmup_steps_skipped', 0)} warm-up steps)")
     # precision discriminator
