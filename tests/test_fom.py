@@ -419,3 +419,38 @@ def test_write_foms(tmp_path, shared_data):
     assert list(tmp_path.joinpath("run").iterdir()) == [out]  # no temporary file left
     with pytest.raises(InputError):
         fom.write_foms(r, tmp_path / "x.json", hbm_reserved_bytes=-1)
+
+
+# ------------------------------------------------------------------ a diverged run (NaN/inf loss)
+def _steps(losses_by_epoch: list[list[str]]) -> str:
+    out = []
+    for e, losses in enumerate(losses_by_epoch):
+        out += [f"Batch {i}: loss {v} time 0.0100 seconds" for i, v in enumerate(losses)]
+        out.append(f"Epoch {e} completed")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("epochs, n_bad, first, epoch_losses, decreased", [
+    # every loss NaN: no epoch loss, nothing to compare, and the run diverged at its first step
+    ([["nan"] * 4, ["nan"] * 4], 8, "step 0 of epoch 0", [], None),
+    # finite for an epoch, then inf/-nan from step 2 of epoch 1: epoch means over the finite values
+    ([["4.0", "3.0", "2.0", "1.0"], ["2.0", "1.0", "inf", "-nan"]], 2, "step 2 of epoch 1", [2.5, 1.5], True),
+])
+def test_nonfinite_losses_mark_a_diverged_run(tmp_path, epochs, n_bad, first, epoch_losses, decreased):
+    from ai4s_graph.tools.trainlog.reread import reread_log
+
+    p = tmp_path / "train.log"
+    p.write_text(_steps(epochs))
+    r = fom.parse_log(p, global_batch_size=8)
+    assert r.loss_diverged is True and r.n_losses == 8 and r.n_nonfinite_losses == n_bad
+    assert r.first_nonfinite_loss == first and r.epoch_losses == epoch_losses and r.loss_decreased is decreased
+    assert any("training diverged" in n for n in r.notes)
+    again = reread_log(p)  # the verifier's own reading counts the same values
+    assert again["n_losses"] == 8 and again["n_nonfinite_losses"] == n_bad and again["epoch_losses"] == epoch_losses
+
+
+def test_finite_losses_are_not_a_divergence(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_text(_steps([["4.0", "3.0"], ["2.0", "1.0"]]))
+    r = fom.parse_log(p, global_batch_size=8)
+    assert r.loss_diverged is False and r.n_nonfinite_losses == 0 and r.first_nonfinite_loss is None

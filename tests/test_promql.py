@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -148,10 +149,13 @@ def test_raw_path_on_real_export(shared_data):
     assert R.raw_job_windows(series, "91003") == {"vm": (1795960758.009, 1795960794.83)}
     d = R.raw_job_stat_detail(series, "gpu_util", "91003", "avg")  # no SLURM window: rmsjob_info's
     assert d.vendor == "nvidia" and d.sample_count == 147 and d.window_source == "rmsjob_info"
-    assert d.value == pytest.approx(89.381, abs=0.01)
+    # time-weighted: the sample at the window's end (rmsjob_info's last, 794.830) holds 0 s; the
+    # plain mean of the 147 samples (89.381) counts it as a full 0.25 s interval
+    assert d.value == pytest.approx(90.0439, abs=0.001)
     w = _slurm_window(shared_data, "91003")
     g = R.raw_job_stat_detail(series, "gpu_util", "91003", "avg", window=w)
-    assert g.window_source == "given" and g.hosts == {"vm": 147} and g.value == pytest.approx(89.381, abs=0.01)
+    # over the SLURM window (end 795.081) the last sample holds 0.251 s
+    assert g.window_source == "given" and g.hosts == {"vm": 147} and g.value == pytest.approx(89.4342, abs=0.001)
     # a raw metric name works too; an unknown job is a clear one-line error
     assert R.raw_job_stat(series, "DCGM_FI_DEV_GPU_UTIL", "91003") == pytest.approx(d.value)
     with pytest.raises(InputError, match="unknown job id"):
@@ -189,7 +193,9 @@ def test_gpu_util_91003_matches_notes_and_raw(pq, shared_data):
     r = pq.job_stat("gpu_util", "91003", w, "avg")
     assert r.value == pytest.approx(89.4, abs=0.05)  # notes/victoriametrics.md measured 89.4 %
     assert r.unit == "%" and r.vendor == "nvidia" and r.time == 1795960795.081
-    assert r.query.startswith("avg(label_replace(avg_over_time(DCGM_FI_DEV_GPU_UTIL[41688ms]), \"host\"")
+    # time-weighted: integrate() from the first sample in the window (758.009) to the end (795.081)
+    assert r.query.startswith("avg(label_replace((((integrate(DCGM_FI_DEV_GPU_UTIL[37072ms]) / 37.072) or "
+                              "avg_over_time(DCGM_FI_DEV_GPU_UTIL[41688ms])) and (tfirst_over_time(DCGM_FI_DEV_GPU_UTIL[41688ms]) == 1795960758.009)), \"host\"")
     assert 'rmsjob_info{jobid="91003"}' in r.query and "[" + "37s:1s]" not in r.query
     assert r.per_instance == {"vm": pytest.approx(r.value)}
     assert r.sample_count == 147  # every raw 0.25 s sample in the SLURM window
@@ -219,14 +225,15 @@ def test_promql_and_raw_paths_agree(pq, shared_data, jobid, metric):
 @pytest.mark.vm
 def test_known_values_of_the_two_runs(pq, shared_data):
     """Character from data/README: 91001 is launch-bound (GPU mostly idle), 91003 compute-bound.
-    Means of every raw sample in the jobs' SLURM windows (205 and 147 samples)."""
+    Time-weighted means of the raw samples in the jobs' SLURM windows (205 and 147 samples)."""
     w1, w3 = _slurm_window(shared_data, "91001"), _slurm_window(shared_data, "91003")
     s1 = pq.job_stat("gpu_util", "91001", w1)
     s3 = pq.job_stat("gpu_util", "91003", w3)
     assert s1.value == pytest.approx(18.137, abs=0.005) and s3.value > 4 * s1.value
     p1 = pq.job_stat("power", "91001", w1)
     p3 = pq.job_stat("power", "91003", w3)
-    assert p1.value == pytest.approx(131.65, abs=0.01) and p3.value == pytest.approx(631.75, abs=0.01)
+    # time-weighted means (plain sample means: 131.65 and 631.75 W; 91003's last sample holds 0.251 s)
+    assert p1.value == pytest.approx(131.648, abs=0.01) and p3.value == pytest.approx(632.041, abs=0.01)
     hbm = pq.job_stat("hbm_used", "91003", w3, "max")
     assert hbm.unit == "bytes" and hbm.value == 13121.875 * MIB  # FB_USED max 13121.875 MiB
 
@@ -379,3 +386,94 @@ def test_cpu_only_job_node_metrics(vm_server):
         tol = dict(rel=1e-9) if M.METRICS[metric].sources["node"].single else dict(rel=0.02, abs=0.2)
         assert r.value == pytest.approx(raw, **tol), metric
     assert pq.job_stat("mem_total", jobid, w, "max").value == mem_total  # the recorded figure
+
+
+# ------------------------------------------------------- time-weighted avg (issue 14, the kind)
+
+TW0 = 1795500000.0  # hand-built series (unix s; in the past: VictoriaMetrics drops future samples); jobs 9710x
+
+
+def _tw_export(path: Path, jobid: str, host: str, points: list[tuple[float, float]], rms: list[float]) -> None:
+    lab = {"gpu": "0", "device": "nvidia0", "Hostname": host, "instance": f"{host}:9400"}
+    rows = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", **lab}, "values": [v for _, v in points],
+             "timestamps": [int(round(t * 1000)) for t, _ in points]},
+            {"metric": {"__name__": "rmsjob_info", "instance": f"{host}:8001", "jobid": jobid},
+             "values": [1.0] * len(rms), "timestamps": [int(round(t * 1000)) for t in rms]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_time_weighted_mean_known_answers():
+    # the handed case's shape: 100 % for 5 s then 20 %, 4 Hz, samples at both window ends. The plain
+    # mean of the 41 samples is (20*100 + 21*20)/41 = 59.02; the sample AT the end describes the time
+    # after the job, so it holds 0 s: (100*5 + 20*5)/10 = 60 exactly
+    ts = [i * 0.25 for i in range(41)]
+    vs = [100.0 if t < 5 else 20.0 for t in ts]
+    assert statistics.fmean(vs) == pytest.approx(59.0244, abs=1e-4)
+    assert R.time_weighted_mean(ts, vs, 10.0) == 60.0
+    # irregular scrapes: 10 (1 s), 50 (1 s), 100 (6 s), 10 (2 s) -> 680/10; plain mean 42.5
+    assert R.time_weighted_mean([0, 1, 2, 8], [10, 50, 100, 10], 10.0) == pytest.approx(68.0)
+    # one sample at the end covers no time: its value
+    assert R.time_weighted_mean([10.0], [42.0], 10.0) == 42.0
+    with pytest.raises(InputError):
+        R.time_weighted_mean([], [], 1.0)
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("jobid, points, window, want, n", [
+    # irregular scrapes inside the window (first sample at the start): 680 / 10 s
+    ("97101", [(-3, 0.0), (0, 10.0), (1, 50.0), (2, 100.0), (8, 10.0), (12, 0.0)], (0, 10), 68.0, 4),
+    # a window not aligned to a 15 s scrape: the sample 7 s before the job (0 %) is not carried in;
+    # 80 holds 15 s and 40 holds 7 s from the first sample at +8 s: (80*15 + 40*7) / 22
+    ("97102", [(-7, 0.0), (8, 80.0), (23, 40.0), (38, 0.0)], (0, 30), (80 * 15 + 40 * 7) / 22, 2),
+    # a 4 Hz series whose window ends between samples (at +9.9 s): 100 for 5 s, 20 for 4.9 s
+    ("97103", [(i * 0.25, 100.0 if i < 20 else 20.0) for i in range(-8, 60)], (0, 9.9), (500 + 20 * 4.9) / 9.9, 40),
+])
+def test_time_weighted_avg_promql_and_raw_agree(vm_server, tmp_path, jobid, points, window, want, n):
+    f = tmp_path / "export.jsonl"
+    pts = [(TW0 + t, v) for t, v in points]
+    host = f"tw{jobid}"  # the session's VM holds every case: one host per case keeps the series apart
+    _tw_export(f, jobid, host, pts, [TW0 + window[0] + 1, TW0 + window[1] - 1])
+    vm_server.import_jsonl(f)
+    w = (TW0 + window[0], TW0 + window[1])
+    r = P.PromQL(vm_server.url).job_stat("gpu_util", jobid, w, "avg")
+    raw = R.raw_job_stat_detail(E.load_export(f), "gpu_util", jobid, "avg", window=w)
+    assert r.value == pytest.approx(want, rel=1e-12) and raw.value == pytest.approx(want, rel=1e-12)
+    assert r.sample_count == raw.sample_count == n and r.per_instance == {host: pytest.approx(want)}
+    assert "integrate(DCGM_FI_DEV_GPU_UTIL[" in r.query
+    assert float(P.PromQL(vm_server.url).instant(r.query, r.time)[0]["value"][1]) == r.value
+
+
+@pytest.mark.vm
+def test_time_weighted_avg_two_hosts_with_different_scrape_phases(vm_server, tmp_path):
+    f = tmp_path / "export.jsonl"
+    rows = []
+    for host, phase, val in (("phA", 0.0, 30.0), ("phB", 0.4, 90.0)):
+        pts = [(TW0 + 100 + phase + i, val if i < 5 else val / 3) for i in range(-2, 12)]
+        lab = {"gpu": "0", "Hostname": host, "instance": f"{host}:9400"}
+        rows.append({"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", **lab}, "values": [v for _, v in pts],
+                     "timestamps": [int(round(t * 1000)) for t, _ in pts]})
+        rows.append({"metric": {"__name__": "rmsjob_info", "instance": f"{host}:8001", "jobid": "97104"},
+                     "values": [1.0], "timestamps": [int((TW0 + 105) * 1000)]})
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    vm_server.import_jsonl(f)
+    w = (TW0 + 100, TW0 + 110)
+    r = P.PromQL(vm_server.url).job_stat("gpu_util", "97104", w, "avg")
+    # phA: 30 for 5 s, 10 for 5 s -> 20; phB from its first sample at +0.4: 90 for 5 s, 30 for 4.6 s
+    want_b = (90 * 5 + 30 * 4.6) / 9.6
+    assert r.per_instance == {"phA": pytest.approx(20.0), "phB": pytest.approx(want_b)}
+    assert r.value == pytest.approx((20.0 + want_b) / 2) and " or " in r.query
+    assert R.raw_job_stat(E.load_export(f), "gpu_util", "97104", "avg", window=w) == pytest.approx(r.value, rel=1e-12)
+
+
+def test_nan_samples_are_counted_and_left_out(tmp_path):
+    f = tmp_path / "export.jsonl"
+    nan = float("nan")
+    # json.dumps writes bare NaN, as a Python exporter would: the loader reads it
+    _tw_export(f, "97105", "nannode", [(TW0 + i, nan if i % 2 else (80.0 if i < 6 else 40.0)) for i in range(11)],
+               [TW0 + 5])
+    d = R.raw_job_stat_detail(E.load_export(f), "gpu_util", "97105", "avg", window=(TW0, TW0 + 10))
+    # finite samples 80 at 0, 2, 4 and 40 at 6, 8, 10: each holds until the next finite one -> 80 for 6 s, 40 for 4 s
+    assert d.value == pytest.approx(64.0) and d.sample_count == 6 and d.nan_count == 5
+    _tw_export(f, "97106", "nannode", [(TW0 + i, nan) for i in range(11)], [TW0 + 5])
+    d = R.raw_job_stat_detail(E.load_export(f), "gpu_util", "97106", "max", window=(TW0, TW0 + 10))
+    assert d.value is None and d.sample_count == 0 and d.nan_count == 11

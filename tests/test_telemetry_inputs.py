@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -96,8 +97,11 @@ def test_short_job_uses_its_slurm_window_and_draws_the_plot(shared_data, tmp_pat
     code, out = _run("--job", "94006", "--perf-run", str(run), "--out", str(tmp_path / "o"))
     rep = _report(tmp_path / "o")
     util = _claim(rep, "telemetry.gpu_util.avg")
-    # 100 % for 5 s then 20 %, 4 Hz: 20 samples at 100 and 21 at 20 in [start, end] -> 59.02 (60 +- 3)
-    assert util.claim.value == pytest.approx(59.024, abs=0.01) and util.verdict.value == "confirmed"
+    # 100 % for 5 s then 20 %, 4 Hz: 20 samples at 100 and 21 at 20 in [start, end]. Their plain mean
+    # is 59.02: it counts the sample AT the end (which describes the time after the job) as a full
+    # interval. Time-weighted over the SLURM window (each sample holds until the next): 60 exactly.
+    assert util.claim.value == 60.0 and util.verdict.value == "confirmed"
+    assert "time-weighted average gpu util is 60 % from 41 samples" in util.claim.statement
     assert "10.0 s SLURM window" in util.claim.statement
     assert (tmp_path / "o" / "telemetry.png").stat().st_size > 1000
     assert not [m for m in rep.missing if "telemetry plot" in m]
@@ -111,8 +115,13 @@ def test_compressed_nodelist_is_expanded_in_manifest_and_report(shared_data, tmp
     assert rep.nodes_list == want
     assert json.loads((tmp_path / "o" / "manifest.json").read_text())["nodes_list"] == want
     assert "gpu[01-03" not in (tmp_path / "o" / "report.md").read_text()
-    # the telemetry join runs through rmsjob_info (instance "vm"), not the SLURM names
+    # the telemetry join runs through rmsjob_info (instance "vm"), not the SLURM names; that none of
+    # the job's four nodes has GPU series is said, not hidden
     assert _claim(rep, "telemetry.gpu_util.avg").verdict.value == "confirmed"
+    assert [m for m in rep.missing if "telemetry:" in m] == [
+        "telemetry_analyst: telemetry: none of the job's SLURM node(s) gpu01, gpu02, gpu03, gpu07 has GPU series "
+        'joined to the job: rmsjob_info{jobid="91001"} names host(s) vm instead, so the statistics are of those hosts']
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
 
 
 # ------------------------------------------------------------------------------- other members
@@ -193,6 +202,126 @@ def test_a_job_with_one_scrape_says_how_many_samples(tmp_path):
     util = _claim(rep, "telemetry.gpu_util.avg")
     assert util.claim.value == 40.0
     assert "only 1 sample(s) in the window, too few for a trend" in util.claim.statement
+
+
+def test_slurm_nodes_matching_no_telemetry_host_are_named(shared_data, tmp_path):
+    """The manifest says gpu01; rmsjob_info and the GPU series say node1: the statistics are of node1,
+    and the report says that none of the job's nodes has GPU series (never STATUS=ok)."""
+    run = _gpu_run(tmp_path, "96006", start=T0, end=T0 + 20, gpu_inst="node1:9400", rms_inst="node1:8001",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, nodes="gpu01", log=_log(shared_data))
+    code, out = _run("--job", "96006", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert [m for m in rep.missing if "telemetry:" in m] == [
+        "telemetry_analyst: telemetry: none of the job's SLURM node(s) gpu01 has GPU series joined to the job: "
+        'rmsjob_info{jobid="96006"} names host(s) node1 instead, so the statistics are of those hosts']
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+    assert _claim(rep, "telemetry.gpu_util.avg").claim.value == pytest.approx(75.0)
+
+
+def test_a_slurm_node_with_rmsjob_info_but_no_gpu_series_is_named(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96007", start=T0, end=T0 + 20, gpu_inst="node1:9400", rms_inst="node1:8001",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, nodes="node[1-2]", log=_log(shared_data))
+    export = run / "telemetry" / "export.jsonl"
+    export.write_text(export.read_text() + _series("rmsjob_info", {"instance": "node2:8001", "jobid": "96007"},
+                                                   [(T0 + i, 1.0) for i in range(21)]))
+    code, out = _run("--job", "96007", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert [m for m in rep.missing if "telemetry:" in m] == [
+        "telemetry_analyst: telemetry: no GPU series for job host(s) node2: statistics cover node1 only"]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+
+
+def test_fqdn_exporters_match_short_slurm_names(shared_data, tmp_path):
+    run = _gpu_run(tmp_path, "96008", start=T0, end=T0 + 20, gpu_inst="node1.cluster.local:9400",
+                   rms_inst="node1.cluster.local:8001", util=lambda t: 75.0, power=lambda t: 450.0,
+                   t_from=T0 - 5, t_to=T0 + 25, rms_from=T0, rms_to=T0 + 20, nodes="node1", log=_log(shared_data))
+    code, out = _run("--job", "96008", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    assert not [m for m in rep.missing if "telemetry:" in m]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=ok")
+
+
+def test_all_nan_series_is_described_as_nan_not_absent(shared_data, tmp_path):
+    nan = float("nan")
+    run = _gpu_run(tmp_path, "96009", start=T0, end=T0 + 20, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: nan, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=_log(shared_data))
+    code, out = _run("--job", "96009", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    # 4 Hz over [T0, T0 + 20]: 81 samples, every one NaN
+    assert [m for m in rep.missing if "telemetry:" in m] == [
+        "telemetry_analyst: telemetry: gpu_util: 81 sample(s) in the job window, all NaN: no statistic"]
+    assert _claim(rep, "telemetry.gpu_util.avg") is None
+    assert _claim(rep, "telemetry.power.avg").claim.value == pytest.approx(450.0)
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+
+
+def test_some_nan_samples_are_left_out_and_counted(shared_data, tmp_path):
+    nan = float("nan")
+
+    def util(t):  # every other 4 Hz sample NaN; 80 % for the first 10 s, 40 % after
+        k = int(round((t - T0) * 4))
+        return nan if k % 2 else (80.0 if t < T0 + 10 else 40.0)
+    run = _gpu_run(tmp_path, "96010", start=T0, end=T0 + 20, gpu_inst="node1", rms_inst="node1",
+                   util=util, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=_log(shared_data))
+    code, out = _run("--job", "96010", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    u = _claim(rep, "telemetry.gpu_util.avg")
+    # the finite samples (41 of 81) each hold until the next finite one: 80 for 10 s, 40 for 10 s
+    assert u.claim.value == pytest.approx(60.0) and u.verdict.value == "confirmed"
+    assert "from 41 samples; 40 NaN sample(s) left out" in u.claim.statement
+    assert "telemetry_analyst: telemetry: gpu_util: 40 of 81 sample(s) in the job window are NaN: statistics over " \
+           "the 41 finite one(s)" in rep.missing
+
+
+@pytest.mark.parametrize("start, end, rel", [(T0 + 20, T0, "is before"), (T0, T0, "equals")])
+def test_a_window_ending_before_it_starts_is_a_named_input_error(shared_data, tmp_path, start, end, rel):
+    run = _gpu_run(tmp_path, "96011", start=start, end=end, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=_log(shared_data))
+    code, out = _run("--job", "96011", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    tel = [m for m in rep.missing if "telemetry" in m]
+    assert tel == [f"telemetry_analyst: telemetry: job window end 2026-11-30T00:53:{'20' if end == T0 else '40'}.000Z "
+                   f"{rel} its start 2026-11-30T00:53:{'40' if start > T0 else '20'}.000Z (manifest.json "
+                   f"end_unix={end}, start_unix={start}): no telemetry window"]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
+    assert _claim(rep, "telemetry.gpu_util.avg") is None
+    assert _claim(rep, "fom.steady_step_time_s").verdict.value == "confirmed"  # the rest of the run went on
+
+
+def _nan_loss_log(shared_data: Path, tmp_path: Path, from_step: int, word: str) -> Path:
+    lines = _log(shared_data).read_text().splitlines()
+    out, k = [], 0  # k counts step lines over the whole log (Batch N restarts every 20-step epoch)
+    for ln in lines:
+        m = re.match(r"Batch (\d+): loss \S+ (.*)", ln)
+        out.append(f"Batch {m.group(1)}: loss {word} {m.group(2)}" if m and k >= from_step else ln)
+        k += bool(m)
+    p = tmp_path / f"train-{word}-{from_step}.log"
+    p.write_text("\n".join(out) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("from_step, word, first", [(0, "nan", "step 0 of epoch 0"), (1500, "inf", "step 0 of epoch 75")])
+def test_nan_loss_is_a_diverged_run(shared_data, tmp_path, from_step, word, first):
+    """All losses NaN, or inf from step 1500 on (of 3000): either way the run diverged."""
+    log = _nan_loss_log(shared_data, tmp_path, from_step, word)
+    run = _gpu_run(tmp_path, "96012", start=T0, end=T0 + 20, gpu_inst="node1", rms_inst="node1",
+                   util=lambda t: 75.0, power=lambda t: 450.0, t_from=T0 - 5, t_to=T0 + 25,
+                   rms_from=T0, rms_to=T0 + 20, log=log)
+    code, out = _run("--job", "96012", "--perf-run", str(run), "--out", str(tmp_path / "o"))
+    rep = _report(tmp_path / "o")
+    div = _claim(rep, "fom.loss_diverged")
+    n_bad = sum(1 for ln in log.read_text().splitlines() if f"loss {word}" in ln)
+    n_all = sum(1 for ln in log.read_text().splitlines() if ln.startswith("Batch "))
+    assert div.claim.value is True and div.verdict.value == "confirmed"
+    assert f"{n_bad} of {n_all} logged loss values are NaN/inf" in div.claim.statement
+    assert f"(the first at {first})" in div.claim.statement
+    assert [m for m in rep.missing if "diverged" in m]
+    assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
 
 
 # ------------------------------------------------------------------------------- refused runs

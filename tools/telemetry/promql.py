@@ -31,9 +31,11 @@ sample at the range start is the one it holds first; measured on 1.79.5, tests/t
 So :meth:`PromQL.job_stat` first reads each series' ``t_f`` (``tfirst_over_time(NAME[D])``), then
 evaluates, per group of series with one ``t_f``::
 
-    (integrate(NAME[<end - t_f>ms]) / <end - t_f>) and (tfirst_over_time(NAME[Dms]) == t_f)
+    ((integrate(NAME[<end - t_f>ms]) / <end - t_f>) or avg_over_time(NAME[Dms]))
+      and (tfirst_over_time(NAME[Dms]) == t_f)
 
-joined with ``or``. ``avg_over_time`` (a plain sample mean) would weight densely scraped stretches
+joined with ``or`` (``integrate`` is empty when a series has one sample in the window, whose
+time-weighted mean is that sample: hence the ``avg_over_time`` fallback). ``avg_over_time`` (a plain sample mean) would weight densely scraped stretches
 more and count the sample AT ``end`` as a full interval: 59.02 % instead of 60 % on the case
 ``short-job-one-rms-sample``. ``cpu_util`` ``avg`` = ``100 * (1 - Δidle/Δall)`` between the first
 and last sample of the window (``last_over_time - first_over_time``), time-weighted by
@@ -76,8 +78,14 @@ MAX_SUBQUERY_POINTS = 20000
 #: ``rate()`` window (s) for counter-based node metrics (``cpu_util`` max/min/pNN); 0 = MetricsQL's
 #: automatic window (max(step, sample interval)), which suits both our 0.5 s sampler and a 15 s scrape.
 DEFAULT_RATE_WINDOW_S = 0
-#: The metric names whose presence marks a GPU series (one per vendor), for coverage checks.
-GPU_PROBE_NAMES = tuple(src.inputs[0] for src in METRICS[VENDOR_PROBE].sources.values())
+#: Logical metrics whose raw series mark a host's GPU telemetry. More than the utilisation: an
+#: exporter whose utilisation samples are all NaN (dropped by VictoriaMetrics at import) still
+#: reports power and clocks, and those must not be lost with it.
+GPU_PROBE_METRICS = (VENDOR_PROBE, "power", "sm_clock")
+#: Per vendor, the raw names of :data:`GPU_PROBE_METRICS`.
+GPU_PROBE_BY_VENDOR = {v: tuple(METRICS[m].sources[v].inputs[0] for m in GPU_PROBE_METRICS) for v in ("nvidia", "amd")}
+#: The metric names whose presence marks a GPU series (any vendor), for coverage checks.
+GPU_PROBE_NAMES = tuple(n for names in GPU_PROBE_BY_VENDOR.values() for n in names)
 
 
 def _host_label(expr: str) -> str:
@@ -162,8 +170,9 @@ def tw_avg_expr(name: str, window: tuple[float, float], t_firsts: Sequence[float
     """MetricsQL of the time-weighted mean of raw gauge ``name`` over ``window`` (unix s), per
     series, evaluated at ``end`` (ms precision), given the distinct first-sample times
     ``t_firsts`` (unix s, ms precision) of its series in the window. Per ``t_f``:
-    ``(integrate(name[<end - t_f>ms]) / <end - t_f s>) and (tfirst_over_time(name[Dms]) == t_f)``
-    (a series whose only sample is at ``end``: ``avg_over_time``), the groups joined by ``or``.
+    ``((integrate(name[<end - t_f>ms]) / <end - t_f s>) or avg_over_time(name[Dms])) and
+    (tfirst_over_time(name[Dms]) == t_f)`` (``integrate`` is empty for a series with one sample in
+    the window, whose time-weighted mean is that sample), the groups joined by ``or``.
     No ``t_firsts`` (no samples): ``avg_over_time(name[Dms])``, which is then empty too."""
     end = round(check_window(window)[1], 3)
     d_ms = _range_ms(window)
@@ -171,8 +180,9 @@ def tw_avg_expr(name: str, window: tuple[float, float], t_firsts: Sequence[float
     for tf in sorted({round(float(x), 3) for x in t_firsts}):
         span_ms = int(round((end - tf) * 1000))
         guard = f"(tfirst_over_time({name}[{d_ms}ms]) == {tf:.3f})"
-        body = (f"(integrate({name}[{span_ms}ms]) / {span_ms / 1000:.3f})" if span_ms > 0
-                else f"avg_over_time({name}[{d_ms}ms])")
+        # integrate() of a series with one sample in the window (at t_f) is empty: its value is the mean
+        one = f"avg_over_time({name}[{d_ms}ms])"
+        body = f"((integrate({name}[{span_ms}ms]) / {span_ms / 1000:.3f}) or {one})" if span_ms > 0 else one
         parts.append(f"({body} and {guard})")
     if not parts:
         return f"avg_over_time({name}[{d_ms}ms])"
@@ -385,17 +395,18 @@ class PromQL:
         return Coverage(self.job_hosts(jobid, window), gpu)
 
     def detect_vendor(self, jobid: str, window: tuple[float, float]) -> Vendor:
-        """``"nvidia"`` if the job's hosts have dcgm-exporter GPU samples in ``window``,
-        ``"amd"`` if Omnistat ``rocm_*`` ones, else ``"none"`` (a CPU-only job, or GPU series
+        """``"nvidia"`` if the job's hosts have dcgm-exporter GPU samples (utilisation, power or
+        SM clock: :data:`GPU_PROBE_METRICS`) in ``window``, ``"amd"`` if Omnistat ``rocm_*`` ones, else ``"none"`` (a CPU-only job, or GPU series
         that match none of the job's hosts: see :meth:`coverage`)."""
         key = (check_jobid(jobid), check_window(window))
         if key in self._vendor_cache:
             return self._vendor_cache[key]  # type: ignore[return-value]
         found: Vendor = "none"
         for vendor in ("nvidia", "amd"):
-            src = METRICS[VENDOR_PROBE].sources[vendor]
-            q = f"sum({job_join(_count_series(src, window, 0, None), jobid, window)})"
-            t = eval_time(window, src, "max")
+            names = "|".join(GPU_PROBE_BY_VENDOR[vendor])
+            inner = f'count_over_time({{__name__=~"{names}"}}[{_range_ms(window)}ms])'
+            q = f"sum({job_join(inner, jobid, window)})"
+            t = round(float(window[1]), 3)
             _wait_until_past(t)
             res = self.instant(q, t)
             if res and float(res[0]["value"][1]) > 0:

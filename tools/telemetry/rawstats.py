@@ -23,7 +23,10 @@ Statistics per series, then across series (:data:`~.metrics.STATS`):
   the case ``short-job-one-rms-sample`` (100 % for 5 s, then 20 %, at 4 Hz) it gives 59.02 %
   instead of the job's 60 %. A sample before the window start is never held into it (the
   exporter may have been silent, and it describes the time before the job); the stretch before
-  the window's first sample is left out of the mean.
+  the window's first sample is left out of the mean. Sources that combine two raw series
+  (``hbm_used_pct``, ``mem_used_pct``, AMD HBM bytes) average the combined values at their common
+  sample times (the PromQL path reads them on a 1 s subquery grid: the same to the grid's
+  resolution).
 - ``max``/``min``/``pNN``: over every raw sample in ``[start, end]`` (the range vector
   ``m[D]`` evaluated at ``end`` with ``D`` one millisecond longer than the job, so the sample at
   the start counts): no evaluation grid, so a 690 W sample between grid points is the max.
@@ -248,7 +251,7 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
             nan_count += len(pts) - len(finite)
             if not finite:
                 continue
-            if stat == "avg":
+            if stat == "avg" and src.single:
                 # end at millisecond precision: TSDB times are whole milliseconds (promql evaluates there)
                 val = time_weighted_mean([t for t, _ in finite], [v for _, v in finite], round(hi, 3))
             else:

@@ -270,6 +270,10 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
     vendor = pq.detect_vendor(manifest.jobid, window)
     gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
     slurm_nodes = list(manifest.nodes_list)
+    # VictoriaMetrics drops NaN samples at import: count them in the raw export, so a series of NaN
+    # is reported as such, not as an absent one
+    nans = (nan_counts(raw_files, manifest, [m for m, _ in TELEMETRY_STATS + CPU_STATS], window)
+            if raw_files and cov.job_hosts else {})
     absent = [n for n in slurm_nodes if not _names_host(n, cov.job_hosts)]
     if cov.job_hosts and absent and len(absent) == len(slurm_nodes):
         # no SLURM node matches: the statistics are of whatever hosts rmsjob_info names
@@ -283,7 +287,7 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
     if not cov.job_hosts:
         missing.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
                        f"{promql.JOIN_MARGIN_S:.0f} s of the job window: its telemetry cannot be joined to it")
-    elif vendor == "none" and (gpu_job or cov.gpu_hosts):
+    elif vendor == "none" and (gpu_job or cov.gpu_hosts) and not nans:
         missing.append(f"telemetry: no GPU series matches the job's host(s) {', '.join(sorted(cov.job_hosts))}"
                        + (f" (GPU series in the window come from {', '.join(cov.gpu_hosts)})" if cov.gpu_hosts else ""))
     elif vendor != "none" and cov.unmatched:
@@ -298,7 +302,6 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
         findings["window_check"] = chk
     claims: list[Claim] = []
     span = window[1] - window[0]
-    nans = nan_counts(raw_files, manifest, [m for m, _ in stats], window) if raw_files else {}
     for metric, (fin, nan) in nans.items():
         missing.append(f"telemetry: {metric}: {fin + nan} sample(s) in the job window, all NaN: no statistic"
                        if not fin else f"telemetry: {metric}: {nan} of {fin + nan} sample(s) in the job window are "
