@@ -19,11 +19,11 @@ from ai4s_graph.graph.agents import llm  # noqa: E402
 from ai4s_graph.state import Claim, Evidence, Tolerance, Verdict, VerifiedClaim  # noqa: E402
 from ai4s_graph.state.status import Outcome  # noqa: E402
 
-#: raw-sample averages of job 91003 (telemetry/export.jsonl), computed once from the export: power
-#: over seconds 0-5 after the manifest's SLURM start (start-up: the GPU is not yet busy) and over the
-#: whole job, in W
+#: time-weighted raw-sample averages of job 91003 (telemetry/export.jsonl), computed once from the
+#: export: power over seconds 0-5 after the manifest's SLURM start (start-up: the GPU is not yet
+#: busy; two samples) and over the whole SLURM window, in W (the plain sample mean is 631.747)
 POWER_0_5_W = 122.3
-POWER_JOB_W = 631.747
+POWER_JOB_W = 632.041
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def test_raw_subwindow_stat_known_answers(shared_data):
     sub, win = raw_subwindow_stat(s, "power", "91003", "avg", 0, 5, base)
     full, _ = raw_subwindow_stat(s, "power", "91003", "avg", None, None, base)
     assert win == (0.0, 5.0) and sub.value == pytest.approx(POWER_0_5_W, abs=0.01)
-    assert full.value == pytest.approx(rawstats.raw_job_stat(s, "power", "91003", "avg")) == pytest.approx(POWER_JOB_W, abs=0.01)
+    assert full.value == pytest.approx(rawstats.raw_job_stat(s, "power", "91003", "avg", window=base)) \
+        == pytest.approx(POWER_JOB_W, abs=0.01)
 
 
 def test_deterministic_verifier_judges_a_subwindow_claim_over_its_window(run91003, tmp_path):
