@@ -218,18 +218,22 @@ def test_exit_42_on_a_lever_job_excludes_the_node_and_does_not_penalize_the_leve
     cat.write_text(yaml.safe_dump(data, sort_keys=False))
 
     stop = threading.Event()
+    broken: list[str] = []
 
-    def break_node1_after_baseline() -> None:
-        # once the baseline is journaled, node1's per-node mount "breaks": the lever's job lands
-        # there and its probe fails (exit 42)
+    def break_the_baseline_node() -> None:
+        # once the baseline is journaled, the per-node mount of the node it ran on "breaks": the
+        # lever's job is pinned there and its probe fails (exit 42). The node is read from the
+        # journal, not assumed: SLURM may place the baseline on either node (another suite's jobs)
         while not stop.is_set():
             dirs = list((tmp_path / "loops").glob("loop-*"))
-            if dirs and _journal(dirs[0]):
-                shutil.rmtree(scratch / "node1", ignore_errors=True)
+            recs = _journal(dirs[0]) if dirs else []
+            if recs:
+                broken.append(recs[0]["nodes_list"][0][0])
+                shutil.rmtree(scratch / broken[0], ignore_errors=True)
                 return
             time.sleep(0.05)
 
-    t = threading.Thread(target=break_node1_after_baseline, daemon=True)
+    t = threading.Thread(target=break_the_baseline_node, daemon=True)
     t.start()
     try:
         cp = subprocess.run(_argv(tmp_path, "--iterations", "2", catalog=cat), cwd=tmp_path,
@@ -240,25 +244,27 @@ def test_exit_42_on_a_lever_job_excludes_the_node_and_does_not_penalize_the_leve
     assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-2000:]
     d = _loop_dir(tmp_path)
     base, lever, crash = _journal(d)
-    assert base["nodes_list"] == [["node1"], ["node1"]], "SLURM did not place the baseline on node1 (idle cluster?)"
+    bad = base["nodes_list"][0][0]
+    other = "node2" if bad == "node1" else "node1"
+    assert broken == [bad] and base["nodes_list"] == [[bad], [bad]]  # the replicate is pinned to the first run's node
     assert lever["lever"] == "threads_2" and len(lever["infra_retries"]) == 1, lever
     retry = lever["infra_retries"][0]
     first, second = lever["job_ids"]
-    assert retry["job_id"] == first and retry["bad_nodes"] == ["node1"] and retry["exit_code"] == "42:0"
+    assert retry["job_id"] == first and retry["bad_nodes"] == [bad] and retry["exit_code"] == "42:0"
     r1, r2 = slurm.sacct(first), slurm.sacct(second)
-    assert r1.base_state == "FAILED" and r1.exit_code == "42:0" and r1.nodelist == ["node1"]
-    assert r2.base_state == "COMPLETED" and r2.nodelist == ["node2"]
-    assert lever["nodes_list"] == [["node2"]] and lever["same_nodes_as_baseline"] is False
+    assert r1.base_state == "FAILED" and r1.exit_code == "42:0" and r1.nodelist == [bad]
+    assert r2.base_state == "COMPLETED" and r2.nodelist == [other]
+    assert lever["nodes_list"] == [[other]] and lever["same_nodes_as_baseline"] is False
     # the re-run landed on another node than the baseline: never accepted silently (lessons 9, 10,
     # 18): the placement guard rejects the comparison, the lever is not penalized
     assert lever["decision"] == "rejected-guard" and lever["decision"] != "failed"
-    assert "ran on node2, reference on node1" in lever["why"]
+    assert f"ran on {other}, reference on {bad}" in lever["why"]
     assert "no node-class conclusion" in lever["why"]
-    assert health.read_known_bad(d / "known_bad_nodes.txt") == ["node1"]
+    assert health.read_known_bad(d / "known_bad_nodes.txt") == [bad]
     probe = health.parse_probe_file(tmp_path / "shared" / "models" / "cpu-toy" / "perf-runs" / first / health.PROBE_FILE)
-    assert probe.bad_nodes == ["node1"]
+    assert probe.bad_nodes == [bad]
     script = next((d / "jobs").glob(f"ai4s-*-i1-s1.cpu-toy.sbatch")).read_text()
-    assert "#SBATCH --exclude=node1\n" in script
+    assert f"#SBATCH --exclude={bad}\n" in script
     assert "#SBATCH --exclude" not in next((d / "jobs").glob("ai4s-*-i1-s0.cpu-toy.sbatch")).read_text()
     upd = L.load_catalog(d / "catalog.updated.yaml")
     assert upd.lever("threads_2").status.value == "candidate"  # not penalized (lesson 1)
@@ -267,7 +273,7 @@ def test_exit_42_on_a_lever_job_excludes_the_node_and_does_not_penalize_the_leve
     assert crash["lever"] == "crashing_dataset" and crash["decision"] == "failed"
     assert "invalid choice: 'sharded'" in crash["why"]
     jid = crash["job_ids"][0]
-    assert slurm.sacct(jid).base_state == "FAILED" and crash["nodes_list"] == [["node2"]]
+    assert slurm.sacct(jid).base_state == "FAILED" and crash["nodes_list"] == [[other]]
     blocked = upd.lever("crashing_dataset")
     assert blocked.status.value == "blocked" and "invalid choice: 'sharded'" in blocked.evidence[-1].error
     assert blocked.evidence[-1].jobs == [jid]
