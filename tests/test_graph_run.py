@@ -94,6 +94,7 @@ def test_91001_compare_91002_applies_the_precision_discriminator(shared_data, tm
     assert rep.bottleneck.klass.value == "dispatch-bound"
     assert "om.compare.bottleneck" in rep.bottleneck.supporting_claims
     assert "lesson 13" in rep.bottleneck.rationale
+    assert "(seed 000 lesson 13))." in rep.bottleneck.rationale and ".)." not in rep.bottleneck.rationale
 
 
 def test_rerun_of_a_finished_run_does_not_run_nodes_again(r91001, shared_data):

@@ -201,10 +201,12 @@ def _raw_count(path: str | Path, pattern: str) -> int:
     The text is scanned in :data:`_RAW_CHUNK` chunks with a :data:`_RAW_OVERLAP` overlap (memory: one
     chunk)."""
     p = Path(path)
-    rx = re.compile(rb'"name":\s*"' + pattern.encode())
+    rx = re.compile(rb'"name"\s*:\s*"' + pattern.encode())
     n = 0
     carry = b""
-    with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
+    with open(p, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"  # by content, as the readers do, not by the file name
+    with (gzip.open(p, "rb") if gz else open(p, "rb")) as fh:
         while True:
             chunk = fh.read(_RAW_CHUNK)
             buf = carry + chunk
@@ -452,8 +454,8 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
     log_path = str(Path(run_dir) / arts["train_log"]) if log and run_dir and arts.get("train_log") else None
     from ...tools.errors import InputError
 
-    names, totals = res.get("triage_names"), res.get("roofline_totals")
-    if names is None or totals is None:  # no analysis-pass counts (a SLURM-array rank): one read here
+    names, totals = res.get("triage_names"), res.get("roofline_totals")  # None totals: no roofline readable
+    if "triage_names" not in res:  # no analysis-pass counts (a SLURM-array rank): one read here
         from ...tools.perfmodel.roofline import RooflineCollector
         from ...tools.trace.stream import feed_events
 
@@ -462,13 +464,18 @@ def attach_trace_triage(trace_findings: dict[str, Any], good: list[dict[str, Any
             feed_events(res["path"], (counter.feed, col.feed))
         except InputError:
             return []
-        names, totals = counter.counts, col.totals("external_id")
-    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, names=names)
+        names = counter.counts
+        try:
+            totals = col.totals("external_id")
+        except (InputError, TypeError, ValueError):
+            totals = None  # no roofline; the name checks stand
+    found = triage_trace(res["path"], log_text=log, env=env, log_path=log_path, names=names or {})
     for f in found:
         for e in f.claim.evidence:
             e.args.update(rank=res.get("rank"), path=res["path"])
-    rc, rf = roofline_claims(res["path"], m.get("gpu"), res.get("rank"), totals=totals,
-                             device=res.get("device_name") or _trace_device(res["path"]))
+    rc, rf = ([], None) if totals is None else \
+        roofline_claims(res["path"], m.get("gpu"), res.get("rank"), totals=totals,
+                        device=res.get("device_name") or _trace_device(res["path"]))
     trace_findings["triage"] = [{"id": f.claim.id, "lever": f.lever, "why": f.why} for f in found]
     trace_findings["triage"] += [{"id": c.id, "lever": "fuse_elementwise", "why": "bring the memory-bound category "
                                   "to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"} for c in rc]

@@ -319,7 +319,7 @@ def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts:
         if klass in DISC_CONSISTENT.get(str(disc.claim.value), set()):
             support += [disc.claim.id] + ([speed.claim.id] if speed else [])
             conf += AGREE_BONUS
-            why += f" The precision pair agrees ({disc.claim.statement.split(': ', 1)[-1]})."
+            why += f" The precision pair agrees ({disc.claim.statement.split(': ', 1)[-1].rstrip('.')})."
         else:
             contradictions.append(_disc_contradiction(crit, disc, speed, compare))
             conf -= CONTRA_PENALTY

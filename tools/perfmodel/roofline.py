@@ -37,6 +37,16 @@ def _device_name(data: dict) -> str:
     return str(props[0].get("name", "")) if props else ""
 
 
+def _hashable_id(x: Any) -> bool:
+    """A link id the roofline can match: an int or a string (None, lists and the like link nothing)."""
+    return (type(x) is int or type(x) is str) and x is not None
+
+
+def _dur(ev: dict) -> float:
+    d = ev.get("dur")
+    return float(d) if type(d) in (int, float) and d == d and d >= 0 else 0.0
+
+
 class RooflineCollector:
     """Collects, from trace events fed one at a time (:meth:`feed`), what the roofline needs, in
     compact columns: the outermost-candidate modelled ops (thread, start, end, cost), every
@@ -76,10 +86,13 @@ class RooflineCollector:
         if type(ev) is not dict or ev.get("ph") != "X":
             return
         cat = ev.get("cat")
+        ts = ev.get("ts")
+        if type(ts) not in (int, float):  # no usable start: not an interval (the readers skip it too)
+            return
         if cat == "kernel":
             args = ev.get("args") or {}
-            ts = float(ev.get("ts", 0.0))
-            end = ts + float(ev.get("dur", 0) or 0)
+            ts = float(ts)
+            end = ts + _dur(ev)
             self.k_first, self.k_last = min(self.k_first, ts), max(self.k_last, end)
             if self.shapes is not False:
                 self.k_ext.append(args.get("External id"))
@@ -97,25 +110,25 @@ class RooflineCollector:
                     self.modelled, self.k_ext, self.k_corr = [], [], []
                     self.k_ts, self.k_end = array("d"), array("d")
                     return
-            ts = float(ev.get("ts", 0.0))
-            end = ts + float(ev.get("dur", 0) or 0)
+            ts = float(ts)
+            end = ts + _dur(ev)
             thr = self._thr(ev)
             c = op_cost(ev.get("name") or "", args)
             if c is not None:
                 self.modelled.append((thr, ts, end, c))
             x = args.get("External id")
-            if x is not None:
+            if _hashable_id(x):
                 col = self.ids["external_id"]
                 col[0].append(x)
                 col[1].append(thr)
                 col[2].append(ts)
         elif cat in RUNTIME_CATS:
             x = (ev.get("args") or {}).get("correlation")
-            if x is not None:
+            if _hashable_id(x):
                 col = self.ids["correlation"]
                 col[0].append(x)
                 col[1].append(self._thr(ev))
-                col[2].append(float(ev.get("ts", 0.0)))
+                col[2].append(float(ts))
 
     def totals(self, link: str = "external_id") -> dict[str, Any]:
         """Per category (of the outermost modelled ops that launched kernels, found through
@@ -146,7 +159,7 @@ class RooflineCollector:
         kt: dict[int, float] = defaultdict(float)  # id(outer op) -> kernel µs
         owners: dict[int, Any] = {}
         for x, ks, ke in zip(kernel_ids, self.k_ts, self.k_end):
-            i = by_id.get(x) if x is not None else None
+            i = by_id.get(x) if _hashable_id(x) else None
             hit = None
             if i is not None and thr_col[i] in outer:
                 thr, t = thr_col[i], ts_col[i]

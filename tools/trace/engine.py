@@ -169,8 +169,8 @@ def ops_by_category(scan: TraceScan, linked: np.ndarray, launcher: np.ndarray) -
         order = np.lexsort((scan.ts[g], gop))
         g, gop = g[order], gop[order]
         bounds = np.flatnonzero(np.diff(gop)) + 1
-        starts = np.concatenate([[0], bounds])
-        ends = np.concatenate([bounds, [g.size]])
+        starts = np.concatenate([[0], bounds]) if g.size else np.zeros(0, dtype=np.int64)  # no launcher op: no group
+        ends = np.concatenate([bounds, [g.size]]) if g.size else np.zeros(0, dtype=np.int64)
         t0 = scan.ts[g].min() if g.size else 0.0
         s_all = scan.ts[g] - t0
         e_all = s_all + scan.dur[g]

@@ -40,8 +40,11 @@ def hta_classes(scan: TraceScan) -> np.ndarray:
 
 def hta_temporal_breakdown(scan: TraceScan, mask: np.ndarray | None = None) -> dict[str, float]:
     """HTA's ``get_temporal_breakdown`` for one rank, in µs: ``idle_time``, ``compute_time``,
-    ``non_compute_time``, ``kernel_time`` (first start to last end of GPU kernels on a stream)."""
+    ``non_compute_time``, ``kernel_time`` (first start to last end of GPU kernels on a stream); all
+    zero when no selected event names its stream (HTA keeps only events with a stream)."""
     sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
+    if not sel.any():
+        return {"idle_time": 0.0, "compute_time": 0.0, "non_compute_time": 0.0, "kernel_time": 0.0}
     t0 = scan.ts[sel].min()
     s = scan.ts[sel] - t0
     e = s + scan.dur[sel]
@@ -58,6 +61,8 @@ def hta_comm_comp_overlap(scan: TraceScan, mask: np.ndarray | None = None) -> fl
     """HTA's ``get_comm_comp_overlap`` for one rank: percent of (merged) communication-kernel time
     that overlaps (merged) computation-kernel time; None without communication kernels."""
     sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
+    if not sel.any():
+        return None
     cls = hta_classes(scan)[sel]
     s = scan.ts[sel] - scan.ts[sel].min()
     e = s + scan.dur[sel]

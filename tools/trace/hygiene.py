@@ -5,7 +5,9 @@ that flags a profiled window that is not a steady state. Each reader applies the
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 from ..errors import NoGpuEventsError
 
@@ -15,12 +17,37 @@ from ..errors import NoGpuEventsError
 #: API references, "Graph Management"; HIP API reference, "Graph Management").
 GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu|hip)GraphLaunch")
 
+#: A profiler step annotation: torch.profiler names them ``ProfilerStep#<n>``
+#: (torch/profiler/profiler.py, ``record_function("ProfilerStep#" + str(self.step_num))``);
+#: spaces around ``#`` are accepted (hand-written and converted traces).
+STEP_NAME_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
+
 #: How to record graph-replayed kernels: a CUDA/HIP graph captured before the profiler was first
 #: initialised replays without kernel records (pytorch/pytorch PR #100441, which added the workaround).
 GRAPH_RECORD_HINT = ("profile with ProfilerActivity.CUDA in `activities` and initialise the profiler before the "
                      "graph is captured: call torch.profiler._utils._init_for_cuda_graphs() (or run "
                      "`with torch.profiler.profile(): pass`) before capture (pytorch/pytorch#100441); or profile "
                      "without graphs (vLLM: --enforce-eager)")
+
+
+def as_id(v: Any, bound: int = 1 << 63) -> int | None:
+    """A correlation / External id / flow id as a non-negative int below ``bound``: ints, integral
+    floats and digit strings; None for anything else (bools, NaN, negatives, out of range, lists).
+    Kineto writes these ids as positive counters; an id that is not one links nothing. Both readers
+    apply this rule with their own code paths around it."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        if not math.isfinite(v) or v != int(v):
+            return None
+        v = int(v)
+    elif isinstance(v, str):
+        if not v.isdigit():
+            return None
+        v = int(v)
+    if isinstance(v, int) and 0 <= v < bound:
+        return v
+    return None
 
 
 class GraphKernelsNotRecordedError(NoGpuEventsError):

@@ -208,7 +208,7 @@ def ops_by_category(trace: KinetoTrace) -> list[dict]:
     launchers: dict[int, object] = {}  # cpu_op index -> its kernel, or a list of them (most launch one)
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for g in trace.gpu:
-        if not g.linked or g.kind == COMM:
+        if (trace.linked_only and not g.linked) or g.kind == COMM:  # nothing links: every GPU event counts
             continue
         if g.launcher < 0:  # no cpu_op: the runtime call is the launcher, one per kernel
             agg["other"][0] += 1

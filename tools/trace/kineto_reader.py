@@ -7,6 +7,7 @@ loads; the linking and clipping rules are those of :mod:`.kineto`'s docstring.
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import sys
 import zlib
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
 from .categories import _COMM_RE
-from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message
+from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -33,7 +34,7 @@ _ROCM_LEGACY_MEMCPY_RE = re.compile(
     r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$"
 )
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 
 COMPUTE, COMM, MEMCPY = 0, 1, 2
 _COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
@@ -144,13 +145,13 @@ NO_ID = -(1 << 63)  #: "no link id" in the int columns
 
 
 class _Links(Sequence):
-    """A link-id column (``array('q')`` with :data:`NO_ID` for none) read as Python values: None
-    for none, the original value for the rare non-int ids kept aside."""
+    """A link-id column (``array('q')`` with :data:`NO_ID` for none) read as Python values: the id,
+    or None for none."""
 
-    __slots__ = ("_col", "_odd")
+    __slots__ = ("_col",)
 
-    def __init__(self, col: array, odd: dict[int, object]) -> None:
-        self._col, self._odd = col, odd
+    def __init__(self, col: array) -> None:
+        self._col = col
 
     def __len__(self) -> int:
         return len(self._col)
@@ -159,7 +160,7 @@ class _Links(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         v = self._col[i]
-        return v if v != NO_ID else self._odd.get(i if i >= 0 else len(self._col) + i)
+        return v if v != NO_ID else None
 
 
 class _Rows(Sequence):
@@ -210,17 +211,15 @@ class KinetoLoader:
                                                                       array("i"), array("i"))
         self.r_ts, self.r_end, self.r_name, self.r_thr, self.r_ord = (array("d"), array("d"), array("i"),
                                                                       array("i"), array("i"))
-        self.r_corr, self.r_ext = array("q"), array("q")  # link ids; NO_ID for none, odd values in r_odd
+        self.r_corr, self.r_ext = array("q"), array("q")  # the launches' link ids (as_id); NO_ID for none
         self.g_corr, self.g_ext = array("q"), array("q")  # the GPU events' link ids, same convention
-        # (column: 0 runtime corr, 1 runtime ext, 2 GPU corr, 3 GPU ext; index) -> a non-int link id
-        self.r_odd: dict[tuple[int, int], object] = {}
         self.steps: list[tuple] = []
         self.dataloader: list[tuple] = []
-        self.flow_ids = array("q")  # ac2g start-half ids (ints; others in flow_odd)
-        self.flow_odd: set = set()
+        self.flow_ids = array("q")  # ac2g start-half ids (as_id)
         self.launch_key: str | None = None  # "correlation" or "External id" (TraceLens _set_linking_key)
         self.threads: dict[tuple, int] = {}  # (pid, tid) -> small thread code
         self.error: str | None = None  # why feeding stopped
+        self.bad_durations = 0  # GPU events dropped for a negative or non-finite dur
         self.values: list = []  # distinct pid / stream / device / category values, by code
         self._codes: dict = {}
         self.g_ts, self.g_dur = array("d"), array("d")
@@ -234,6 +233,13 @@ class KinetoLoader:
             i = self._name_ix[name] = len(self.names)
             self.names.append(sys.intern(name))
         return i
+
+    @staticmethod
+    def _ids(args: dict, corr: array, ext: array) -> None:
+        """Append an event's correlation and External id (:func:`.hygiene.as_id`; NO_ID for none)."""
+        for v, col in ((args.get("correlation"), corr), (args.get("External id"), ext)):
+            x = as_id(v)
+            col.append(NO_ID if x is None else x)
 
     def _code(self, v) -> int:
         """A small int for a repeated value (pid, stream, device, category); ``self.values[code]``."""
@@ -290,13 +296,14 @@ class KinetoLoader:
         ph = ev.get("ph")
         if cat == "ac2g":
             if ph == "s":  # the start half sits on the launching CPU thread
-                fid = ev.get("id")
-                if type(fid) is int and NO_ID < fid < 1 << 63:
+                fid = as_id(ev.get("id"))
+                if fid is not None:
                     self.flow_ids.append(fid)
-                else:
-                    self.flow_odd.add(fid)
             return
-        if ph != "X" or cat == "python_function":  # python_function events mark no step or DataLoader
+        gpu_cat = cat in GPU_CATS
+        # complete events: ph X, or no ph at all (GPU activity is taken whatever its ph); python_function
+        # events mark no step or DataLoader
+        if (not gpu_cat and ph not in ("X", None)) or cat == "python_function":
             return
         try:
             ts = float(ev["ts"])
@@ -305,7 +312,10 @@ class KinetoLoader:
             return
         name = ev.get("name") or ""
         args = ev.get("args") or {}
-        if cat in GPU_CATS:
+        if gpu_cat:
+            if not (dur >= 0.0 and math.isfinite(dur)):  # a negative / NaN / inf duration: dropped, counted
+                self.bad_durations += 1
+                return
             kk = (cat, name)
             kind = self._kind.get(kk)
             if kind is None:
@@ -322,13 +332,7 @@ class KinetoLoader:
             self.g_pid.append(code(ev.get("pid")))
             self.g_stream.append(code(args.get("stream")))
             self.g_device.append(code(args.get("device")))
-            for col, v, c in ((2, args.get("correlation"), self.g_corr), (3, args.get("External id"), self.g_ext)):
-                if type(v) is int and NO_ID < v < 1 << 63:
-                    c.append(v)
-                else:
-                    c.append(NO_ID)
-                    if v is not None:
-                        self.r_odd[(col, i)] = v
+            self._ids(args, self.g_corr, self.g_ext)
             if kind == COMM:
                 self.g_comm[i] = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
         elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
@@ -343,14 +347,7 @@ class KinetoLoader:
             self.r_name.append(self._nid(name))
             self.r_thr.append(thr)
             self.r_ord.append(self.n)
-            i = len(self.r_corr)
-            for col, v, c in ((0, args.get("correlation"), self.r_corr), (1, args.get("External id"), self.r_ext)):
-                if type(v) is int and NO_ID < v < 1 << 63:
-                    c.append(v)
-                else:
-                    c.append(NO_ID)
-                    if v is not None:
-                        self.r_odd[(col, i)] = v
+            self._ids(args, self.r_corr, self.r_ext)
         elif cat == "cpu_op":
             key = (ev.get("pid"), ev.get("tid"))
             thr = self.threads.get(key)
@@ -371,7 +368,7 @@ class KinetoLoader:
             step, dl = self._role_of(self._nid(name))
             if step is not None:
                 self.steps.append((ts, dur, step))
-            elif cat == "user_annotation" and dl:
+            elif dl:
                 self.dataloader.append((ts, dur, name))
 
     def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
@@ -397,10 +394,9 @@ class KinetoLoader:
         # --- CPU -> GPU linking on the columns: every GPU event carrying a launch's link id ----
         key = self.launch_key or "correlation"
         col = 0 if key == "correlation" else 1
-        odd = {i: v for (c, i), v in self.r_odd.items() if c == col}
-        links = _Links(self.r_corr if col == 0 else self.r_ext, odd)
-        g_corr = _Links(self.g_corr, {i: v for (c, i), v in self.r_odd.items() if c == 2})
-        g_links = g_corr if col == 0 else _Links(self.g_ext, {i: v for (c, i), v in self.r_odd.items() if c == 3})
+        links = _Links(self.r_corr if col == 0 else self.r_ext)
+        g_corr = _Links(self.g_corr)
+        g_links = g_corr if col == 0 else _Links(self.g_ext)
         by_link: dict = {}  # link id -> GPU index, or a list of them (a graph launch replays many)
         for i, link in enumerate(g_links):
             if link is not None:
@@ -431,11 +427,11 @@ class KinetoLoader:
         del by_link
         unlinked = [(i, g_corr[i]) for i in range(n_gpu) if not linked[i] and g_corr[i] is not None]
         if unlinked:  # a flow start half with the kernel's correlation id, no runtime call in the trace
-            flow_ids = set(self.flow_ids) | self.flow_odd
+            flow_ids = set(self.flow_ids)
             for i, c in unlinked:
                 if c in flow_ids:
                     linked[i] = 1
-        has_flows = bool(self.flow_ids) or bool(self.flow_odd)
+        has_flows = bool(self.flow_ids)
 
         # --- the GPU events as objects: linked, launch time and launcher (the innermost cpu_op
         # around the launch, runtime_cpu_op above) set; then clipped on their streams ----------

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator, Literal
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
-from .hygiene import GRAPH_LAUNCH_RE, GraphKernelsNotRecordedError, graph_not_recorded_message
+from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 from .categories import _COMM_RE, TIMELINE_ROWS
 from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
 from ijson.common import ObjectBuilder
@@ -104,7 +104,7 @@ COLLECTIVE_ARG_KEYS = (
     "Out split size",
 )
 
-_STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
+_STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 #: CPU-side categories that are never launches, even when they carry a correlation id.
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
@@ -319,14 +319,12 @@ def trim_heap() -> None:
         pass
 
 
-def _num(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, str) and v.lstrip("-").isdigit():
-        return int(v)
-    return None
+_I32 = 1 << 31
+
+
+def _num(v: Any, bound: int = 1 << 63) -> int | None:
+    """An id or index as a non-negative int below ``bound`` (:func:`.hygiene.as_id`), else None."""
+    return as_id(v, bound)
 
 
 def _name_mark(nm: str) -> int | None:
@@ -367,6 +365,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     dataloader: list[tuple[float, float]] = []
     comm_args: dict[int, dict[str, Any]] = {}
     comm_name_cache: dict[int, bool] = {}
+    dev_codes: dict = {}  # non-numeric device / pid values -> codes -2, -3, ...
     cat_counts: dict[str, int] = {}
     marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
     o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
@@ -399,12 +398,18 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             dur.append(float(d))
             name_id.append(i)
             kind.append(k)
-            s = args.get("stream", -1)
-            stream.append(int(s) if isinstance(s, (int, float)) else -1)
+            s = _num(args.get("stream"), _I32)
+            stream.append(s if s is not None else -1)
             dv = args.get("device", ev.get("pid"))
-            device.append(int(dv) if isinstance(dv, (int, float)) else -1)
-            c = args.get("correlation", -1)
-            corr.append(int(c) if isinstance(c, (int, float)) else -1)
+            d_ = _num(dv, _I32)
+            if d_ is None:  # a GPU named only by a string pid ("GPU 0"): its own code, below -1
+                try:
+                    d_ = dev_codes.setdefault(dv, -2 - len(dev_codes)) if dv is not None else -1
+                except TypeError:  # unhashable
+                    d_ = -1
+            device.append(d_)
+            c = _num(args.get("correlation"))
+            corr.append(c if c is not None else -1)
             if k == KIND_KERNEL:
                 is_comm = comm_name_cache.get(i)
                 if is_comm is None:
@@ -429,9 +434,9 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         e = t + float(ev.get("dur") or 0.0)
         nm = ev.get("name") or ""
         args = ev.get("args")
-        c = args.get("correlation") if args and cat not in _CPU_SIDE_CATS else None
+        c = _num(args.get("correlation")) if args and cat not in _CPU_SIDE_CATS else None
         is_op = cat == "cpu_op"
-        if (c is not None and isinstance(c, (int, float))) or is_op:
+        if c is not None or is_op:
             j = cpu_index.get(nm)
             if j is None:
                 j = cpu_index[nm] = len(cpu_names)
@@ -449,7 +454,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 o_ord_a(n)
                 mark = marks[j]
             else:
-                l_corr.append(int(c))
+                l_corr.append(c)
                 l_ts.append(t)
                 l_end.append(e)
                 l_name.append(j)

@@ -23,6 +23,8 @@ import orjson
 TAIL_BYTES = 1 << 20
 
 _TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|[\[\]{}]')
+#: ``], "key":``: in compact one-line JSON, a place outside any string to start the depth scan from
+_CANDIDATE = re.compile(rb'\]\s*,\s*(?="[^"\\]*"\s*:)')
 
 
 class TailKeeper:
@@ -65,8 +67,11 @@ def trailer_keys(tail: bytes, whole: bool = False) -> dict[str, Any]:
         keys = list(doc)  # document order
         return {k: doc[k] for k in keys[keys.index("traceEvents") + 1:]}
     start = tail.find(b"\n")
-    if start < 0:
-        return {}
+    if start < 0:  # one line (compact JSON): start at the first ``], "key":`` (outside any string)
+        m = _CANDIDATE.search(tail)
+        if m is None:
+            return {}
+        start = m.start()
     depth, lo, marks = 0, 0, []  # marks: (depth after the token, end offset) of closing brackets
     for m in _TOKEN.finditer(tail, start):
         c = m.group()
@@ -88,6 +93,7 @@ def trailer_keys(tail: bytes, whole: bool = False) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return doc if isinstance(doc, dict) else {}
+
 
 
 def read_trailer(path: str | Path) -> dict[str, Any]:

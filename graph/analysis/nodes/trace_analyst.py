@@ -141,20 +141,29 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> Ran
         stream.feed_events(path, consumers)
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
     res["triage_names"] = names.counts
-    res["roofline_totals"] = roof.totals("external_id") if roof.error is None else None
+    res["roofline_totals"] = _roofline_totals(roof, "external_id")
     res["device_name"] = (res.get("stream") or {}).get("device_name") or ""
     try:
         tr = loader.finish(rank)
         stream.trim_heap()  # the reader's linking temporaries are gone
         rederived = kineto.figures_of(tr)
         del tr
-        rederived["roofline_correlation"] = roof.totals("correlation") if roof.error is None else None
+        rederived["roofline_correlation"] = _roofline_totals(roof, "correlation")
         res["rederived"] = rederived
         stream.trim_heap()
     except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
         res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
             f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
     return res
+
+
+def _roofline_totals(roof: Any, link: str) -> dict[str, Any] | None:
+    """The collector's totals by ``link``, or None when it could not read the trace (the roofline is
+    then left out; the rank's other figures stand)."""
+    try:
+        return roof.totals(link)
+    except Exception:  # noqa: BLE001 - an unreadable roofline input drops the roofline only
+        return None
 
 
 def _checks_note(checks: list[dict[str, Any]]) -> str:

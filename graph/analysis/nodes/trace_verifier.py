@@ -54,8 +54,12 @@ def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
     if metric == "kernels.mean_kernel_us":
         return float(d["launch"]["mean_kernel_us"]), REL_TOL
     if metric == "kernels.short_kernel_count_pct":
+        if not d.get("kernel_count"):
+            return None, PCT_TOL
         return 100.0 * d["short_kernels"]["count"] / d["kernel_count"], PCT_TOL
     if metric == "kernels.kernels_per_step":
+        if not d.get("n_steps"):  # this reader found no ProfilerStep: no per-step figure to compare
+            return None, REL_TOL
         return float(d["kernel_count"]) / float(d["n_steps"]), REL_TOL
     if parts[0] == "ops_by_category":
         cat = parts[1]
