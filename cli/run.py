@@ -105,20 +105,12 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         inputs = None if snap.next else {"request": req}
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
-        printed: set[tuple[str, str]] = set((snap.values or {}).get("statuses", {}).items())  # an earlier run's
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
             for node_name, update in chunk.items():
                 if isinstance(update, dict):
                     for n, line in (update.get("statuses") or {}).items():
-                        printed.add((n, line))
                         printer(n, line)
-        values = dict(graph.get_state(cfg).values)
-        # every node's STATUS line is printed once, even one whose update the stream did not deliver
-        # as its own chunk (seen under load for a branch finishing beside the rank fan-out)
-        for n, line in (values.get("statuses") or {}).items():
-            if (n, line) not in printed:
-                printer(n, line)
-        return values
+        return dict(graph.get_state(cfg).values)
 
 
 def register(app: typer.Typer) -> None:

@@ -141,3 +141,32 @@ def test_compact_one_line_trace_keeps_its_trailing_rank(tmp_path):
     files, _ = ranks.identify_ranks(sorted(tmp_path.glob("*.json")))
     assert [(f.path.name, f.rank, f.source) for f in files] == [("a.json", 1, "distributedInfo"),
                                                                 ("b.json", 0, "distributedInfo")]
+
+
+def test_a_quiet_cross_check_thread_never_swallows_another_threads_output(monkeypatch):
+    """TraceLens/HTA run quiet in the graph's worker thread while the main thread prints STATUS lines:
+    only the quiet thread's output is dropped (a process-wide redirect lost a STATUS line under load)."""
+    import io
+    import sys
+    import threading
+
+    from ai4s_graph.tools.trace.backends import quiet_this_thread
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    inside, printed = threading.Event(), threading.Event()
+
+    def cross_check():
+        with quiet_this_thread():
+            print("third-party noise")
+            inside.set()
+            printed.wait(10)
+            print("more noise")
+
+    t = threading.Thread(target=cross_check)
+    t.start()
+    inside.wait(10)
+    print("telemetry_analyst    STATUS=ok; reason=x")  # while the other thread is quiet
+    printed.set()
+    t.join(10)
+    assert buf.getvalue() == "telemetry_analyst    STATUS=ok; reason=x\n"

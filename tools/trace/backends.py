@@ -23,9 +23,12 @@ verifier's independent path. With the TraceLens backends, figures TraceLens does
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 import tempfile
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -61,6 +64,46 @@ SHORT_KERNEL_US = 10.0
 # Helpers
 # --------------------------------------------------------------------------------------
 
+
+
+_QUIET = threading.local()
+_ROUTER_LOCK = threading.Lock()
+
+
+class _ThreadRouter:
+    """A stand-in for ``sys.stdout`` / ``sys.stderr`` that drops what a thread inside
+    :func:`quiet_this_thread` writes and passes every other thread's writes through. A
+    ``contextlib.redirect_stdout`` would swap the stream for the whole process: the graph runs the
+    cross-checks in a worker thread while the main thread prints each node's STATUS line, and such a
+    line was lost (seen under load)."""
+
+    def __init__(self, target) -> None:
+        self._target = target
+
+    def write(self, s: str) -> int:
+        return len(s) if getattr(_QUIET, "on", False) else self._target.write(s)
+
+    def flush(self) -> None:
+        if not getattr(_QUIET, "on", False):
+            self._target.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._target, name)
+
+
+@contextlib.contextmanager
+def quiet_this_thread():
+    """Silence ``print`` output of third-party code (TraceLens, HTA) run by this thread only."""
+    with _ROUTER_LOCK:
+        for name in ("stdout", "stderr"):
+            cur = getattr(sys, name)
+            if not isinstance(cur, _ThreadRouter):
+                setattr(sys, name, _ThreadRouter(cur))
+    _QUIET.on = True
+    try:
+        yield
+    finally:
+        _QUIET.on = False
 
 def _stem(path: Path) -> str:
     name = path.name
@@ -243,12 +286,9 @@ def _analyze_tracelens(path: Path, short_kernel_us: float) -> TraceAnalysis:
         raise ToolUnavailableError(f"TraceLens is not installed ({e}); pip install "
                                    "git+https://github.com/AMD-AGI/TraceLens.git") from e
     kineto.read_trace_json(path)  # clear one-line errors before TraceLens sees bad input
-    import contextlib
-    import io
     import warnings
 
-    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as out, quiet_this_thread(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             frames = generate_perf_report_pytorch(
@@ -287,8 +327,6 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
         from hta.trace_analysis import TraceAnalysis as HtaTraceAnalysis
     except Exception as e:
         raise ToolUnavailableError(f"HolisticTraceAnalysis is not installed ({e}); pip install traceinsight") from e
-    import contextlib
-    import io
     import logging
 
     import numpy as np
@@ -297,7 +335,7 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
     tr = kineto.load_events(path)
     rank = tr.rank if tr.rank is not None else 0
     logging.getLogger("hta").setLevel(logging.ERROR)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with quiet_this_thread():
         try:
             hta = HtaTraceAnalysis(trace_files={rank: str(path)}, trace_dir=str(path.parent),
                                    include_last_profiler_step=True)
