@@ -21,9 +21,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import InputError
 from .datasheet import GPUSpec, find_gpu, peak_tflops
 from .opcost import op_cost
+from ..trace.hygiene import as_id
 
 CATEGORIES = ("GEMM", "CONV", "SDPA", "elementwise", "normalization", "reduction")
 
@@ -37,11 +40,6 @@ def _device_name(data: dict) -> str:
     return str(props[0].get("name", "")) if props else ""
 
 
-def _hashable_id(x: Any) -> bool:
-    """A link id the roofline can match: an int or a string (None, lists and the like link nothing)."""
-    return (type(x) is int or type(x) is str) and x is not None
-
-
 def _dur(ev: dict) -> float:
     d = ev.get("dur")
     return float(d) if type(d) in (int, float) and d == d and d >= 0 else 0.0
@@ -49,26 +47,26 @@ def _dur(ev: dict) -> float:
 
 class RooflineCollector:
     """Collects, from trace events fed one at a time (:meth:`feed`), what the roofline needs, in
-    compact columns: the outermost-candidate modelled ops (thread, start, end, cost), every
-    ``cpu_op``'s ``External id`` and every runtime call's ``correlation`` with (thread, start), and every
-    kernel's two link ids, start and duration. Nothing is kept when the first ``cpu_op`` has no
-    ``Input Dims`` (the trace was recorded without ``record_shapes``: every op of such a trace
-    lacks them, and with ``record_shapes`` every op has them, PyTorch ``torch.profiler.profile``)."""
+    compact columns: the modelled ops (thread, start, end, cost: only ops with recorded shapes have a
+    cost), every ``cpu_op``'s ``External id`` and every runtime call's ``correlation`` with (thread,
+    start), and every kernel's two link ids (:func:`~ai4s_graph.tools.trace.hygiene.as_id`), start and
+    end. ``shapes``: some ``cpu_op`` carries ``Input Dims`` (recorded with ``record_shapes``)."""
 
     def __init__(self) -> None:
-        self.shapes: bool | None = None  # decided by the first cpu_op
+        self.shapes = False
         self.modelled: list[tuple] = []  # (thread, ts, end, OpCost)
         self.threads: dict = {}
-        self.ids: dict[str, tuple[list, array, array]] = {lk: ([], array("i"), array("d")) for lk in LINKS}
-        self.k_ext: list = []
-        self.k_corr: list = []
+        self.ids: dict[str, tuple[array, array, array]] = {lk: (array("q"), array("i"), array("d")) for lk in LINKS}
+        self.k_ext, self.k_corr = array("q"), array("q")  # -1: no id
         self.k_ts, self.k_end = array("d"), array("d")
-        self.k_first, self.k_last = float("inf"), float("-inf")  # kernel window, kept without shapes too
         self.error: str | None = None
 
     def _thr(self, ev: dict) -> int:
         t = ev.get("tid")
-        c = self.threads.get(t)
+        try:
+            c = self.threads.get(t)
+        except TypeError:  # an unhashable tid: its own thread
+            return -1
         if c is None:
             c = self.threads[t] = len(self.threads)
         return c
@@ -92,39 +90,29 @@ class RooflineCollector:
         if cat == "kernel":
             args = ev.get("args") or {}
             ts = float(ts)
-            end = ts + _dur(ev)
-            self.k_first, self.k_last = min(self.k_first, ts), max(self.k_last, end)
-            if self.shapes is not False:
-                self.k_ext.append(args.get("External id"))
-                self.k_corr.append(args.get("correlation"))
-                self.k_ts.append(ts)
-                self.k_end.append(end)
-            return
-        if self.shapes is False:
-            return
-        if cat == "cpu_op":
+            for v, col in ((args.get("External id"), self.k_ext), (args.get("correlation"), self.k_corr)):
+                x = as_id(v)
+                col.append(-1 if x is None else x)
+            self.k_ts.append(ts)
+            self.k_end.append(ts + _dur(ev))
+        elif cat == "cpu_op":
             args = ev.get("args") or {}
-            if self.shapes is None:
-                self.shapes = "Input Dims" in args
-                if not self.shapes:
-                    self.modelled, self.k_ext, self.k_corr = [], [], []
-                    self.k_ts, self.k_end = array("d"), array("d")
-                    return
             ts = float(ts)
-            end = ts + _dur(ev)
             thr = self._thr(ev)
-            c = op_cost(ev.get("name") or "", args)
-            if c is not None:
-                self.modelled.append((thr, ts, end, c))
-            x = args.get("External id")
-            if _hashable_id(x):
+            if "Input Dims" in args:
+                self.shapes = True
+                c = op_cost(ev.get("name") or "", args)
+                if c is not None:
+                    self.modelled.append((thr, ts, ts + _dur(ev), c))
+            x = as_id(args.get("External id"))
+            if x is not None:
                 col = self.ids["external_id"]
                 col[0].append(x)
                 col[1].append(thr)
                 col[2].append(ts)
         elif cat in RUNTIME_CATS:
-            x = (ev.get("args") or {}).get("correlation")
-            if _hashable_id(x):
+            x = as_id((ev.get("args") or {}).get("correlation"))
+            if x is not None:
                 col = self.ids["correlation"]
                 col[0].append(x)
                 col[1].append(self._thr(ev))
@@ -141,8 +129,8 @@ class RooflineCollector:
             raise InputError(f"roofline: the trace could not be read: {self.error}")
         out: dict[str, Any] = {"link": link, "shapes_recorded": bool(self.shapes), "window_us": 0.0,
                                "unattributed_kernel_us": 0.0, "categories": {}}
-        if self.k_last >= self.k_first:
-            out["window_us"] = self.k_last - self.k_first
+        if len(self.k_ts):
+            out["window_us"] = max(self.k_end) - min(self.k_ts)
         if not self.shapes:
             return out
         modelled = sorted(self.modelled, key=lambda x: (x[0], x[1], -x[2]))
@@ -154,14 +142,20 @@ class RooflineCollector:
             lst.append((ts, end, c))
         starts = {thr: [x[0] for x in lst] for thr, lst in outer.items()}
         ids, thr_col, ts_col = self.ids[link]
-        by_id = {x: i for i, x in enumerate(ids)}
-        kernel_ids = self.k_ext if link == "external_id" else self.k_corr
+        kernel_ids = np.frombuffer(self.k_ext if link == "external_id" else self.k_corr, dtype=np.int64)
+        # the op / launch of each kernel's id (the last one written with that id), by a sorted search
+        id_arr = np.frombuffer(ids, dtype=np.int64)
+        order = np.argsort(id_arr, kind="stable")
+        pos = np.searchsorted(id_arr[order], kernel_ids, side="right") - 1
+        ok = (pos >= 0) & (kernel_ids >= 0)
+        pos = np.where(ok, pos, 0)
+        found = ok & (id_arr[order][pos] == kernel_ids) if id_arr.size else np.zeros(kernel_ids.size, dtype=bool)
+        which = np.where(found, order[pos] if id_arr.size else 0, -1).tolist()
         kt: dict[int, float] = defaultdict(float)  # id(outer op) -> kernel µs
         owners: dict[int, Any] = {}
-        for x, ks, ke in zip(kernel_ids, self.k_ts, self.k_end):
-            i = by_id.get(x) if _hashable_id(x) else None
+        for i, ks, ke in zip(which, self.k_ts, self.k_end):
             hit = None
-            if i is not None and thr_col[i] in outer:
+            if i >= 0 and thr_col[i] in outer:
                 thr, t = thr_col[i], ts_col[i]
                 lst = outer[thr]
                 j = bisect.bisect_right(starts[thr], t) - 1
