@@ -170,3 +170,26 @@ def test_a_quiet_cross_check_thread_never_swallows_another_threads_output(monkey
     printed.set()
     t.join(10)
     assert buf.getvalue() == "telemetry_analyst    STATUS=ok; reason=x\n"
+
+
+def test_roofline_shapes_when_the_first_op_has_none_and_not_after_many_ops_without(tmp_path):
+    """A 2-GPU profile's first cpu_op carried no Input Dims and its roofline claims were lost: shapes
+    are seen on any op; only PROBE_OPS ops without any mean a profile recorded without shapes."""
+    from ai4s_graph.tools.perfmodel import roofline as RF
+
+    ev = _events()
+    for e in ev:
+        if e["cat"] == "cpu_op":
+            e["args"].update({"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]})
+    first = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 990.0, "dur": 1.0,
+             "args": {"External id": 1}}
+    col = RF.RooflineCollector()
+    for e in [first] + ev:
+        col.feed(e)
+    assert col.shapes and col.totals()["categories"]["GEMM"]["ops"] == 4
+    col = RF.RooflineCollector()
+    plain = [dict(first, ts=500.0 + i * 1e-3) for i in range(RF.PROBE_OPS)]
+    for e in plain + ev:
+        col.feed(e)
+    t = col.totals()
+    assert col.no_shapes and not t["shapes_recorded"] and t["window_us"] == pytest.approx(160.0)

@@ -32,6 +32,10 @@ CATEGORIES = ("GEMM", "CONV", "SDPA", "elementwise", "normalization", "reduction
 
 
 RUNTIME_CATS = ("cuda_runtime", "hip_runtime", "cuda_driver")
+#: cpu_ops without ``Input Dims`` after which a trace counts as recorded without shapes (a profile
+#: with record_shapes gives every aten op ``Input Dims``; 10k cpu_ops are ~4 profiled steps of the
+#: GNN bench trace, measured at 2.3k cpu_ops per step)
+PROBE_OPS = 10_000
 LINKS = ("external_id", "correlation")
 
 
@@ -50,16 +54,29 @@ class RooflineCollector:
     compact columns: the modelled ops (thread, start, end, cost: only ops with recorded shapes have a
     cost), every ``cpu_op``'s ``External id`` and every runtime call's ``correlation`` with (thread,
     start), and every kernel's two link ids (:func:`~ai4s_graph.tools.trace.hygiene.as_id`), start and
-    end. ``shapes``: some ``cpu_op`` carries ``Input Dims`` (recorded with ``record_shapes``)."""
+    end. ``shapes``: some ``cpu_op`` carries ``Input Dims`` (recorded with ``record_shapes``). When
+    :data:`PROBE_OPS` cpu_ops have gone by without one, the trace was recorded without shapes: the
+    columns are dropped and only the kernel window is kept (on the 176 MB bench trace that is ~10 MiB
+    not held; with ``record_shapes`` every aten op carries ``Input Dims``, the first op sometimes not)."""
 
     def __init__(self) -> None:
         self.shapes = False
+        self.no_shapes = False  # decided: PROBE_OPS cpu_ops without Input Dims
+        self.n_ops = 0
+        self.k_first, self.k_last = float("inf"), float("-inf")
         self.modelled: list[tuple] = []  # (thread, ts, end, OpCost)
         self.threads: dict = {}
         self.ids: dict[str, tuple[array, array, array]] = {lk: (array("q"), array("i"), array("d")) for lk in LINKS}
         self.k_ext, self.k_corr = array("q"), array("q")  # -1: no id
         self.k_ts, self.k_end = array("d"), array("d")
         self.error: str | None = None
+
+    def _drop(self) -> None:
+        """No shapes in this trace: release the columns, keep the kernel window only."""
+        self.no_shapes = True
+        self.modelled = []
+        self.ids = {lk: (array("q"), array("i"), array("d")) for lk in LINKS}
+        self.k_ext, self.k_corr, self.k_ts, self.k_end = array("q"), array("q"), array("d"), array("d")
 
     def _thr(self, ev: dict) -> int:
         t = ev.get("tid")
@@ -90,15 +107,25 @@ class RooflineCollector:
         if cat == "kernel":
             args = ev.get("args") or {}
             ts = float(ts)
+            end = ts + _dur(ev)
+            self.k_first, self.k_last = min(self.k_first, ts), max(self.k_last, end)
+            if self.no_shapes:
+                return
             for v, col in ((args.get("External id"), self.k_ext), (args.get("correlation"), self.k_corr)):
                 x = as_id(v)
                 col.append(-1 if x is None else x)
             self.k_ts.append(ts)
-            self.k_end.append(ts + _dur(ev))
+            self.k_end.append(end)
+        elif self.no_shapes:
+            return
         elif cat == "cpu_op":
             args = ev.get("args") or {}
             ts = float(ts)
             thr = self._thr(ev)
+            self.n_ops += 1
+            if not self.shapes and self.n_ops >= PROBE_OPS and "Input Dims" not in args:
+                self._drop()
+                return
             if "Input Dims" in args:
                 self.shapes = True
                 c = op_cost(ev.get("name") or "", args)
@@ -129,8 +156,8 @@ class RooflineCollector:
             raise InputError(f"roofline: the trace could not be read: {self.error}")
         out: dict[str, Any] = {"link": link, "shapes_recorded": bool(self.shapes), "window_us": 0.0,
                                "unattributed_kernel_us": 0.0, "categories": {}}
-        if len(self.k_ts):
-            out["window_us"] = max(self.k_end) - min(self.k_ts)
+        if self.k_last >= self.k_first:
+            out["window_us"] = self.k_last - self.k_first
         if not self.shapes:
             return out
         modelled = sorted(self.modelled, key=lambda x: (x[0], x[1], -x[2]))
