@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -29,13 +30,23 @@ def _writable(d: Path) -> bool:
     return d.is_dir() and os.access(d, os.W_OK) and bool(d.stat().st_mode & 0o222)
 
 
-def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None) -> Path:
+def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None,
+                    submit_params: dict[str, Any] | None = None) -> Path:
     """``--out`` when given; else the perf-run directory when it is writable; else
-    ``./ai4s-reports/<jobid>/`` (a read-only run directory, such as a shared archive)."""
+    ``./ai4s-reports/<jobid>/`` (a read-only run directory, such as a shared archive).
+
+    ``--submit`` without ``--out`` (the job id is not known before sbatch answers) gets
+    ``./ai4s-reports/submit-<model>-<12 hex>/``, the hex a SHA-256 of the submit parameters: the
+    same command finds its directory (and checkpoint) again, and another submission never
+    writes over an earlier job's report."""
     if out is not None:
         return out.resolve()
     if perf_run is not None and _writable(perf_run):
         return perf_run.resolve()
+    if submit_params and not jobid and perf_run is None:
+        h = hashlib.sha256(json.dumps(submit_params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        model = re.sub(r"[^A-Za-z0-9._-]", "_", str(submit_params.get("model") or "job"))
+        return (Path.cwd() / "ai4s-reports" / f"submit-{model}-{h}").resolve()
     return (Path.cwd() / "ai4s-reports" / (jobid or (perf_run.name if perf_run else "job"))).resolve()
 
 
@@ -121,7 +132,8 @@ def register(app: typer.Typer) -> None:
         perf_run: Optional[Path] = typer.Option(
             None, "--perf-run", help="Run directory (default $AI4S_SHARED_DIR/models/<model>/perf-runs/<job>/)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
-                                           "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only)."),
+                                           "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only; with "
+                                           "--submit ./ai4s-reports/submit-<model>-<hash of its parameters>/)."),
         compare: Optional[Path] = typer.Option(None, "--compare", help="A run of the same model at another precision "
                                                "(the precision discriminator, seed lesson 13)."),
         tsdb_url: Optional[str] = typer.Option(None, "--tsdb-url", help="VictoriaMetrics/Prometheus URL; default: "
@@ -168,13 +180,13 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"error: --llm must be none or anthropic, not {llm_mode!r}")
             print("STATUS=fail; reason=bad --llm")
             raise typer.Exit(2)
-        out_dir = resolve_out_dir(out, perf_run, job)
         submit_params: dict[str, Any] = {}
         if submit:
             submit_params = {"template": workload, "model": app_model or workload, "nodes": nodes,
                              "gpus_per_node": gpus_per_node, "ntasks_per_node": ntasks_per_node, "time_limit": time_limit, "env": _parse_env(env),
                              "script_args": list(script_arg),
                              "cluster_config": str(cluster_config) if cluster_config else None}
+        out_dir = resolve_out_dir(out, perf_run, job, submit_params)
         try:
             req = RunRequest(jobid=job, perf_run=str(perf_run.resolve()) if perf_run else None, out_dir=str(out_dir),
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,

@@ -213,3 +213,30 @@ def test_wait_bound_gives_timeout_waiting_and_stops(local_cluster, tmp_path):
     finally:
         for j in jobs:
             slurm.scancel(j)
+
+
+def test_two_submits_without_out_keep_each_report(local_cluster, tmp_path):
+    """``--submit`` without ``--out``: each distinct submission gets its own report directory under
+    ./ai4s-reports/ (issue 14: an earlier report always survives); before, both went to
+    ./ai4s-reports/job/ and the second replaced the first job's report."""
+    model = f"e2eout{uuid.uuid4().hex[:6]}"
+
+    def argv(epochs: str) -> list[str]:
+        a = _cmd(tmp_path, model, 1, [*SHORT[:2], "--epochs", epochs, *SHORT[4:]])
+        i = a.index("--out")
+        return a[:i] + a[i + 2:]
+
+    cp = _run(argv("2"), tmp_path)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    (first,) = sorted((tmp_path / "ai4s-reports").iterdir())
+    assert first.name.startswith(f"submit-{model}-")
+    before = {p.name: p.read_bytes() for p in first.iterdir() if p.is_file()}
+    job1 = json.loads(before["manifest.json"])["jobid"]
+    cp = _run(argv("3"), tmp_path)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    dirs = sorted((tmp_path / "ai4s-reports").iterdir())
+    assert len(dirs) == 2 and first in dirs
+    (second,) = [d for d in dirs if d != first]
+    assert json.loads((second / "manifest.json").read_text())["jobid"] != job1
+    assert (second / "report.md").exists()
+    assert {p.name: p.read_bytes() for p in first.iterdir() if p.is_file()} == before
