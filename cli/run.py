@@ -30,6 +30,11 @@ def _writable(d: Path) -> bool:
     return d.is_dir() and os.access(d, os.W_OK) and bool(d.stat().st_mode & 0o222)
 
 
+def _short_hash(obj: Any) -> str:
+    """12 hex digits of the SHA-256 of ``obj`` as sorted-key JSON (a stable name for a set of arguments)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None,
                     submit_params: dict[str, Any] | None = None) -> Path:
     """``--out`` when given; else the perf-run directory when it is writable; else
@@ -44,7 +49,7 @@ def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None,
     if perf_run is not None and _writable(perf_run):
         return perf_run.resolve()
     if submit_params and not jobid and perf_run is None:
-        h = hashlib.sha256(json.dumps(submit_params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        h = _short_hash(submit_params)
         model = re.sub(r"[^A-Za-z0-9._-]", "_", str(submit_params.get("model") or "job"))
         return (Path.cwd() / "ai4s-reports" / f"submit-{model}-{h}").resolve()
     return (Path.cwd() / "ai4s-reports" / (jobid or (perf_run.name if perf_run else "job"))).resolve()
@@ -56,7 +61,7 @@ def thread_id(req: RunRequest) -> str:
     resumes and a different one starts its own thread."""
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
                                   "submit", "submit_params", "slurm_array", "baseline"})
-    h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    h = _short_hash(key)
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
 

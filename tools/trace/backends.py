@@ -65,7 +65,6 @@ SHORT_KERNEL_US = 10.0
 # --------------------------------------------------------------------------------------
 
 
-
 _QUIET = threading.local()
 _ROUTER_LOCK = threading.Lock()
 
@@ -99,11 +98,13 @@ def quiet_this_thread():
             cur = getattr(sys, name)
             if not isinstance(cur, _ThreadRouter):
                 setattr(sys, name, _ThreadRouter(cur))
+    outer = getattr(_QUIET, "on", False)  # nested use: the outer block stays quiet
     _QUIET.on = True
     try:
         yield
     finally:
-        _QUIET.on = False
+        _QUIET.on = outer
+
 
 def _stem(path: Path) -> str:
     name = path.name
