@@ -7,7 +7,6 @@ Claims are MADE here; ``telemetry_verifier`` checks them.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +23,9 @@ ANALYST = "telemetry_analyst"
 # Telemetry statistics the analyst claims: (logical metric, statistic).
 TELEMETRY_STATS = [("gpu_util", "avg"), ("sm_clock", "avg"), ("sm_clock", "max"), ("power", "avg"),
                    ("power", "max"), ("hbm_used", "max")]
+#: Claimed when the exporter writes them (DCGM profiling counters, Omnistat's occupancy collector);
+#: their absence is not reported as missing.
+OPTIONAL_STATS = [("sm_active", "avg"), ("dram_active", "avg")]
 CPU_STATS = [("cpu_util", "avg")]
 PLOT_METRICS = ["gpu_util", "sm_clock", "power", "hbm_used", "cpu_util"]
 
@@ -121,31 +123,13 @@ def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tup
     return d, claims
 
 
-def malformed_lines(path: Path) -> list[int]:
-    """1-based numbers of the non-empty lines of a JSON-lines export that are not JSON objects
-    with ``metric``, ``values`` and ``timestamps`` (VictoriaMetrics skips them on import)."""
-    bad = []
-    with path.open("rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                ok = isinstance(obj, dict) and {"metric", "values", "timestamps"} <= obj.keys()
-            except ValueError:
-                ok = False
-            if not ok:
-                bad.append(i)
-    return bad
-
-
 @contextlib.contextmanager
 def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
              problems: list[str] | None = None) -> Iterator[tuple[str, str]]:
     """Yield ``(url, source)`` of a TSDB holding the job's telemetry: ``--tsdb-url`` as given, else a
     VictoriaMetrics started on loopback and loaded with the run's ``telemetry/*.jsonl`` (stopped
-    afterwards). Malformed export lines are appended to ``problems``. Raises :class:`InputError`
-    when neither exists."""
+    afterwards). What the import left out (bad lines, stale markers, implausible samples, series
+    that did not arrive) is appended to ``problems``. Raises :class:`InputError` when neither exists."""
     problems = problems if problems is not None else []
     if req.tsdb_url:
         yield req.tsdb_url, "--tsdb-url"
@@ -155,13 +139,9 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
         raise InputError(f"no telemetry: no --tsdb-url and no telemetry/*.jsonl in {run_dir}")
     from ....tools.telemetry.victoria import VictoriaMetrics
 
-    for f in files:
-        bad = malformed_lines(f)
-        if bad:
-            problems.append(f"telemetry: {f.name}: {len(bad)} malformed JSON line(s) skipped (first: line {bad[0]})")
     with VictoriaMetrics() as vm:
-        for f in files:
-            vm.import_jsonl(f)
+        for f in files:  # null values, bad lines, implausible samples: counted; every series counted in the store
+            problems += [f"telemetry: {p}" for p in vm.import_export(f, manifest.gpu).problems()]
         yield vm.url, f"VictoriaMetrics on loopback loaded with {', '.join(f.name for f in files)}"
 
 
@@ -237,7 +217,7 @@ def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
     from ....tools.telemetry import export, rawstats
 
     try:
-        series = [x for f in files for x in export.load_export(f)]
+        series = [x for f in files for x in export.load_export(f, manifest.gpu)]
     except Ai4sError:
         return {}
     out = {}
@@ -249,6 +229,18 @@ def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
         if d.nan_count:
             out[metric] = (d.sample_count, d.nan_count)
     return out
+
+
+def _job_gpus(pq: Any, jobid: str, window: tuple[float, float], missing: list[str]) -> Any:
+    """The job's GPUs per host (``promql.PromQL.job_gpus``), its caveats appended to ``missing``;
+    None (and the reason in ``missing``) when its card labels cannot be read."""
+    try:
+        gpus = pq.job_gpus(jobid, window)
+    except InputError as e:
+        missing.append(f"telemetry: {e}")
+        return None
+    missing += [f"telemetry: {p}" for p in gpus.problems()]
+    return gpus
 
 
 def analyze_telemetry(url: str, source: str, manifest: Manifest,
@@ -293,7 +285,7 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
     elif vendor != "none" and cov.unmatched:
         missing.append(f"telemetry: no GPU series for job host(s) {', '.join(cov.unmatched)}: statistics cover "
                        f"{', '.join(h for h in sorted(cov.job_hosts) if h not in cov.unmatched)} only")
-    stats = TELEMETRY_STATS if vendor in ("nvidia", "amd") else CPU_STATS
+    stats = TELEMETRY_STATS + OPTIONAL_STATS if vendor in ("nvidia", "amd") else CPU_STATS
     findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "window_source": wsource,
                                 "job_hosts": cov.job_hosts, "gpu_hosts": cov.gpu_hosts, "vendor": vendor,
                                 "stats": {}, "series": {}, "units": {}, "missing": missing}
@@ -308,6 +300,11 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
                        f"NaN: statistics over the {fin} finite one(s)")
     findings["nan_samples"] = {m: {"finite": f, "nan": n} for m, (f, n) in nans.items()}
     wname = "SLURM" if wsource.startswith("SLURM") else "rmsjob_info"
+    gpus = _job_gpus(pq, manifest.jobid, window, missing) if vendor in ("nvidia", "amd") else None
+    joined = gpus.describe() if gpus is not None else ""
+    if joined:
+        findings["gpus"] = joined
+    absent: list[str] = []
     for metric, stat in stats:
         try:
             r = pq.job_stat(metric, manifest.jobid, window, stat=stat)
@@ -315,6 +312,11 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
             findings.setdefault("errors", []).append(f"{metric}.{stat}: {e}")
             continue
         if r.value is None:
+            if metric not in nans and metric not in absent and (metric, stat) not in OPTIONAL_STATS:
+                absent.append(metric)
+                names = " or ".join(src.inputs[0] for src in metrics.METRICS[metric].candidates(vendor)) or metric
+                missing.append(f"telemetry: {metric}: no {names} samples on the job's GPUs in the window "
+                               f"(other {vendor} series are there): no {metric} statistic")
             continue
         findings["stats"][f"{metric}.{stat}"] = {"value": r.value, "unit": r.unit, "query": r.query, "time": r.time,
                                                  "per_instance": r.per_instance, "sample_count": r.sample_count,
@@ -326,10 +328,13 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
         nan_note = (f"; {nans[metric][1]} NaN sample(s) left out" if metric in nans else "")
         few = (f"; only {r.sample_count} sample(s) in the window, too few for a trend"
                if r.sample_count < MIN_SAMPLES * n_series else f" from {r.sample_count} samples")
+        src_note = f" (from {r.source_label})" if r.source_label else ""
+        gpu_note = f"; {joined}" if joined else ""
         claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
                             f"Over the job's {span:.1f} s {wname} window, the {'time-weighted average' if stat == 'avg' else stat} "
-                            f"{metric.replace('_', ' ')} is "
-                            f"{shown}{few}{nan_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6), r.unit, [ev]))
+                            f"{metric.replace('_', ' ')}{src_note} is "
+                            f"{shown}{few}{nan_note}{gpu_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
+                            r.unit, [ev]))
     for metric in PLOT_METRICS:
         try:
             s = pq.job_series(metric, manifest.jobid, window, step_s=1.0)
@@ -401,7 +406,8 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
             raw_files = None if req.tsdb_url else [run_dir / p for p in manifest.artifacts.telemetry]
             findings["telemetry"], c = analyze_telemetry(url, source, manifest, raw_files)
         claims += c
-        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
+        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims"
+                     + (f" ({findings['telemetry']['gpus']})" if findings["telemetry"].get("gpus") else ""))
         problems += findings["telemetry"].pop("missing", [])
         if problems:
             missing += [f"{ANALYST}: {p}" for p in problems]
