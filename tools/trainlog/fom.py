@@ -42,6 +42,12 @@ def fom_kind_for_model(model: str | None) -> Literal["latency", "throughput"]:
     return "latency" if any(k in name for k in ("gnn", "hydra", "mlip", "mace", "schnet", "egnn")) else "throughput"
 
 
+def _mean(values: list[float]) -> float:
+    """The mean, inf when the sum overflows (``statistics.fmean`` raises OverflowError on ``time 1e308``)."""
+    with np.errstate(over="ignore"):
+        return float(np.mean(np.asarray(values, dtype=float)))
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
@@ -136,7 +142,7 @@ def _summarise(
     med = float(statistics.median(steady_times)) if steady_times else None
     p10 = _pct(steady_times, 10) if steady_times else None
     p90 = _pct(steady_times, 90) if steady_times else None
-    mean = float(statistics.fmean(steady_times)) if steady_times else None
+    mean = _mean(steady_times) if steady_times else None
 
     # --- epochs
     complete = [e for e in epochs_in_order if e in set(parsed.complete_epochs)]
@@ -194,7 +200,7 @@ def _summarise(
         for e in complete:
             ls = [s.loss for s in per_epoch[e] if s.loss is not None and math.isfinite(s.loss)]
             if ls:
-                epoch_losses.append(float(statistics.fmean(ls)))
+                epoch_losses.append(_mean(ls))
     bad_losses = [where for where, v in logged if not math.isfinite(v)]
     if bad_losses:
         notes.append(f"{len(bad_losses)} of {len(logged)} logged loss values are NaN/inf (first: {bad_losses[0]}): "

@@ -382,8 +382,14 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     try:
         findings["fom"], c = analyze_fom(run_dir, manifest, out_dir)
         claims += c
-        parts.append(f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
-                     if findings["fom"].get("primary_fom") is not None else "FOM parsed")
+        notes = findings["fom"].get("notes") or []
+        esc = "".join(f" ({n.split(' (')[0]})" for n in notes if "escape sequence" in n)
+        parts.append((f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
+                      if findings["fom"].get("primary_fom") is not None else "FOM parsed") + esc)
+        cut = [n for n in notes if "characters (the longest" in n]
+        if cut:  # a cut line may have held a step: said, and the node is partial
+            missing.append(f"{ANALYST}: training log: {cut[0]}")
+            outcomes.append(Outcome.partial)
         if findings["fom"].get("loss_diverged"):
             f = findings["fom"]
             missing.append(f"{ANALYST}: training log: training diverged: {f['n_nonfinite_losses']} of {f['n_losses']} "
