@@ -17,7 +17,7 @@ _EPOCH_END = re.compile(r"Epoch (\d+) completed")
 _LOSS = re.compile(r"loss (?:tensor\()?([-+]?(?:nan|inf(?:inity)?)\b|[0-9.eE+-]+)", re.IGNORECASE)
 _EDM_EPOCH = re.compile(r"^epoch: (\d+) batch_idx \d+")
 # terminal escapes (colour, cursor moves, OSC titles) are display only: removed before reading
-_ANSI = re.compile(r"\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[\x20-\x2f]*[\x30-\x7e]?")
+_ANSI = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[\x20-\x2f]*[\x30-\x7e]?")
 
 
 def reread_log(path: Path) -> dict[str, Any]:
