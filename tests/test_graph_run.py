@@ -275,7 +275,7 @@ def test_broken_telemetry_line_is_named(shared_data, tmp_path):
     code, text = _run("--job", "91003", "--perf-run", str(run))
     rep = _report(run)
     assert rep.statuses["telemetry_analyst"].startswith("STATUS=partial")
-    assert any("1 malformed JSON line(s) skipped (first: line 3)" in m for m in rep.missing), rep.missing
+    assert any("export.jsonl: 1 line(s) dropped (line 3: not JSON)" in m for m in rep.missing), rep.missing
 
 
 def test_read_only_run_dir_is_never_written(shared_data, tmp_path, monkeypatch):

@@ -43,9 +43,12 @@ def fom_kind_for_model(model: str | None) -> Literal["latency", "throughput"]:
 
 
 def _mean(values: list[float]) -> float:
-    """The mean, inf when the sum overflows (``statistics.fmean`` raises OverflowError on ``time 1e308``)."""
-    with np.errstate(over="ignore"):
-        return float(np.mean(np.asarray(values, dtype=float)))
+    """``statistics.fmean``, or ±inf where its exact sum overflows (``time 1e308`` raised OverflowError)."""
+    try:
+        return float(statistics.fmean(values))
+    except OverflowError:
+        with np.errstate(over="ignore"):
+            return float(np.mean(np.asarray(values, dtype=float)))
 
 
 def _pct(values: list[float], q: float) -> float:
