@@ -93,7 +93,8 @@ class CriticalPath(BaseModel):
 class Repetition(BaseModel):
     """The same op sequence repeated ``k`` times in one step on batch-1 shapes (first input's leading
     dim 1, from ``record_shapes``): ``period`` ops per repetition on thread ``thread``, its first ops'
-    names and the first one's ``Input Dims``; ``us``: host time of those ops in the step."""
+    names and the first one's ``Input Dims``; ``us``: host time of those ops in the step; ``top_ops``: the
+    thread's top-level ops in the step (the run's share of them is ``k * period / top_ops``)."""
 
     k: int
     period: int
@@ -101,6 +102,7 @@ class Repetition(BaseModel):
     ops: list[str] = Field(default_factory=list)
     shape: str = ""
     us: float = 0.0
+    top_ops: int = 0
 
 
 class StepStructure(BaseModel):

@@ -27,7 +27,8 @@ kernel start), kernel-kernel on a stream, and GPU-to-host sync edges into blocki
 **Savings.** :func:`savings` replays a step with some host work removed (its time zero, and with
 ``with_gpu_work`` the GPU events it launched zero too), keeping every other duration and
 dependency as measured: the host runs its timeline in order; a launched event starts at the
-later of its (replayed) launch end, its stream predecessor's (replayed) end and the cross-stream
+later of its (replayed) launch ready time (the call's return, or its start for a call that returns
+after its work began), its stream predecessor's (replayed) end and the cross-stream
 event it waited for, the binding one of them plus its measured latency or gap; a blocking call ends at the later of its own replayed start
 and its awaited event's replayed end, plus its measured return tail. Nothing removed, the replay
 gives the measured step exactly. The saving lies in ``[replay_us, upper_us]``: ``upper_us`` is the
@@ -105,7 +106,8 @@ def walk(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTable)
         t = s
         if t <= s0:
             break
-        how, p = gpu.binding(g, float(host.end[li]) if li >= 0 else np.nan)
+        how, p, _ready = gpu.binding(g, float(host.ts[li]) if li >= 0 else np.nan,
+                                     float(host.end[li]) if li >= 0 else np.nan)
         if how == "launch":
             x = min(float(host.ts[li]), t)
             links.append(("launch", "launch_delay", int(host.name[li]), op, site, max(x, s0), t, False))
@@ -200,6 +202,7 @@ def savings(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTab
         rem_g = np.isin(tops, sel) | np.isin(sites, sel) | np.isin(nm, sel)
     in_win = (li >= 0) & (host.ts[np.maximum(li, 0)] >= view.s0)
     l_e = np.where(li >= 0, host.end[np.maximum(li, 0)], np.nan)
+    l_s = np.where(li >= 0, host.ts[np.maximum(li, 0)], np.nan)
     new_start = s_k.copy()
     new_end = e_k.copy()
     starts_new = np.empty(n)  # replayed start of each host segment
@@ -215,8 +218,7 @@ def savings(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTab
         if not in_win[k]:
             new_start[k] = float(s_k[k])  # launched before the window: as measured
         else:
-            le = float(l_e[k])
-            how, x = gpu.binding(g, le)
+            how, x, le = gpu.binding(g, float(l_s[k]), float(l_e[k]))
             p = int(gpu.prev[g])
             e_p_old = float(gpu.end[p]) if p >= 0 else -np.inf
             pk = local.get(p, -1)

@@ -323,7 +323,8 @@ class StepAccountant:
         """The :class:`StepBreakdown` of what was fed. Raises InputError when nothing was fed (not a
         PyTorch profiler trace)."""
         if self.n == 0:
-            raise InputError(f"{os.path.basename(self.path) or 'trace'}: no trace events (not a PyTorch profiler trace)")
+            raise InputError(f"{os.path.basename(self.path) or 'trace'}: JSON has no traceEvents list (not a PyTorch "
+                             "profiler trace)")
         warnings: list[str] = []
         self._columns()
         host, gpu = self.host, self.gpu

@@ -4,9 +4,9 @@ shapes, the step-time distribution, and the largest GPU-idle attribution with it
 
 **Repetition.** Per host thread, the step's top-level cpu_ops whose first tensor input has leading
 dimension 1 (``record_shapes``' ``Input Dims``), as signatures (name + all input dims), in time order;
-their minimal period ``p`` is the smallest shift under which the sequence matches itself
-(``p = n - pi[n-1]``, ``pi`` the Knuth-Morris-Pratt prefix function: linear time, no threshold), and
-``k = n // p`` full repetitions. A module's forward run per sample on a batch of one is such a run
+the run covering the most of them that is one block of ``p`` ops repeated ``k >= 2`` times
+(:func:`longest_repeat`: a prefix's minimal period is ``i - pi[i-1]``, ``pi`` the Knuth-Morris-Pratt
+prefix function; linear per start, no threshold). A module's forward run per sample on a batch of one is such a run
 (every sample's ops are the same sequence); a batched forward has no batch-1 run.
 """
 
@@ -49,9 +49,12 @@ class Signatures:
 def minimal_period(seq: list[int]) -> int:
     """The smallest ``p >= 1`` with ``seq[i] == seq[i + p]`` for every valid ``i`` (``len(seq)`` when
     none is shorter; 0 for an empty sequence): Knuth-Morris-Pratt's prefix function, O(n)."""
+    pi = _prefix_function(seq)
+    return len(seq) - pi[-1] if seq else 0
+
+
+def _prefix_function(seq: list[int]) -> list[int]:
     n = len(seq)
-    if n == 0:
-        return 0
     pi = [0] * n
     k = 0
     for i in range(1, n):
@@ -60,25 +63,45 @@ def minimal_period(seq: list[int]) -> int:
         if seq[i] == seq[k]:
             k += 1
         pi[i] = k
-    return n - pi[-1]
+    return pi
+
+
+#: Where a repeated run may start in a step's batch-1 sequence (a few batch-1 ops before the loop).
+MAX_RUN_OFFSET = 8
+
+
+def longest_repeat(seq: list[int]) -> tuple[int, int, int]:
+    """``(start, period, k)`` of the run ``seq[start:start + k * period]`` that is one block repeated
+    ``k >= 2`` times and covers the most elements (then the most repetitions), for runs starting in the
+    first :data:`MAX_RUN_OFFSET` positions; ``(0, 0, 0)`` when none. For each start, the prefix function
+    gives every prefix's minimal period (``i - pi[i-1]``): O(MAX_RUN_OFFSET x n), no threshold."""
+    best = (0, 0, 0)
+    for start in range(min(MAX_RUN_OFFSET, max(len(seq) - 1, 0))):
+        pi = _prefix_function(seq[start:])
+        for i, v in enumerate(pi, start=1):
+            p = i - v
+            k = i // p
+            if k >= 2 and (k * p, k) > (best[2] * best[1], best[2]):
+                best = (start, p, k)
+    return best
 
 
 def repetition(view: StepView, host: HostColumns, sigs: Signatures) -> Repetition | None:
-    """The batch-1 top-level op sequence repeated most (``k >= 2``) on one thread of the step, or None."""
+    """The batch-1 top-level op run repeated most (``k >= 2``) on one thread of the step, or None."""
     best: Repetition | None = None
     for thr, ks in view.top_ops.items():
         seq_k = [k for k in ks if host.sig[k] >= 0 and sigs.batch1[host.sig[k]] and host.ts[k] >= view.s0]
         if len(seq_k) < 2:
             continue
         seq = [int(host.sig[k]) for k in seq_k]
-        p = minimal_period(seq)
-        k = len(seq) // p
+        a, p, k = longest_repeat(seq)
         if k < 2:
             continue
         if best is None or (k * p, k) > (best.k * best.period, best.k):
-            us = float(sum(min(host.end[i], view.s1) - host.ts[i] for i in seq_k[: k * p]))
-            best = Repetition(k=k, period=p, thread=int(thr), ops=[host.names[host.name[i]] for i in seq_k[: min(p, 8)]],
-                              shape=sigs.dims[seq[0]], us=us)
+            run = seq_k[a:a + k * p]
+            us = float(sum(min(host.end[i], view.s1) - host.ts[i] for i in run))
+            best = Repetition(k=k, period=p, thread=int(thr), ops=[host.names[host.name[i]] for i in run[: min(p, 8)]],
+                              shape=sigs.dims[seq[a]], us=us, top_ops=len(ks))
     return best
 
 
@@ -234,4 +257,4 @@ def preceding_states(view: StepView, state_cat: list[int], state_label) -> dict[
     return out
 
 
-__all__ = ["Signatures", "distribution", "lead", "minimal_period", "preceding_states", "repetition", "structure"]
+__all__ = ["Signatures", "distribution", "lead", "longest_repeat", "minimal_period", "preceding_states", "repetition", "structure"]

@@ -110,30 +110,34 @@ class GpuColumns:
         self.by_end = np.argsort(self.end, kind="stable")
         self.ends_sorted = self.end[self.by_end]
 
-    def binding(self, k: int, launch_end: float) -> tuple[str, int]:
-        """What GPU event ``k`` waited for last before it started: ``("cross", x)`` when an event ``x``
-        on another stream of its device ended after both its launch returned and its stream
-        predecessor ended (a cross-stream event wait: nothing else holds a ready kernel back), else
-        ``("launch", -1)`` when the launch call (ending at ``launch_end``, NaN for none) returned after
-        the predecessor ended, ``("pred", p)`` when it was queued behind predecessor ``p``, ``("none",
-        -1)`` when it has neither."""
+    def binding(self, k: int, launch_start: float, launch_end: float) -> tuple[str, int, float]:
+        """What GPU event ``k`` waited for last before it started, and its launch's *ready* time: when
+        the launch call (``launch_start``-``launch_end``, NaN for none) returned before the event
+        started, its return; when it returned after (a blocking copy returns once its copy is done),
+        its start, the latest the work can have been enqueued. ``("cross", x, ready)`` when an event
+        ``x`` on another stream of its device ended after both that ready time and its stream
+        predecessor's end (a cross-stream event wait: nothing else holds a ready kernel back), else
+        ``("launch", -1, ready)`` when the ready time is after the predecessor's end, ``("pred", p,
+        ready)`` when it was queued behind predecessor ``p``, ``("none", -1, nan)`` with neither."""
         p = int(self.prev[k])
         e_p = float(self.end[p]) if p >= 0 else -np.inf
-        ready = max(e_p, launch_end) if launch_end == launch_end else e_p
         s_k = float(self.ts[k])
+        has = launch_end == launch_end
+        l_ready = (launch_end if launch_end <= s_k else launch_start) if has else np.nan
+        ready = max(e_p, l_ready) if has else e_p
         if ready > -np.inf and ready < s_k:
             j = int(np.searchsorted(self.ends_sorted, s_k, "right")) - 1
             dev, key = int(self.skey[k]) >> 32, int(self.skey[k])
             while j >= 0 and self.ends_sorted[j] > ready:
                 x = int(self.by_end[j])
                 if int(self.skey[x]) != key and int(self.skey[x]) >> 32 == dev and self.ts[x] < s_k:
-                    return "cross", x
+                    return "cross", x, l_ready
                 j -= 1
-        if launch_end == launch_end and (p < 0 or e_p < launch_end):
-            return "launch", -1
+        if has and (p < 0 or e_p < l_ready):
+            return "launch", -1, l_ready
         if p >= 0:
-            return "pred", p
-        return "none", -1
+            return "pred", p, l_ready
+        return "none", -1, l_ready
 
     def launched_by(self, calls: np.ndarray) -> np.ndarray:
         """Indices of the GPU events launched by the host calls ``calls`` (host indices)."""
