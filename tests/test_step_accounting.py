@@ -348,3 +348,29 @@ def test_bad_input_is_one_line_error(tmp_path):
     q.write_text('{"traceEvents": []}')
     with pytest.raises(InputError, match="no traceEvents"):
         host_timeline.step_breakdown(q)
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def test_cli_trace_steps(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from ai4s_graph.cli import app
+
+    path = every_category().write(tmp_path / "t.json.gz")
+    r = CliRunner().invoke(app, ["trace", "steps", str(path), "--json", "--path"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    assert doc["n_steps"] == 1 and doc["steps"][0]["idle_by_host_us"]["outside_ops"] == 450
+    assert len(doc["steps"][0]["critical_path"]["segments"]) == 15
+    r = CliRunner().invoke(app, ["trace", "steps", str(path)])
+    assert r.exit_code == 0
+    assert "lead: the host spent 0.45 ms of the 1 ms step outside any recorded op" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("STATUS=ok")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    r = CliRunner().invoke(app, ["trace", "steps", str(bad)])
+    assert r.exit_code == 1 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")

@@ -75,6 +75,8 @@ class StepAccountant:
         self.top, self.keep_paths, self.keep_views = top, keep_paths, keep_views
         self.n = 0
         self.n_python = 0
+        self.n_memory = 0
+        self.base: float | None = None  # the first timestamp seen; kept times are relative to it
         self.g_ts, self.g_dur = array("d"), array("d")
         self.g_name, self.g_stream, self.g_device = array("i"), array("i"), array("i")
         self.g_kind = array("b")
@@ -104,6 +106,16 @@ class StepAccountant:
         self.views: list[StepView] = []
 
     # ------------------------------------------------------------------ feeding
+
+    def _ts(self, v: Any) -> float | None:
+        """A timestamp relative to the trace's first one (epoch-µs clocks keep sub-ns precision that
+        way: an end computed as start + dur at 5e12 µs would round to ~1 ns)."""
+        t = _num(v)
+        if t is None:
+            return None
+        if self.base is None:
+            self.base = t
+        return t - self.base
 
     def _hid(self, name: str) -> int:
         i = self._hix.get(name)
@@ -153,9 +165,10 @@ class StepAccountant:
             return
         if ph in ("i", "I"):
             if ev.get("name") == "[memory]":
+                self.n_memory += 1
                 args = ev.get("args") or {}
                 if args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm builds report HIP as CUDA)
-                    t, a = _num(ev.get("ts")), _num(args.get("Total Allocated"))
+                    t, a = self._ts(ev.get("ts")), _num(args.get("Total Allocated"))
                     if t is not None and a is not None:
                         self.m_ts.append(t)
                         self.m_alloc.append(int(a))
@@ -167,7 +180,7 @@ class StepAccountant:
             name = "" if name is None else str(name)
         if name.startswith("ProfilerStep") and cat in ("user_annotation", "cpu_op", None):
             m = STEP_NAME_RE.match(name)
-            t, d = _num(ev.get("ts")), _num(ev.get("dur"))
+            t, d = self._ts(ev.get("ts")), _num(ev.get("dur"))
             if m and t is not None and d is not None and d >= 0:
                 self.steps.append((int(m.group(1)), t, d, self._thread(ev)))
             return
@@ -187,7 +200,7 @@ class StepAccountant:
             self._feed_host(ev, name, KIND_RUNTIME, -1 if corr is None else corr)
 
     def _feed_host(self, ev: dict, name: str, kind: int, corr: int, sig: int = -1) -> None:
-        t, d = _num(ev.get("ts")), _num(ev.get("dur", 0.0))
+        t, d = self._ts(ev.get("ts")), _num(ev.get("dur", 0.0))
         if t is None or d is None or d < 0:
             self.bad += 1
             return
@@ -200,7 +213,7 @@ class StepAccountant:
         self.h_sig.append(sig)
 
     def _feed_gpu(self, ev: dict, kind: int) -> None:
-        t, d = _num(ev.get("ts")), _num(ev.get("dur"))
+        t, d = self._ts(ev.get("ts")), _num(ev.get("dur"))
         if t is None or d is None or d < 0:
             self.bad += 1
             return
@@ -366,7 +379,7 @@ class StepAccountant:
             path=self.path, n_steps=n, steps=steps, mean_host_us=mean("host_us"), mean_idle_by_host_us=mean("idle_by_host_us"),
             mean_gpu=mgpu, distribution=distribution([s.wall_us for s in steps]), lead=ld,
             has_python_stacks=self.n_python > 0, python_stack_note="" if self.n_python else NO_STACKS_NOTE,
-            has_shapes=self.has_shapes, has_memory_events=bool(mem[0].size),
+            has_shapes=self.has_shapes, has_memory_events=self.n_memory > 0,
             threads=len(set(host.thr.tolist())), warnings=warnings)
 
     def _label(self, sid: int) -> str:
@@ -404,7 +417,7 @@ class StepAccountant:
                 sites.append(SiteShare(site=site_of(host.names[int(us_[j] // nc)]), category=HOST_CATEGORIES[int(us_[j] % nc)],
                                        us=float(t2[j])))
         return StepAccount(
-            step=view.step, ts_us=view.s0, wall_us=view.s1 - view.s0, gpu=GpuSplit(**view.split),
+            step=view.step, ts_us=view.s0 + (self.base or 0.0), wall_us=view.s1 - view.s0, gpu=GpuSplit(**view.split),
             host_us={c: float(v) for c, v in zip(HOST_CATEGORIES, host_us)},
             idle_by_host_us={c: float(v) for c, v in zip(HOST_CATEGORIES, idle_us)},
             idle_top=top_rows, idle_sites=sites,
