@@ -183,7 +183,11 @@ class StepBreakdown(BaseModel):
     ``mean_idle_by_host_us`` / ``mean_gpu`` (per-step means), ``distribution``, ``lead``;
     ``has_python_stacks`` False (with ``python_stack_note``) when the trace holds no
     ``python_function`` events; ``has_shapes`` / ``has_memory_events``: ``record_shapes`` /
-    ``profile_memory`` were on; ``threads``: host threads with recorded ops; ``warnings``."""
+    ``profile_memory`` were on; ``threads``: host threads with recorded ops; ``median_counts``: the per-step
+    median of each :class:`StepStructure` count (the steady state of the profiled steps);
+    ``param_bytes`` with ``param_bytes_source``: the model's parameter bytes as given (``manifest``), else
+    the smallest device ``Total Allocated`` of any step (``memory events``: an upper bound), else None;
+    ``d2h_over_param``: median device-to-host bytes per step over ``param_bytes``; ``warnings``."""
 
     path: str
     n_steps: int
@@ -198,6 +202,10 @@ class StepBreakdown(BaseModel):
     has_shapes: bool = False
     has_memory_events: bool = False
     threads: int = 0
+    median_counts: dict[str, float] = Field(default_factory=dict)
+    param_bytes: int | None = None
+    param_bytes_source: str = ""
+    d2h_over_param: float | None = None
     warnings: list[str] = Field(default_factory=list)
 
 

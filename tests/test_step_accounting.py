@@ -319,6 +319,12 @@ def test_d2h_copies_memory_events_and_counts(tmp_path):
     assert s.sync_calls == 4 + 3 and s.sync_ops == 3 and s.optimizer_steps == 1
     assert s.device_min_allocated_bytes == 3_000_000
     assert st.host_us["sync"] == 4 * 30 + 3 * 30
+    bd = _breakdown(b, tmp_path)
+    assert (bd.param_bytes, bd.param_bytes_source) == (3_000_000, "memory events")  # an upper bound
+    assert bd.d2h_over_param == pytest.approx(4_000_012 / 3_000_000)
+    bd = _breakdown(b, tmp_path, param_bytes=4_000_000)  # the manifest's value wins
+    assert (bd.param_bytes, bd.param_bytes_source) == (4_000_000, "manifest")
+    assert bd.d2h_over_param == pytest.approx(1.000003) and bd.median_counts["d2h_copies"] == 7
 
 
 # ---------------------------------------------------------------------------------- the verifier's path
@@ -374,3 +380,27 @@ def test_cli_trace_steps(tmp_path):
     bad.write_text('{"traceEvents": [')
     r = CliRunner().invoke(app, ["trace", "steps", str(bad)])
     assert r.exit_code == 1 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")
+
+
+def test_lead_sentence_has_the_numbers(tmp_path):
+    """The issue's example by construction: 180 blocking device-to-host copies of the parameters
+    (1.83 MB each, 329 MB), then 412 ms of Python outside every op, in a 520 ms step."""
+    b = TraceBuilder()
+    b.step(1, 0, 520_000)
+    t = 1000
+    for i in range(180):
+        b.op("aten::to", t, 500)
+        b.launch(t + 10, 480, t + 100, 380, api="cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
+                 cat="gpu_memcpy", nbytes=1_827_778)
+        t += 500
+    b.op("aten::mul", t, 1000)  # 91 000 - 92 000
+    b.launch(t + 10, 10, t + 30, 5000)
+    (st,) = (bd := _breakdown(b, tmp_path)).steps
+    lead = bd.lead
+    # outside ops: 0-1000, 92 000-520 000 = 429 000 of which the GPU (kernel 91 030-96 030) covers 4030
+    assert lead.category == "outside_ops" and lead.us == 1000 + 428_000 - 4030
+    assert lead.context["d2h_copies_per_step"] == 180 and lead.context["d2h_mb_per_step"] == pytest.approx(329.00004)
+    assert lead.preceded_by == "op aten::mul"
+    assert lead.text == ("the host spent 425 ms of the 520 ms step outside any recorded op while the GPU was idle; "
+                         "the step holds 180 device-to-host copies of 329 MB; its longest stretch comes right after "
+                         "op aten::mul")

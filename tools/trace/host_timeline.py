@@ -36,13 +36,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...state.steps import (HOST_CATEGORIES, Attribution, GpuSplit, Saving, SiteShare, StepAccount, StepBreakdown)
+from ...state.steps import (HOST_CATEGORIES, Attribution, GpuSplit, Saving, SiteShare, StepAccount, StepBreakdown,
+                             StepStructure)
 from ..errors import InputError
 from . import critical_path as cp
 from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
 from .hygiene import STEP_NAME_RE, as_id
 from .pystack import NO_STACKS_NOTE, is_user_frame, site_of
-from .step_structure import Signatures, distribution, lead, preceding_states, structure
+from .step_structure import Signatures, batch1, distribution, lead, preceding_states, structure
 from .step_window import (CAT_INHERIT, KIND_OP, KIND_PY, KIND_RUNTIME, GpuColumns, HostColumns, StateTable, StepView,
                           build_view)
 from .stream import (GPU_CATS, KIND_MEMCPY, TraceScan, clip_stream_overlaps, feed_events, tracelens_classes,
@@ -52,6 +53,7 @@ _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
 _OP_CATS = frozenset({"cpu_op", "user_annotation"})
 _I32 = 1 << 31
+_INF = float("inf")
 
 
 def _num(v: Any) -> float | None:
@@ -67,11 +69,13 @@ class StepAccountant:
 
     ``top``: how many attributions / path shares to keep per step; ``keep_paths``: keep every step's
     critical-path segments in the result; ``keep_views``: keep the steps' :class:`StepView` for
-    :meth:`saving` (otherwise a step's view is rebuilt when asked)."""
+    :meth:`saving` (otherwise a step's view is rebuilt when asked); ``param_bytes``: the model's
+    parameter bytes from the manifest, when known (device-to-host bytes per step are compared with it)."""
 
     def __init__(self, path: str | os.PathLike = "", *, top: int = 10, keep_paths: bool = False,
-                 keep_views: bool = False) -> None:
+                 keep_views: bool = False, param_bytes: int | None = None) -> None:
         self.path = str(path)
+        self.param_bytes = param_bytes
         self.top, self.keep_paths, self.keep_views = top, keep_paths, keep_views
         self.n = 0
         self.n_python = 0
@@ -191,7 +195,8 @@ class StepAccountant:
                 dims = args.get("Input Dims") if type(args) is dict else None
                 if dims is not None:
                     self.has_shapes = True
-                    sig = self.sigs.get(self._hid(name), dims)
+                    if batch1(dims):  # only batch-1 ops take part in the repetition figure
+                        sig = self.sigs.get(self._hid(name), dims)
             self._feed_host(ev, name, KIND_OP, -1, sig)
             return
         args = ev.get("args")
@@ -200,14 +205,32 @@ class StepAccountant:
             self._feed_host(ev, name, KIND_RUNTIME, -1 if corr is None else corr)
 
     def _feed_host(self, ev: dict, name: str, kind: int, corr: int, sig: int = -1) -> None:
-        t, d = self._ts(ev.get("ts")), _num(ev.get("dur", 0.0))
-        if t is None or d is None or d < 0:
+        try:
+            t, d = float(ev["ts"]), float(ev.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
             self.bad += 1
             return
+        if not (-_INF < t < _INF and 0.0 <= d < _INF):  # NaN fails both
+            self.bad += 1
+            return
+        base = self.base
+        if base is None:
+            base = self.base = t
+        t -= base
+        key = (ev.get("pid"), ev.get("tid"))
+        try:
+            th = self.threads.get(key)
+        except TypeError:  # an unhashable pid/tid
+            th = None
+        if th is None:
+            th = self._thread(ev)
+        nid = self._hix.get(name)
+        if nid is None:
+            nid = self._hid(name)
         self.h_ts.append(t)
         self.h_end.append(t + d)
-        self.h_name.append(self._hid(name))
-        self.h_thr.append(self._thread(ev))
+        self.h_name.append(nid)
+        self.h_thr.append(th)
         self.h_kind.append(kind)
         self.h_corr.append(corr)
         self.h_sig.append(sig)
@@ -371,6 +394,15 @@ class StepAccountant:
             sv = self.saving(mid, [ld.category])
             ld.context.update(saving_step=sv.step, saving_replay_us=sv.replay_us, saving_upper_us=sv.upper_us)
         n = len(steps)
+        counts = {k: statistics.median(getattr(s.structure, k) for s in steps) for k, f in
+                  StepStructure.model_fields.items() if f.annotation is int} if n else {}
+        pb, src = self.param_bytes, "manifest" if self.param_bytes else ""
+        if not pb:
+            mins = [s.structure.device_min_allocated_bytes for s in steps if s.structure.device_min_allocated_bytes]
+            pb, src = (min(mins), "memory events") if mins else (None, "")
+        ratio = counts["d2h_bytes"] / pb if pb and counts else None
+        if ld is not None and ratio is not None:
+            ld.context["d2h_over_param"] = ratio
         mean = (lambda key: {c: statistics.fmean(getattr(s, key).get(c, 0.0) for s in steps) for c in HOST_CATEGORIES}) \
             if n else (lambda key: {})
         mgpu = GpuSplit(**{k: statistics.fmean(getattr(s.gpu, k) for s in steps) for k in GpuSplit.model_fields}) \
@@ -380,7 +412,8 @@ class StepAccountant:
             mean_gpu=mgpu, distribution=distribution([s.wall_us for s in steps]), lead=ld,
             has_python_stacks=self.n_python > 0, python_stack_note="" if self.n_python else NO_STACKS_NOTE,
             has_shapes=self.has_shapes, has_memory_events=self.n_memory > 0,
-            threads=len(set(host.thr.tolist())), warnings=warnings)
+            threads=len(set(host.thr.tolist())), median_counts=counts, param_bytes=pb, param_bytes_source=src,
+            d2h_over_param=ratio, warnings=warnings)
 
     def _label(self, sid: int) -> str:
         c, nm = self.states.cat[sid], self.states.name[sid]

@@ -24,14 +24,23 @@ from .stream import KIND_MEMCPY
 _CODE = {c: i for i, c in enumerate(HOST_CATEGORIES)}
 
 
+def batch1(dims) -> bool:
+    """True when an op's ``Input Dims`` (a list of lists) has a first tensor input of leading dim 1."""
+    if type(dims) is not list:
+        return False
+    for d in dims:
+        if type(d) is list and d:
+            return d[0] == 1
+    return False
+
+
 class Signatures:
-    """Input Dims signatures of cpu_ops: ``(name id, dims text)`` -> id, with the dims text and
-    whether the first tensor input has leading dimension 1 (``batch1``)."""
+    """Input Dims signatures of batch-1 cpu_ops (:func:`batch1`): ``(name id, dims text)`` -> id, with
+    the dims text."""
 
     def __init__(self) -> None:
         self.ids: dict[tuple[int, str], int] = {}
         self.dims: list[str] = []
-        self.batch1: list[bool] = []
 
     def get(self, name_id: int, dims) -> int:
         """The signature id of an op named ``name_id`` with ``Input Dims`` ``dims`` (a list of lists)."""
@@ -41,8 +50,6 @@ class Signatures:
         if i is None:
             i = self.ids[key] = len(self.dims)
             self.dims.append(text)
-            first = next((d for d in dims if isinstance(d, list) and d), None) if isinstance(dims, list) else None
-            self.batch1.append(bool(first) and first[0] == 1)
         return i
 
 
@@ -90,7 +97,7 @@ def repetition(view: StepView, host: HostColumns, sigs: Signatures) -> Repetitio
     """The batch-1 top-level op run repeated most (``k >= 2``) on one thread of the step, or None."""
     best: Repetition | None = None
     for thr, ks in view.top_ops.items():
-        seq_k = [k for k in ks if host.sig[k] >= 0 and sigs.batch1[host.sig[k]] and host.ts[k] >= view.s0]
+        seq_k = [k for k in ks if host.sig[k] >= 0 and host.ts[k] >= view.s0]
         if len(seq_k) < 2:
             continue
         seq = [int(host.sig[k]) for k in seq_k]
@@ -257,4 +264,4 @@ def preceding_states(view: StepView, state_cat: list[int], state_label) -> dict[
     return out
 
 
-__all__ = ["Signatures", "distribution", "lead", "longest_repeat", "minimal_period", "preceding_states", "repetition", "structure"]
+__all__ = ["Signatures", "batch1", "distribution", "lead", "longest_repeat", "minimal_period", "preceding_states", "repetition", "structure"]
