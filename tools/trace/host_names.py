@@ -54,7 +54,7 @@ LAUNCH_APIS = frozenset({
     "hipMemsetAsync", "hipMemsetD32Async", "hipMemsetD8Async",
     "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyPeerAsync", "cuMemcpyAsync",
     "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "hipMemcpyAsync", "hipMemcpyHtoDAsync",
-    "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync", "hipMemcpyWithStream",
+    "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
 })
 #: The asynchronous copy APIs whose call blocks when the copy is device-to-host into pageable memory
 #: (CUDA Runtime API, "API synchronization behavior": such a copy returns once it has completed).
@@ -69,6 +69,9 @@ SYNC_APIS = frozenset({
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipCtxSynchronize",
     "hipMemcpy", "hipMemcpy2D", "hipMemcpyDtoH", "hipMemcpyHtoD", "hipMemcpyDtoD", "hipMemcpyFromSymbol",
     "hipMemcpyToSymbol",
+    # PyTorch's memcpy_and_sync (ATen/cuda, c10/cuda/CUDAFunctions.h) calls it on ROCm in place of
+    # cudaMemcpyAsync + cudaStreamSynchronize: a copy that returns when done
+    "hipMemcpyWithStream",
 })
 #: Ops that copy a device scalar to the host and wait for it (``Tensor.item()``, ``.tolist()``,
 #: ``bool(tensor)``: ``aten::item`` -> ``aten::_local_scalar_dense`` -> a copy and a stream sync).
