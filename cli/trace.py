@@ -116,6 +116,63 @@ def timeline(
                                      f"{analysis.timeline['total_time'].time_ms:.3f} ms{extra}").format())
 
 
+@trace_app.command("steps")
+def steps(
+    trace: Path = typer.Argument(..., help="Trace file (*.json or *.json.gz)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the step accounting as JSON only."),
+    top: int = typer.Option(5, "--top", min=1, help="Attributions and critical-path shares shown per step."),
+    path: bool = typer.Option(False, "--path", help="Keep each step's critical-path segments (in --json)."),
+) -> None:
+    """Every millisecond of each profiled step: GPU busy (computation, exposed communication, exposed
+    memcpy) and idle, what the host did during the idle time, the critical path, and the lead."""
+    from ..state.steps import HOST_CATEGORIES
+    from ..tools.trace.host_timeline import step_breakdown
+
+    try:
+        bd = step_breakdown(trace, top=top, keep_paths=path)
+    except Ai4sError as e:
+        _fail(str(e))
+        return
+    for w in bd.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if as_json:
+        typer.echo(bd.model_dump_json())
+        return
+    con = Console()
+    table = Table(title=Text(f"Step time budget: {trace.name} (ms)"))
+    table.add_column("")
+    for st in bd.steps:
+        table.add_column(f"step {st.step}", justify="right")
+    rows = [("wall", [s.wall_us for s in bd.steps])]
+    rows += [(f"gpu {k[:-3]}", [getattr(s.gpu, k) for s in bd.steps]) for k in
+             ("computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")]
+    rows += [(f"  idle: {c}", [s.idle_by_host_us.get(c, 0.0) for s in bd.steps]) for c in HOST_CATEGORIES]
+    rows += [(f"host: {c}", [s.host_us.get(c, 0.0) for s in bd.steps]) for c in HOST_CATEGORIES]
+    for label, vals in rows:
+        if any(v > 0 for v in vals) or label == "wall":
+            table.add_row(label, *(f"{v / 1e3:.3f}" for v in vals))
+    con.print(table)
+    for st in bd.steps:
+        idle = "; ".join(f"{a.category} {a.name or a.op or ''}".strip() + f" {a.us / 1e3:.3f}" for a in st.idle_top[:top])
+        cp = "; ".join(f"{p.key[:60]} {p.us / 1e3:.3f} ({100 * p.share:.0f}%)" for p in st.critical_path.top_ops[:top])
+        typer.echo(f"step {st.step}: GPU idle by host (ms): {idle}")
+        typer.echo(f"step {st.step}: critical path by op (ms): {cp}")
+        if st.critical_path.top_sites:
+            typer.echo(f"step {st.step}: critical path by call site: " + "; ".join(
+                f"{p.key} {p.us / 1e3:.3f}" for p in st.critical_path.top_sites[:top]))
+    d = bd.distribution
+    if d.n:
+        typer.echo(f"step time: median {d.median_ms:.3f} ms, mean {d.mean_ms:.3f} ms, max {d.max_ms:.3f} ms ({d.n} steps)")
+    if bd.python_stack_note:
+        typer.echo(f"note: {bd.python_stack_note}")
+    if bd.lead is not None:
+        typer.echo(f"lead: {bd.lead.text}")
+    status = "ok" if bd.n_steps else "partial"
+    summary = f"{bd.n_steps} steps" + (f"; lead: {bd.lead.category} {bd.lead.us / 1e3:.3f} ms of "
+                                       f"{bd.lead.step_us / 1e3:.3f} ms" if bd.lead else "; no step to account")
+    typer.echo(StatusLine.make(status, summary).format())
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``trace`` sub-app to the main ``ai4s-graph`` app."""
     app.add_typer(trace_app, name="trace")
