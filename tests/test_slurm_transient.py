@@ -157,3 +157,14 @@ def test_an_unknown_id_is_an_answer_not_a_failure(local_cluster):
     assert slurm.queue_rows("987654321", policy=FAST, log=log) == []  # squeue: "Invalid job id specified"
     assert slurm.sacct("987654321", policy=FAST, log=log) is None
     assert log.total == 0
+
+
+@pytest.mark.slurm
+def test_scontrol_with_controller_unreachable_is_retried(done_job, tmp_path, monkeypatch):
+    conf = broken_conf(tmp_path, ctl_port=free_port(), message_timeout=1)
+    failing_first(tmp_path / "bin", "scontrol", 1, conf=conf)
+    _on_path(monkeypatch, tmp_path / "bin")
+    log = RetryLog()
+    text = slurm.scontrol_show_job_text(done_job, policy=FAST, log=log)
+    assert f"JobId={done_job} " in text and log.retries == {"scontrol": 1}
+    assert "Unable to contact slurm controller" in log.last_error["scontrol"]

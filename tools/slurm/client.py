@@ -435,16 +435,17 @@ def queue_job(jobid: str | int, *, all_states: bool = True, **kw: Any) -> dict[s
     return next((r for r in rows if r["JobID"] == jid), None) or next((r for r in rows if r["JobIDRaw"] == jid), None)
 
 
-def scontrol_show_job_text(jobid: str | int) -> str:
+def scontrol_show_job_text(jobid: str | int, *, policy: RetryPolicy = ONE_SHOT, log: RetryLog | None = None) -> str:
     """Raw ``scontrol show job ID`` output, kept for the user (``scontrol_show_job.txt``; seed 000:
-    "If the launcher times out waiting for sacct ... it must scontrol show job <id>"); "" when
-    slurmctld no longer knows the job or does not answer. Never parsed."""
+    "If the launcher times out waiting for sacct ... it must scontrol show job <id>"); a transient
+    failure is retried as :func:`sacct`'s; "" when slurmctld no longer knows the job or does not
+    answer. Never parsed (values hold blanks: :func:`queue_job` reads slurmctld's record)."""
     jid = _check_jobid(jobid)
     try:
-        cp = _run(["scontrol", "show", "job", jid], check=False)
+        cp = run_query(["scontrol", "show", "job", jid], policy=policy, log=log, empty_on=_NO_SUCH_JOB)
     except ToolUnavailableError:
         return ""
-    return cp.stdout if cp.returncode == 0 else ""
+    return cp.stdout
 
 
 def scancel(jobid: str | int) -> None:
