@@ -30,6 +30,13 @@ def _on_path(monkeypatch, bin_dir: Path) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
+def _controller_down_for(tmp_path: Path, monkeypatch, tool: str, k: int) -> RetryLog:
+    """``tool``'s first ``k`` calls meet a slurmctld that is down (a closed port); a fresh log."""
+    failing_first(tmp_path / "bin", tool, k, conf=broken_conf(tmp_path, ctl_port=free_port(), message_timeout=1))
+    _on_path(monkeypatch, tmp_path / "bin")
+    return RetryLog()
+
+
 @pytest.fixture(scope="module")
 def done_job(local_cluster, tmp_path_factory) -> str:
     """One real finished job (COMPLETED on one node) to ask about."""
@@ -57,10 +64,7 @@ def test_slurmdbd_unreachable_is_retried_then_answered(done_job, tmp_path, monke
 
 @pytest.mark.slurm
 def test_controller_unreachable_is_retried_then_answered(done_job, tmp_path, monkeypatch):
-    conf = broken_conf(tmp_path, ctl_port=free_port(), message_timeout=1)
-    failing_first(tmp_path / "bin", "squeue", 2, conf=conf)
-    _on_path(monkeypatch, tmp_path / "bin")
-    log = RetryLog()
+    log = _controller_down_for(tmp_path, monkeypatch, "squeue", 2)
     assert slurm.in_queue(done_job, policy=FAST, log=log) is False  # it ended: the real answer
     assert log.retries == {"squeue": 2}
     assert "Unable to contact slurm controller" in log.last_error["squeue"]
@@ -161,10 +165,7 @@ def test_an_unknown_id_is_an_answer_not_a_failure(local_cluster):
 
 @pytest.mark.slurm
 def test_scontrol_with_controller_unreachable_is_retried(done_job, tmp_path, monkeypatch):
-    conf = broken_conf(tmp_path, ctl_port=free_port(), message_timeout=1)
-    failing_first(tmp_path / "bin", "scontrol", 1, conf=conf)
-    _on_path(monkeypatch, tmp_path / "bin")
-    log = RetryLog()
+    log = _controller_down_for(tmp_path, monkeypatch, "scontrol", 1)
     text = slurm.scontrol_show_job_text(done_job, policy=FAST, log=log)
     assert f"JobId={done_job} " in text and log.retries == {"scontrol": 1}
     assert "Unable to contact slurm controller" in log.last_error["scontrol"]
