@@ -90,14 +90,18 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     """Run (or resume) the analysis graph for ``req`` and return the final state values.
 
     Each node's STATUS line is passed to ``printer(node, line)`` as the node finishes. A node that
-    raises leaves the checkpoint of the finished nodes: calling again resumes at that node."""
+    raises leaves the checkpoint of the finished nodes: calling again resumes at that node. Raises
+    :class:`~ai4s_graph.graph.checkpoint.ThreadBusyError` when another process runs the same
+    checkpoint thread."""
     from ..graph.analysis.graph import build_analysis_graph
     from ..graph.analysis.schema import CHECKPOINT_TYPES
-    from ..graph.checkpoint import open_checkpointer
+    from ..graph.checkpoint import open_checkpointer, thread_lock
 
     printer = printer or (lambda node, line: None)
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
-    with open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
+    # one process per thread: a second identical command is refused (ThreadBusyError), never run twice
+    with thread_lock(checkpoint, cfg["configurable"]["thread_id"]), \
+            open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
         graph = build_analysis_graph().compile(checkpointer=saver)
         try:
             if fresh:
@@ -220,8 +224,14 @@ def register(app: typer.Typer) -> None:
             color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]
             console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
 
+        from ..graph.checkpoint import ThreadBusyError
+
         try:
             final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+        except ThreadBusyError as e:  # a refusal: the other process's run is untouched
+            err_console.print(f"error: {e}")
+            print(f"STATUS=fail; reason={e}")
+            raise typer.Exit(2)
         except Ai4sError as e:
             err_console.print(f"error: {e}")
             print(f"STATUS=fail; reason={e}")
