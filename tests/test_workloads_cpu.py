@@ -278,3 +278,56 @@ def test_worker_respawn_stall_falls_in_the_profiled_window(tmp_path):
     assert sorted(steps) == ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#9"]
     assert steps["ProfilerStep#9"] >= 300_000  # us
     assert info["steps"] == 24 and info["knobs"]["persistent_workers"] is False
+
+
+# ------------------------------------------------------------------------------------ scorer and job script
+def test_scorer_judges_the_first_lever_against_the_truth():
+    from bench.accuracy import score as S
+
+    truth = {"cause": "tf32-off", "class": "compute-bound", "rank": None, "lever": "tf32_matmul"}
+    rep = {"bottleneck": {"klass": "compute-bound", "cause": "tf32-off"},
+           "levers": [{"name": "tf32_matmul"}, {"name": "bf16_autocast"}], "claims": []}
+    assert S.judge(truth, rep)["lever_ok"] is True
+    wrong = S.judge(truth, {**rep, "levers": [{"name": "torch_compile"}, {"name": "tf32_matmul"}]})
+    assert wrong["lever_ok"] is False and wrong["first_lever"] == "torch_compile"
+    assert S.judge(truth, {**rep, "levers": []})["lever_ok"] is False
+    assert S.judge({**truth, "lever": None}, rep)["lever_ok"] is None  # a control: not applicable
+    assert S.judge(truth, None, "exit 1")["lever_ok"] is False
+    res = S.summarize([{"case": "a", **S.judge(truth, rep)}, {"case": "b", **wrong}])
+    assert res["overall"]["lever"] == {"right": 1, "of": 2, "accuracy": 0.5}
+
+
+@pytest.mark.parametrize("env, want", [({}, "0"), ({"AI4S_PROFILE_WITH_STACK": "1"}, "1")])
+def test_job_script_turns_profiler_stacks_on_through_the_environment(env, want, tmp_path):
+    from ai4s_graph.tools.slurm.client import ClusterConfig
+    from ai4s_graph.tools.slurm.jobscript import JobSpec, render
+
+    spec = JobSpec(template="cpu-toy", job_name="t", model="workload", nodes=1, gpus_per_node=1, ntasks_per_node=1,
+                   cpus_per_task=2, time_limit="00:10:00", env=env, script_args=["--model", "vit"], profile=True)
+    text = render(spec, ClusterConfig(partition="gpu", shared_dir=str(tmp_path)))
+    body = text.split("# levers", 1)[1].split("RUN_DIR=", 1)[0]  # the levers' exports and the profiler block
+    cp = subprocess.run(["bash", "-c", body + '\necho "$AI4S_PROFILE $AI4S_PROFILE_WITH_STACK"'], capture_output=True,
+                        text=True, env={"PATH": os.environ["PATH"]}, timeout=30)
+    assert cp.returncode == 0 and cp.stdout.split() == ["1", want], cp.stderr
+
+
+def test_driver_runs_a_case_packs_it_within_the_return_limits_and_verifies_it(tmp_path):
+    """generate.py --cpu on one case end to end: the run, summary.json, one runs archive, and
+    --verify reading it back (the CPU trace has no GPU events, which trace timeline says)."""
+    gen = str(REPO / "bench" / "accuracy" / "generate.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cp = subprocess.run([sys.executable, gen, "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s"), "--cpu",
+                         "--only", "93120", "--skip", "warmup,long", "--budget", "600"], capture_output=True, text=True,
+                        env=env, timeout=600)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["driver.log", "runs-1gpu.tar.gz", "summary.json"]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [r["jobid"] for r in s["cases"]] == ["93120"] and s["failed"] == [] and s["packed"] == ["runs-1gpu.tar.gz"]
+    assert s["cases"][0]["steps"]["n"] == 8 and s["plan_s"] == _by_id()["93120"]["est_s"] + C.WARMUP_EST_S
+    assert "STATUS=ok" in s["log"][-1]
+    v = subprocess.run([sys.executable, gen, "--verify", str(tmp_path / "out" / "runs-1gpu.tar.gz")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert v.returncode == 0 and v.stdout.strip().splitlines()[-1].startswith("STATUS=ok; reason=1 cases"), v.stdout
+    bad = subprocess.run([sys.executable, gen, "--plan", "--only", "99999"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stdout.strip() == "STATUS=fail; reason=unknown jobid"

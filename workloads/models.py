@@ -389,7 +389,8 @@ def model_config(name: str, device: str, args: argparse.Namespace) -> dict:
         return {"atoms": 24, "box": 6.0, "cutoff": 3.0, "species": 8, "hidden": args.hidden or (128 if gpu else 32),
                 "layers": 3}
     if name == "vit":
-        return {"tokens": args.tokens or (256 if gpu else 32), "in_dim": 64, "dim": args.hidden or (1024 if gpu else 64),
+        return {"tokens": args.tokens or (256 if gpu else 32), "in_dim": 64,
+                "dim": args.hidden or (1024 if gpu else 64),
                 "depth": args.depth or (12 if gpu else 2), "heads": 16 if gpu else 4, "out_dim": 8}
     if name in ("wide", "gemm"):
         return {"in_dim": args.hidden or (4096 if gpu else 64), "hidden": args.hidden or (4096 if gpu else 64),
@@ -403,7 +404,7 @@ def model_config(name: str, device: str, args: argparse.Namespace) -> dict:
         return {"image": args.tokens or (224 if gpu else 32), "width": args.hidden or (128 if gpu else 8),
                 "depth": args.depth or (8 if gpu else 2), "stem": 4, "out_dim": 8}
     if name == "experts":
-        return {"experts": args.depth or (768 if gpu else 64), "dim": args.hidden or (64 if gpu else 16),
+        return {"experts": args.depth or (512 if gpu else 64), "dim": args.hidden or (64 if gpu else 16),
                 "tokens": args.tokens or (256 if gpu else 4)}
     return {"in_dim": 32, "hidden": args.hidden or 64, "out_dim": 1}
 
@@ -413,7 +414,8 @@ def with_options(cfg: dict, args: argparse.Namespace) -> dict:
     ``checkpointing``, ``graph_breaks``, ``aux_head`` (K), ``per_sample``."""
     return {**cfg, "checkpointing": bool(getattr(args, "checkpointing", False)),
             "graph_breaks": bool(getattr(args, "graph_breaks", False)),
-            "aux_head": int(getattr(args, "aux_head", 0) or 0), "per_sample": bool(getattr(args, "per_sample_loop", False))}
+            "aux_head": int(getattr(args, "aux_head", 0) or 0),
+            "per_sample": bool(getattr(args, "per_sample_loop", False))}
 
 
 def build_model(name: str, cfg: dict) -> nn.Module:

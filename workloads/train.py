@@ -344,7 +344,8 @@ def make_optimizer(a: argparse.Namespace, params):
     """AdamW or SGD with ``--optimizer-impl``: ``forloop`` (foreach=False: a few kernels per
     parameter tensor), ``foreach`` (multi-tensor kernels), ``fused`` (one fused kernel per group),
     ``default`` (torch's choice: foreach on CUDA)."""
-    kw = {"forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}.get(a.optimizer_impl, {})
+    impls = {"forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    kw = impls.get(a.optimizer_impl, {})
     cls = torch.optim.AdamW if a.optimizer == "adamw" else torch.optim.SGD
     return cls(params, lr=a.lr, **kw)
 

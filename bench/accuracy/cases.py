@@ -101,7 +101,8 @@ LEVERS = {
     "remove_graph_breaks": ({"script_args": {"--graph-breaks": False}}, ("graph-break",)),
     "sdpa_fused_backend": ({"script_args": {"--sdpa-backend": "auto"}}, ("sdpa-math-fallback",)),
     "no_activation_checkpointing": ({"script_args": {"--checkpointing": False}}, ("activation-checkpointing",)),
-    "pinned_nonblocking_h2d": ({"script_args": {"--pin-memory": True, "--blocking-h2d": False}}, ("pageable-h2d-copy",)),
+    "pinned_nonblocking_h2d": ({"script_args": {"--pin-memory": True, "--blocking-h2d": False}},
+                               ("pageable-h2d-copy",)),
     "channels_last": ({"script_args": {"--channels-last": True}}, ("nchw-conv-layout",)),
     "cudnn_benchmark": ({"env": {"AI4S_CUDNN_BENCHMARK": "1"}}, ("cudnn-benchmark-off",)),
     "foreach_optimizer": ({"script_args": {"--optimizer-impl": "foreach"}}, ("per-parameter-optimizer",)),
@@ -124,7 +125,8 @@ LEVERS = {
     "ddp_find_unused_off": ({"script_args": {"--find-unused-parameters": False}}, ("ddp-find-unused-parameters",)),
     "fsdp_prefetch": ({"script_args": {"--fsdp-prefetch": "full"}}, ("fsdp-no-prefetch",)),
     "enable_p2p": ({"env": {"NCCL_P2P_DISABLE": "0"}}, ("slow-link",)),
-    "balance_straggler_rank": ({"script_args": {"--straggler-matmuls": 0, "--straggler-host-ms": 0}}, ("straggler", "straggler-host")),
+    "balance_straggler_rank": ({"script_args": {"--straggler-matmuls": 0, "--straggler-host-ms": 0}},
+                               ("straggler", "straggler-host")),
     "batch_64_per_rank": ({"script_args": {"--batch-size": 64}}, ("exposed-communication",)),
 }
 """Lever id -> (its change: ``env`` / ``script_args`` as in a lever catalog, the causes it removes).
@@ -200,7 +202,7 @@ WIDE = ["--model", "wide", "--hidden", "4096", "--depth", "16", "--batch-size", 
 CONV = ["--model", "conv", "--precision", "bf16", "--hidden", "128", "--depth", "8", "--tokens", "224",
         "--batch-size", "128"] + S12
 CONV_ENV = {"AI4S_CUDNN_BENCHMARK": "1"}
-EXPERTS = ["--model", "experts", "--hidden", "64", "--depth", "768", "--tokens", "256", "--batch-size", "1"] + S12
+EXPERTS = ["--model", "experts", "--hidden", "64", "--depth", "512", "--tokens", "256", "--batch-size", "1"] + S12
 GEMM_BASE = ["--model", "gemm", "--precision", "bf16", "--hidden", "2048", "--depth", "4", "--batch-size", "16384",
              "--host-objects", "200000"] + S12
 STACKS = {"AI4S_PROFILE_WITH_STACK": "1"}
@@ -218,6 +220,7 @@ _MULTI = [
                 "all-reduce of ~1.1 GB outlasts the tiny backward it should hide behind", example=True),
     _case(93002, "ddp-slow-link", 2, WIDE + STEPS, "slow-link", "communication-bound",
           env={"NCCL_P2P_DISABLE": "1"}, lever="enable_p2p", control=93018,
+          est_s=est(16, 49.0, 1.0, RUN_BASE_2GPU_S),
           notes="93001 with NCCL_P2P_DISABLE=1: the same all-reduce through host shared memory; busbw far "
                 "below the NVLink sweep in reports/raw-2026-11-30-2gpu", example=True),
     _case(93003, "ddp-overlapped", 2, VIT_BIG + STEPS, "none", "compute-bound",
@@ -228,6 +231,7 @@ _MULTI = [
     _case(93004, "ddp-straggler", 2, VIT_BIG + STEPS + ["--fault", "straggler", "--straggler-rank", "1",
                                                         "--straggler-matmuls", "24"],
           "straggler", None, rank=1, lever="balance_straggler_rank", control=93010,
+          est_s=est(16, 227.0, 1.0, RUN_BASE_2GPU_S),
           notes="93003 where rank 1 runs 24 extra bf16 8192^3 matmuls (~35 ms) every step before its "
                 "backward: rank 0 waits in the all-reduce (an NCCL kernel that overlaps its backward), "
                 "rank 1 arrives last at the collectives. (With batch 32 the step was CPU-bound and the extra GPU "
@@ -242,8 +246,8 @@ _M2 = [  # issue 30: the common DDP/FSDP mistakes, each with its control (not ma
     _case(93011, "ddp-small-buckets", 2, EXPERTS + ["--bucket-cap-mb", "0.01", "--optimizer-impl", "foreach"],
           "ddp-small-buckets", "communication-bound", lever="ddp_bucket_cap_25mb", control=93012, pending=True,
           est_s=est(12, 60.0, 1.0, RUN_BASE_2GPU_S),
-          notes="DDP over 768 experts (3072 parameter tensors, 13 M parameters) with bucket_cap_mb 0.01: every "
-                "tensor is its own bucket, ~3072 small all-reduces a step (latency-bound) instead of 2-3"),
+          notes="DDP over 512 experts (2048 parameter tensors, 4.3 M parameters) with bucket_cap_mb 0.01: every "
+                "tensor is its own bucket, ~2048 small all-reduces a step (latency-bound) instead of one 17 MB bucket"),
     _case(93013, "ddp-find-unused", 2, VIT_BIG + STEPS + ["--find-unused-parameters"],
           "ddp-find-unused-parameters", None, lever="ddp_find_unused_off", control=93010, pending=True,
           est_s=est(16, 200.0, 1.0, RUN_BASE_2GPU_S),
@@ -373,15 +377,15 @@ _NEW = [  # issue 24: the causes one GPU can show, each with its control
                 "heuristic picks; the effect size is what the control's ratio says (a ratio near 1 means the "
                 "heuristic was already right on this net, and the case should not be scored)"),
     _case(93121, "per-parameter-optimizer", 1, EXPERTS + ["--optimizer-impl", "forloop"], "per-parameter-optimizer",
-          "dispatch-bound", lever="foreach_optimizer", control=93122, pending=True, est_s=est(12, 120.0),
-          notes="768 experts = 3072 parameter tensors (13 M parameters), AdamW(foreach=False): ~10 kernels per "
-                "tensor in Optimizer.step (~30 000 launches a step) around a forward/backward of a few batched "
+          "dispatch-bound", lever="foreach_optimizer", control=93122, pending=True, est_s=est(12, 100.0, 2.5),
+          notes="512 experts = 2048 parameter tensors (4.3 M parameters), AdamW(foreach=False): ~10 kernels per "
+                "tensor in Optimizer.step (~20 000 launches a step) around a forward/backward of a few batched "
                 "matmuls"),
     _case(93123, "grad-norm-sync", 1, EXPERTS + ["--optimizer-impl", "foreach", "--grad-norm-sync", "after"],
           "host-sync", "dispatch-bound", lever="remove_host_syncs", control=93122, pending=True,
           est_s=est(12, 70.0),
-          notes="93122 plus a per-parameter gradient-norm log: p.grad.norm().item() for each of the 3072 tensors "
-                "after the backward, all from one line (truth sites['host-sync']): 3072 aten::item -> "
+          notes="93122 plus a per-parameter gradient-norm log: p.grad.norm().item() for each of the 2048 tensors "
+                "after the backward, all from one line (truth sites['host-sync']): 2048 aten::item -> "
                 "aten::_local_scalar_dense -> cudaStreamSynchronize a step"),
     _case(93124, "worker-respawn", 1, VIT_MED + ["--epochs", "8", "--steps-per-epoch", "3", "--num-workers", "2",
                                                  "--worker-init-ms", "400"], "dataloader-worker-respawn",
@@ -457,7 +461,7 @@ _HOST = [  # issue 34: host-side kinds on a GPU-dense base (bf16 GEMMs: the GPU 
           notes="40 ms of pure-Python metrics bookkeeping after each step's loss is read (no op recorded, GPU "
                 "idle): with stacks, the python_function events name faults.py python_metrics/spin"),
     _case(93207, "gc-pause", 1, GEMM_BASE + ["--gc-collect"], "gc-pause", "dispatch-bound", env=STACKS,
-          lever="no_gc_collect_per_step", control=93211, pending=True, est_s=est(12, 40.0),
+          lever="no_gc_collect_per_step", control=93211, pending=True, est_s=est(12, 120.0),
           notes="gc.collect() every step over the torch process's objects plus 200 000 live lists (a file "
                 "index): tens of ms a step outside every op, GPU idle"),
     _case(93208, "checkpoint-per-step", 1, GEMM_BASE + ["--save-every-step"], "checkpoint-io-per-step", None,
@@ -466,7 +470,7 @@ _HOST = [  # issue 34: host-side kinds on a GPU-dense base (bf16 GEMMs: the GPU 
                 "DtoH copies and a file write; class not scored (part is the GPU's DtoH memcpy)"),
     _case(93209, "cpu-preprocess", 1, GEMM_BASE + ["--preprocess", "cpu"], "cpu-preprocess-in-step",
           "dispatch-bound", env=STACKS, lever="preprocess_on_gpu", control=93212, pending=True,
-          est_s=est(12, 30.0),
+          est_s=est(12, 60.0),
           notes="a 1024x4096 block made, sorted per row and standardized on the CPU in the main process before "
                 "every forward (aten::randn/sort/sub/div/std on the host, no kernels): the GPU idles"),
 ]

@@ -3,7 +3,8 @@
 # pandas, matplotlib, pyyaml, jinja2, rich, typer, requests, httpx, psutil, ...: the image's package list is
 # /work/.library/device/KINDS.md "Python packages already there"), for
 #   python3 -m ai4s_graph.cli optimize --analyze ... --executor local --llm none
-# Run HERE (pip reaches PyPI from this machine); the wheels land in <repo>/.whl/ (git-ignored, ~12 MB)
+# Run HERE (pip reaches PyPI from this machine); the wheels land in <repo>/.whl/ (git-ignored, 13 MB, plus the
+# 12 MB victoria-metrics binary in .whl/bin/: export AI4S_VICTORIA_METRICS=$PWD/.whl/bin/victoria-metrics there)
 # and travel with the working tree when the device call names `.whl` in its carry list:
 #   bash bench/accuracy/device_wheels.sh            # download
 #   bash bench/accuracy/device_wheels.sh --check    # download, then check the set is complete
@@ -40,6 +41,11 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 # python-hostlist is published as an sdist only: build its pure-Python wheel (py3-none-any) here
 ls "$DEST"/python_hostlist-2.3.0-*.whl >/dev/null 2>&1 ||
   python3 -m pip wheel -q --no-deps --no-build-isolation python-hostlist==2.3.0 -w "$DEST" 2> >(grep -v "^WARNING: Location" >&2)
+# the analysis loads a run's telemetry into a VictoriaMetrics on loopback: Debian's binary is static (Go), so it
+# runs on the device too; .whl/bin/ travels with the wheels (pip's *.whl glob does not take it)
+VM="$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)"
+if [ -x "$VM" ]; then mkdir -p "$DEST/bin" && cp -f "$VM" "$DEST/bin/victoria-metrics"; else
+  echo "warning: no victoria-metrics binary here: the device analysis will have no telemetry" >&2; fi
 echo "$(ls "$DEST"/*.whl | wc -l) wheels, $(du -sh "$DEST" | cut -f1) in $DEST"
 [ "${1:-}" = "--check" ] || exit 0
 

@@ -27,7 +27,9 @@ case's arguments and environment, ``AI4S_PROFILE=1``, ``AI4S_TELEMETRY_HOST=1`` 
 the GPU telemetry), its own torch.compile caches, and ``--truth`` (the case's truth by
 construction).
 
-``--plan`` prints each case with its estimated device seconds and the total, and exits.
+``--plan`` prints each case with its estimated device seconds and the total, and exits;
+``--verify runs-1gpu.tar.gz`` checks what came back (every file parses, the profiled steps are
+there, ``ai4s-graph trace timeline --json`` reads each trace; needs the package).
 ``--cpu`` rehearses the whole driver on a CPU machine (gloo, tiny sizes, aot_eager for
 torch.compile, no hog). ``--catalog-for JOBID --catalog-out FILE`` writes the optimizer
 demonstration's lever catalog (``tools/levers/catalogs/workload.yaml`` with that case as the
@@ -148,7 +150,8 @@ def warmup(out: Path, scratch: Path, cpu: bool) -> dict:
     """The first command on a fresh machine: torch imported, CUDA/cuBLAS/cuDNN initialized once
     (page cache warm for the cases), the device described. ``ok`` False when CUDA is not there
     (unless ``cpu``)."""
-    code = ("import json, time, torch; t0=time.time(); d={'torch': torch.__version__, 'cuda': torch.cuda.is_available()}\n"
+    code = ("import json, time, torch; t0=time.time()\n"
+            "d={'torch': torch.__version__, 'cuda': torch.cuda.is_available()}\n"
             "if d['cuda']:\n"
             "    x=torch.randn(4096,4096,device='cuda',dtype=torch.bfloat16); (x@x).sum().item()\n"
             "    c=torch.nn.Conv2d(3,8,3).cuda(); c(torch.randn(2,3,32,32,device='cuda')).sum().item()\n"
@@ -364,7 +367,8 @@ def print_plan(order: list[str], budget: float) -> None:
               f"{r.get('control', '-'):7} {r.get('lever', '-'):24} {r['est_s']:>6.1f} {r['total_s']:>6.1f}")
     total = rows[-1]["total_s"]
     print(f"total {total:.1f} s of device run time for {len(rows) - 1} runs + warm-up; budget {budget:.0f} s "
-          f"(packing keeps {PACK_RESERVE_S:.0f} s): {'fits' if total <= budget - PACK_RESERVE_S else 'the tail is dropped'}")
+          f"(packing keeps {PACK_RESERVE_S:.0f} s): "
+          f"{'fits' if total <= budget - PACK_RESERVE_S else 'the tail is dropped'}")
 
 
 def catalog_for(jobid: str, path: Path) -> Path:
@@ -396,6 +400,96 @@ def catalog_for(jobid: str, path: Path) -> Path:
     return path
 
 
+def verify_case(d: Path) -> dict:
+    """Check one returned case directory: its files parse, the truth's jobid is the manifest's,
+    the log has ``Batch`` lines, the telemetry has ``rmsjob_info``, every rank's trace holds
+    ``--profile-steps`` ProfilerStep events; and ``ai4s-graph trace timeline --json`` (through
+    ``python3 -m ai4s_graph.cli``, when the package imports) reads rank 0's trace: its GPU busy and
+    idle percent, or the reason it gave (a CPU rehearsal's trace has no GPU events)."""
+    import gzip
+
+    row: dict = {"jobid": d.name, "problems": []}
+    try:
+        man = json.loads((d / "manifest.json").read_text())
+        truth = json.loads((d / "truth.json").read_text())
+        info = json.loads((d / "run_info.json").read_text())
+    except (OSError, ValueError) as e:
+        return {**row, "problems": [f"manifest/truth/run_info: {e}"]}
+    row.update(name=truth.get("name"), cause=truth.get("cause"), klass=truth.get("class"))
+    if man.get("jobid") != truth.get("jobid") or (d.name.isdigit() and d.name != man.get("jobid")):
+        row["problems"].append(f"jobid manifest {man.get('jobid')} truth {truth.get('jobid')} dir {d.name}")
+    row["steps"] = step_stats(d / "train.log")
+    if not row["steps"]["n"]:
+        row["problems"].append("train.log has no Batch lines")
+    try:
+        lines = (d / "telemetry" / "export.jsonl").read_text().splitlines()
+        names = {json.loads(ln)["metric"]["__name__"] for ln in lines if ln.strip()}
+        row["telemetry"] = sorted(n for n in names if n.startswith(("DCGM_FI_DEV_GPU_UTIL", "node_cpu", "rmsjob")))
+        if "rmsjob_info" not in names:
+            row["problems"].append("telemetry without rmsjob_info")
+    except (OSError, ValueError, KeyError) as e:
+        row["problems"].append(f"telemetry: {e}")
+    for r in range(int(man.get("ranks") or 1)):
+        tr = d / "traces" / f"trace_rank{r}.json.gz"
+        try:
+            ev = json.loads(gzip.decompress(tr.read_bytes()))["traceEvents"]
+        except (OSError, ValueError, KeyError) as e:
+            row["problems"].append(f"{tr.name}: {e}")
+            continue
+        steps = {e.get("name") for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")}
+        kernels = sum(1 for e in ev if e.get("cat") == "kernel")
+        if r == 0:
+            row.update(trace_kib=tr.stat().st_size // 1024, events=len(ev), kernels=kernels,
+                       python_events=sum(1 for e in ev if e.get("cat") == "python_function"))
+        if len(steps) != int(info.get("profile_steps") or 3):
+            row["problems"].append(f"{tr.name}: {len(steps)} ProfilerStep events")
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "trace", "timeline",
+                         str(d / "traces" / "trace_rank0.json.gz"), "--json"], capture_output=True, text=True,
+                        cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}, timeout=600, check=False)
+    try:
+        tl = json.loads(cp.stdout)
+        row["timeline"] = {k: round(tl[k]["percent"], 1) for k in ("busy_time", "idle_time", "exposed_memcpy_time")}
+    except (ValueError, KeyError, TypeError):
+        row["timeline"] = (cp.stdout.strip().splitlines() or cp.stderr.strip().splitlines() or ["?"])[-1][:160]
+        if "CPU-only" not in row["timeline"] or man.get("gpu"):
+            row["problems"].append(f"trace timeline: {row['timeline']}")
+    return row
+
+
+def verify(src: Path) -> int:
+    """``--verify``: unpack ``src`` (a ``runs-*.tar.gz``, its first ``.part00``, or a directory
+    holding ``runs/``) and :func:`verify_case` each case; prints one line a case and
+    ``STATUS=ok|fail``; returns 0 when every case passes."""
+    import tempfile
+
+    tmp = None
+    if src.is_dir():
+        root = src / "runs" if (src / "runs").is_dir() else src
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="ai4s-verify-")
+        parts = sorted(src.parent.glob(src.name.removesuffix(".part00") + ".part*")) if src.name.endswith(".part00") \
+            else [src]
+        blob = Path(tmp.name) / "runs.tar.gz"
+        with open(blob, "wb") as fh:
+            for p in parts:
+                fh.write(p.read_bytes())
+        with tarfile.open(blob) as tf:
+            tf.extractall(tmp.name, filter="data")
+        root = Path(tmp.name) / "runs"
+    rows = [verify_case(d) for d in sorted(root.iterdir()) if d.is_dir() and d.name != "long"]
+    for r in rows:
+        st = r.get("steps", {})
+        print(f"{r['jobid']} {str(r.get('name'))[:24]:24} {str(r.get('cause'))[:26]:26} median {st.get('median_s')} s, "
+              f"trace {r.get('trace_kib')} KiB, kernels {r.get('kernels')}, timeline {r.get('timeline')}"
+              + (f"  PROBLEMS: {'; '.join(r['problems'])}" if r["problems"] else ""))
+    bad = [r["jobid"] for r in rows if r["problems"]]
+    print(f"STATUS={'ok' if not bad else 'fail'}; reason={len(rows)} cases, {len(bad)} with problems {bad}")
+    if tmp:
+        tmp.cleanup()
+    return 0 if rows and not bad else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="where the packed results go ($OUT on the device)")
@@ -410,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the plan with estimates and exit")
     ap.add_argument("--catalog-for", default=None, help="write the optimizer catalog for this case and exit")
     ap.add_argument("--catalog-out", default=None)
+    ap.add_argument("--verify", default=None, help="check a returned runs-*.tar.gz (or .part00, or a directory)")
     a = ap.parse_args(argv)
+    if a.verify:
+        return verify(Path(a.verify))
     order = list(C.ORDER_1GPU if a.gpus == 1 else C.ORDER_2GPU)
     only = set(filter(None, a.only.split(",")))
     skip = set(filter(None, a.skip.split(",")))
