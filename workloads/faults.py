@@ -52,8 +52,9 @@ FAULTS = ("none", "host-sync", "straggler", "sdpa-math", "recompile")
 """``--fault`` values (the first faults; newer ones are knobs of their own)."""
 
 ALIASES = {"host-sync": {"host_sync": True}, "sdpa-math": {"sdpa_backend": "math"},
-           "recompile": {"compile": "static", "vary_batch": True}}
-"""``--fault`` alias -> the knobs it sets (only where the knob still has its default)."""
+           "recompile": {"compile": "static", "vary_batch": True}, "straggler": {}}
+"""``--fault`` alias -> the knobs it sets (only where the knob still has its default); ``straggler``
+is a label: ``--straggler-matmuls`` / ``--straggler-host-ms`` make the straggler."""
 
 _SOURCES = (Path(__file__).resolve(), Path(__file__).resolve().with_name("models.py"))
 
@@ -114,6 +115,7 @@ class GradNormSync:
         return g
 
     def after_backward(self) -> None:
+        """Mode ``after``: read every gradient's norm on the host (one sync each)."""
         if self.mode == "after":
             for p in self.params:
                 if p.grad is not None:
@@ -148,11 +150,14 @@ class StepFaults:
         return device_preprocess(step, self.dev)
 
     def after_backward(self) -> None:
+        """``--empty-cache``: return the cached segments (CUDA only)."""
         if self.a.empty_cache and self.dev.type == "cuda":
             empty_cache()
             self._count("empty_cache")
 
     def after_optimizer(self) -> None:
+        """``--empty-cache`` again, ``--d2h-params`` (host copy of every parameter),
+        ``--save-every-step`` (``torch.save`` to ``--save-dir``)."""
         if self.a.empty_cache and self.dev.type == "cuda":
             empty_cache()
             self._count("empty_cache")
@@ -164,6 +169,7 @@ class StepFaults:
             self._count("save")
 
     def after_sync(self, loss: float) -> None:
+        """After the loss is on the host (the GPU idle): ``--gc-collect``, ``--python-work-ms``."""
         if self.a.gc_collect:
             gc_pause()
             self._count("gc_collect")

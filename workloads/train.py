@@ -11,8 +11,11 @@ compute-bound), ``mlp`` (CPU smoke runs), ``wide``, ``gemm``, ``elementwise``, `
 Multi-GPU (``distributed.py``): under ``torchrun --nproc-per-node N`` or ``srun`` every rank
 trains, ``--parallel ddp|fsdp``; the profiler runs on every rank (``record_shapes`` on, so the
 collectives carry their message sizes) and each trace carries ``distributedInfo``.
-Injected faults (``faults.py``, ``--fault``) for the accuracy benchmark; ``--truth`` writes the
-known cause to ``truth.json``.
+Injected causes for the accuracy benchmark (``faults.py``): one knob each (the "injected-cause
+knobs" group of ``--help``), healthy by default, ``--fault`` kept as an alias of the first ones;
+``--truth`` writes the known cause to ``truth.json`` (with the ``file:line`` of a host-side cause).
+Profiler options from the environment: ``AI4S_PROFILE_WITH_STACK``, ``AI4S_PROFILE_RECORD_SHAPES``,
+``AI4S_PROFILE_MEMORY`` (:func:`profiler_settings`).
 
 Data (``--dataset``): ``map`` builds one whole batch per ``__getitem__`` and sleeps
 ``--data-latency-ms`` there (standing for I/O), so ``--num-workers 0`` starves the model by
@@ -24,7 +27,8 @@ Outputs in ``--out-dir`` (default ``$AI4S_PERF_RUN_DIR``): the log on stdout (ra
 ``batch`` format ``Batch N: loss L time T seconds samples S`` / ``Epoch N completed``, or the
 ORBIT-2 ``edm`` format), ``run_info.json``, ``traces/trace_rank<rank>.json.gz`` when
 ``AI4S_PROFILE=1`` (``--profile-steps``, default 3, steady-state steps after warm-up), ``telemetry/export.jsonl`` and, with
-``--write-manifest``, ``manifest.json``. No checkpoint is ever saved (seed lesson 30).
+``--write-manifest``, ``manifest.json``. No checkpoint is ever kept (seed lesson 30; the injected
+``--save-every-step`` writes one to ``--save-dir`` each step and deletes it at the end).
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ def active_faults(a: argparse.Namespace) -> list[str]:
         on.append("compile-static")
     if a.optimizer_impl == "forloop":
         on.append("optimizer-forloop")
-    if a.fault == "straggler" and a.straggler_matmuls > 0:
+    if a.straggler_matmuls > 0:
         on.append("straggler")
     return on
 
@@ -394,8 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                            burst_every=a.burst_every, burst_ms=a.burst_ms, transform_matmuls=a.transform_matmuls,
                            transform_dim=a.transform_dim, pin=a.pin_memory and dev.type == "cuda")
     autocast = (torch.autocast(device_type=dev.type, dtype=torch.bfloat16) if a.precision == "bf16" else None)
-    straggle = r.rank == a.straggler_rank and ((a.fault == "straggler" and a.straggler_matmuls > 0)
-                                               or a.straggler_host_ms > 0)
+    straggle = r.rank == a.straggler_rank and (a.straggler_matmuls > 0 or a.straggler_host_ms > 0)
 
     total_steps = a.epochs * a.steps_per_epoch
     trace_path = out / "traces" / f"trace_rank{r.rank}.json.gz"
@@ -440,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                 if pre is not None:
                     loss = loss + 0.0 * pre.mean()
                 if straggle:
-                    _faults.straggler_work(dev, a.straggler_matmuls if a.fault == "straggler" else 0, a.straggler_dim)
+                    _faults.straggler_work(dev, a.straggler_matmuls, a.straggler_dim)
                     _faults.straggler_host_work(a.straggler_host_ms)
                 loss.backward()
             if host_sync is not None:
@@ -506,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         "step_faults": step_faults.counts, "sites": injected_sites(a),
         "straggler": {"rank": a.straggler_rank, "matmuls": a.straggler_matmuls, "dim": a.straggler_dim,
                       **({"host_ms": a.straggler_host_ms} if a.straggler_host_ms > 0 else {})}
-        if (a.fault == "straggler" or a.straggler_host_ms > 0) else None,
+        if (a.fault == "straggler" or a.straggler_matmuls > 0 or a.straggler_host_ms > 0) else None,
         "env": {k: os.environ[k] for k in ENV_RECORDED if k in os.environ},
         "checkpoint_saved": False, "model_config": cfg, "knobs": knobs,
     }

@@ -416,14 +416,15 @@ _NEW = [  # issue 24: the causes one GPU can show, each with its control
           notes="8 workers each set to 16 intra-op threads (torch.set_num_threads(16) in worker_init_fn) doing 8 "
                 "torch matmuls of 512^2 per batch: 128 OpenMP threads on 16 cores; every CPU busy and load1 far "
                 "above the cores in telemetry. Class not scored: the starved main thread also slows the launches"),
-    _case(93135, "profiler-stretched", 1, VIT_BF16 + ["--batch-size", "16"] + S12, "none", "compute-bound",
+    _case(93135, "profiler-stretched", 1, VIT_BF16 + ["--batch-size", "32"] + S12, "none", "compute-bound",
           env={"AI4S_PROFILE_WITH_STACK": "1", "AI4S_PROFILE_RECORD_SHAPES": "1", "AI4S_PROFILE_MEMORY": "1"},
-          pending=True, est_s=est(12, 35.0, 1.5),
-          notes="a GPU-bound ViT (12 x 1024, bf16, batch 16) profiled with record_shapes, with_stack and "
+          pending=True, est_s=est(12, 40.0, 1.5),
+          notes="a GPU-bound ViT (12 x 1024, bf16, batch 32: ~7 TFLOP a step, about half 92003's) profiled with "
+                "record_shapes, with_stack and "
                 "profile_memory: the profiler's CPU cost per op stretches the profiled steps past the log's "
                 "steady step; it must keep its class (compare 93136, the same run with the default profiler)"),
-    _case(93136, "profiler-plain", 1, VIT_BF16 + ["--batch-size", "16"] + S12, "none", "compute-bound",
-          pending=True, est_s=est(12, 22.0),
+    _case(93136, "profiler-plain", 1, VIT_BF16 + ["--batch-size", "32"] + S12, "none", "compute-bound",
+          pending=True, est_s=est(12, 32.0),
           notes="93135 with the default profiler settings (the stretch is the ratio of their profiled steps)"),
     _case(93137, "graph-break", 1, COMPILE_WIDE + ["--compile", "default", "--graph-breaks"], "graph-break",
           "dispatch-bound", lever="remove_graph_breaks", control=93138, pending=True, timeout=240,
