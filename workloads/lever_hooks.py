@@ -8,9 +8,12 @@ environment (torch only, like ``train.py``; used by the GPU lever catalogs as
   models (the GNN's force loss) -- ``aot_autograd`` cannot differentiate its own backward;
 - ``AI4S_MATMUL_PRECISION=high|medium``: ``torch.set_float32_matmul_precision`` (TF32 on
   Ampere and later);
-- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``.
+- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True`` (``0``: False, torch's
+  default, set explicitly).
 
-Every argument goes to ``train.main`` unchanged; the hooks applied are printed to stderr.
+The other levers of ``tools/levers/catalogs/workload.yaml`` set ``train.py`` knobs (the injected
+causes of ``faults.py``). Every argument goes to ``train.main`` unchanged; the hooks applied are
+printed to stderr.
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
     if prec:
         torch.set_float32_matmul_precision(prec)
         done.append(f"float32_matmul_precision={prec}")
-    if env.get("AI4S_CUDNN_BENCHMARK") == "1":
-        torch.backends.cudnn.benchmark = True
-        done.append("cudnn.benchmark")
+    bench = env.get("AI4S_CUDNN_BENCHMARK")
+    if bench in ("0", "1"):
+        torch.backends.cudnn.benchmark = bench == "1"
+        done.append(f"cudnn.benchmark={bench == '1'}")
     return done
 
 
