@@ -183,7 +183,36 @@ def write_report(nodes: list[dict[str, Any]], reports_dir: str | Path, *, date: 
     text = build_report(nodes, raw_dir=raw, access=access, inter=inter, extra_gaps=extra_gaps, nccl_env_source=nccl_env_source)
     path = rd / (name or report_name(nodes, date))
     path.write_text(text)
+    if save_raw:
+        inputs = {"report": path.name, "nodes": [f"eval-{n['node']}.json" for n in nodes],
+                  "inter": "allreduce-inter.json" if inter else None, "access": access, "extra_gaps": list(extra_gaps or []),
+                  "nccl_env_source": nccl_env_source}
+        (rd / raw / REPORT_INPUTS).write_text(json.dumps(inputs, indent=1) + "\n")
     return path, check_report(text, filename=path.name)
+
+
+REPORT_INPUTS = "report-inputs.json"
+"""Beside the raw results: the builder's inputs (result files, access, extra gaps, who set the NCCL
+environment), so the report can be rebuilt from ``raw-<datetime>/`` alone (:func:`rebuild_report`)."""
+
+
+def rebuild_report(raw_dir: str | Path) -> tuple[str, str]:
+    """``(report file name, text)`` of the report built again from ``raw_dir`` (its
+    :data:`REPORT_INPUTS` and the result files it names). Raises InputError when the inputs file
+    or a result it names is missing or not JSON."""
+    raw = Path(raw_dir)
+    p = raw / REPORT_INPUTS
+    if not p.is_file():
+        raise InputError(f"no {REPORT_INPUTS} in {raw}: the report cannot be rebuilt from it")
+    try:
+        inp = json.loads(p.read_text())
+    except ValueError as e:
+        raise InputError(f"{p}: not JSON ({e})") from e
+    nodes = load_results([raw / f for f in inp["nodes"]])
+    inter = json.loads((raw / inp["inter"]).read_text()) if inp.get("inter") else None
+    text = build_report(nodes, raw_dir=raw.name, access=inp["access"], inter=inter, extra_gaps=inp.get("extra_gaps") or [],
+                        nccl_env_source=inp["nccl_env_source"])
+    return inp["report"], text
 
 
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
