@@ -8,7 +8,9 @@ environment (torch only, like ``train.py``; used by the GPU lever catalogs as
   models (the GNN's force loss) -- ``aot_autograd`` cannot differentiate its own backward;
 - ``AI4S_MATMUL_PRECISION=high|medium``: ``torch.set_float32_matmul_precision`` (TF32 on
   Ampere and later);
-- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``.
+- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``;
+- ``AI4S_TUNABLEOP_TIMEBOX_S=<s>`` (``AI4S_TUNABLEOP_DIR``): TunableOp tuning for that many
+  seconds, then the partial per-rank cache (lesson 28; :mod:`tunable`).
 
 Every argument goes to ``train.main`` unchanged; the hooks applied are printed to stderr.
 """
@@ -23,13 +25,16 @@ import torch
 
 if __package__:
     from . import train as _train
+    from . import tunable as _tunable
 else:  # run as a file on a GPU node that has only torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import train as _train  # type: ignore  # noqa: E402
+    import tunable as _tunable  # type: ignore  # noqa: E402
 
 
-def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
-    """Apply the environment's hooks; returns what was applied (for the log)."""
+def apply_hooks(env: dict[str, str] | None = None, tunable_api=None) -> list[str]:
+    """Apply the environment's hooks; returns what was applied (for the log). ``tunable_api``:
+    the TunableOp module (default ``torch.cuda.tunable``)."""
     env = dict(os.environ if env is None else env)
     done = []
     mode = env.get("AI4S_TORCH_COMPILE")
@@ -50,6 +55,21 @@ def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
     if env.get("AI4S_CUDNN_BENCHMARK") == "1":
         torch.backends.cudnn.benchmark = True
         done.append("cudnn.benchmark")
+    box = _tunable.from_env(env, tunable_api)
+    if box is not None:  # lesson 28: a time-boxed tune; the box is checked before every forward
+        done.append(box.arm())
+        holder = getattr(_train, "_models", _train)
+        build_tuned = holder.build_model
+
+        def boxed_build(*args, **kwargs):
+            model = build_tuned(*args, **kwargs)
+            def check_box(_module, _inputs):  # returns None: the inputs pass unchanged
+                box.check()
+
+            model.register_forward_pre_hook(check_box)
+            return model
+
+        holder.build_model = boxed_build
     return done
 
 
