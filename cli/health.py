@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="Run the GPU checks (torch)."),
         gather: Optional[Path] = typer.Option(None, "--gather", help="Only merge the parts already under DIR."),
         stream_mib: int = typer.Option(256, "--stream-mib", help="STREAM array size in MiB (3 arrays)."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="A healthy probe's node_health_probe.json: the "
+                                                "reference when no other node is probed with this one."),
     ) -> None:
         """Node health probe: mount write, STREAM per NUMA domain, GPU launch latency, D2D copy,
         single-node all-reduce. Exit 42 names the bad node(s) in BAD_NODES=."""
@@ -34,9 +36,11 @@ def register(app: typer.Typer) -> None:
 
         st = run_probe_graph(out_dir=str(gather or out), node=node,
                              mounts=list(mounts) if mounts else None, gpu=gpu, gather_only=gather is not None,
-                             stream_elems=stream_mib * (1 << 20) // 8)
+                             stream_elems=stream_mib * (1 << 20) // 8, baseline=str(baseline) if baseline else None)
         for s in st.get("skipped", []):
             typer.echo(f"skipped: {s}", err=True)
+        for s in st.get("not_checked", []):
+            typer.echo(s, err=True)
         typer.echo(Path(st["txt"]).read_text() if st.get("txt") else "", nl=False)
         for name, line in st.get("statuses", {}).items():
             typer.echo(f"{name}: {line}", err=True)
