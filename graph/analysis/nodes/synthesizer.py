@@ -197,7 +197,7 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
     else:
         L.append("The bottleneck class is unknown, so no lever is recommended; fill the missing inputs first.")
     L += ["", "## What was missing", ""]
-    L += [f"- {m}" for m in rep.missing] or ["Every input the graph reads was present."]
+    L += [f"- {m}" for m in rep.missing + rep.not_checked] or ["Every input the graph reads was present."]
     L += ["", "## Node status", "", "```"] + [f"{k}: {v}" for k, v in rep.statuses.items()] + ["```", ""]
     if rep.usage:
         tot_in = sum(u.input_tokens for u in rep.usage.values())
@@ -310,6 +310,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
                  bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
+                 not_checked=list((findings.get("telemetry") or {}).get("not_checked") or []),  # never lowers STATUS
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
                  usage=dict(state.get("usage") or {}), llm=req.llm, **in_context)
     rep.executive_summary = executive_summary(rep, manifest)
