@@ -201,13 +201,7 @@ def rebuild_report(raw_dir: str | Path) -> tuple[str, str]:
     :data:`REPORT_INPUTS` and the result files it names). Raises InputError when the inputs file
     or a result it names is missing or not JSON."""
     raw = Path(raw_dir)
-    p = raw / REPORT_INPUTS
-    if not p.is_file():
-        raise InputError(f"no {REPORT_INPUTS} in {raw}: the report cannot be rebuilt from it")
-    try:
-        inp = json.loads(p.read_text())
-    except ValueError as e:
-        raise InputError(f"{p}: not JSON ({e})") from e
+    inp = _read_json(raw / REPORT_INPUTS, f"no {REPORT_INPUTS} in {raw}: the report cannot be rebuilt from it")
     nodes = load_results([raw / f for f in inp["nodes"]])
     inter = json.loads((raw / inp["inter"]).read_text()) if inp.get("inter") else None
     text = build_report(nodes, raw_dir=raw.name, access=inp["access"], inter=inter, extra_gaps=inp.get("extra_gaps") or [],
@@ -215,18 +209,23 @@ def rebuild_report(raw_dir: str | Path) -> tuple[str, str]:
     return inp["report"], text
 
 
+def _read_json(p: Path, missing: str) -> dict[str, Any]:
+    """The JSON object in ``p``. Raises InputError with ``missing`` when there is no file, or
+    naming the file when it is not JSON."""
+    if not p.is_file():
+        raise InputError(missing)
+    try:
+        return json.loads(p.read_text())
+    except ValueError as e:
+        raise InputError(f"{p}: not JSON ({e})") from e
+
+
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
     """Read eval-result JSON files (``gpu_bench.py eval --json``). Raises InputError when one is
     missing, not JSON, or not an eval result."""
     out = []
     for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise InputError(f"no eval result at {p}")
-        try:
-            d = json.loads(p.read_text())
-        except ValueError as e:
-            raise InputError(f"{p}: not JSON ({e})") from e
+        d = _read_json(Path(p), f"no eval result at {p}")
         if d.get("kind") != "eval":
             raise InputError(f"{p}: not a gpu_bench eval result (kind={d.get('kind')!r})")
         out.append(d)
