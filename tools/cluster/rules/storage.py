@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ..mdparse import Doc, cell_number, is_num
-from .base import Violation, prose_sentences, rule
+from .base import Violation, house, prose_sentences, rule
 
 PARTITION_COLUMNS = ["mount", "size", "type", "device / server"]
 FIO_COLUMNS = ["size", "rw", "latency (msec)", "bw (MiBps)", "IOPS (M)"]
@@ -262,14 +262,27 @@ def shared_grouping(doc: Doc) -> list[Violation]:
     return v
 
 
-@rule(50, "scratch_cleared", "Leave the filesystems as you found them", "with a fio table, the report says the scratch was "
-      "cleared (deleted, or moved to a trash directory on the same mount, named)", grade="partly: the move-never-rm practice "
-      "and the trash sizes live in the summary to the user, outside the report")
+@rule(50, "scratch_cleared", "Leave the filesystems as you found them; Final pass", "scratch the eval moved instead of "
+      "deleting (to a trash directory on the same mount) is named with its path and size, so the user can purge it in one "
+      "command", grade="partly: clearing the scratch is an action on the cluster; the report can only say what was done")
 def scratch_cleared(doc: Doc) -> list[Violation]:
+    v = []
+    for b in doc.blocks:
+        t = b.text
+        if re.search(r"\bmoved\b", t) and re.search(r"scratch|trash|fio-test", t, re.I):
+            if not (re.search(r"`?/[\w./-]+", t) and re.search(r"\d+(\.\d+)?\s?(bytes|B|KiB|MiB|GiB|TiB)\b", t)):
+                v.append(Violation("scratch_cleared", b.line, "moved scratch: name the path it went to and its size"))
+    return v
+
+
+@house("house_scratch_stated", "with a fio table, the report itself says the scratch fio wrote was cleared or where it was "
+       "moved (the seed asks for it in the summary to the user)")
+def house_scratch_stated(doc: Doc) -> list[Violation]:
     if not any(s.tables for s in io_sections(doc)):
         return []
     st = doc.top.get("Storage")
     txt = " ".join(b.text for b in st.all_blocks()) if st else ""
     if re.search(r"\b(removed|deleted|cleared|moved)\b", txt) and re.search(r"scratch|own files|--unlink|fio-test|trash", txt):
         return []
-    return [Violation("scratch_cleared", st.line if st else 1, "say that the scratch fio wrote was cleared (or where it was moved)")]
+    return [Violation("house_scratch_stated", st.line if st else 1, "say that the scratch fio wrote was cleared (or where it "
+                                                                    "was moved)", "warning")]
