@@ -139,6 +139,17 @@ def test_check_cli_names_the_broken_rule(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(bad)],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 1 and "[findings_headings]" in r.stdout
+    warned = tmp_path / "h200-2026-11-29-1442Z-w.md"
+    warned.write_text(good.replace(", set by the device machine's image, which keeps NVLink multicast off |", " |"))
+    r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(warned)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 1 and "[house_nccl_set_by (house warning)]" in r.stdout and "[file_name]" in r.stdout
+    ok = tmp_path / "w" / "h200-2026-11-29-1442Z.md"
+    ok.parent.mkdir()
+    ok.write_text(warned.read_text())
+    r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(ok)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0 and "STATUS=ok; reason=0 rule violation(s), 1 house warning(s)" in r.stdout
     misnamed = tmp_path / "eval-h200.md"
     misnamed.write_text(good)
     r = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "eval-cluster", "--check", str(misnamed)],
