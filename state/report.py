@@ -80,7 +80,6 @@ class Report(BaseModel):
     levers: list[LeverRecommendation] = Field(default_factory=list)
     lever_catalog: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that were missing or bad")
-    not_checked: list[str] = Field(default_factory=list, description="checks that could not run: 'not checked: needs ...'")
     statuses: dict[str, str] = Field(default_factory=dict, description="node -> STATUS line")
     figures: dict[str, Any] = Field(default_factory=dict, description="headline numbers")
     plots: list[str] = Field(default_factory=list)

@@ -414,7 +414,8 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)
     claims += triage.attach_telemetry_triage(findings, manifest, run_dir)
-    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing}
+    not_checked = (findings.get("telemetry") or {}).pop("not_checked", [])  # issue 28: to the report, not to the agents
+    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing, "not_checked": not_checked}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
     if req.llm != "none":
