@@ -61,7 +61,7 @@ def test_lever_hooks_arm_the_box_and_check_it_before_every_forward(tmp_path, mon
     monkeypatch.setattr(holder, "build_model", holder.build_model)  # restored after the test
     api = Recorder()
     env = {"AI4S_TUNABLEOP_TIMEBOX_S": "0.000001", "AI4S_TUNABLEOP_DIR": str(tmp_path), "RANK": "1"}
-    done = lever_hooks.apply_hooks(env, tunable_api=api)
+    done = lever_hooks.apply_tunable(env, tunable_api=api)
     assert any(d.startswith("tunableop(") for d in done)
     model = holder.build_model("mlp", holder.model_config("mlp", "cpu", _NoArgs()))
     with torch.no_grad():

@@ -8,9 +8,7 @@ environment (torch only, like ``train.py``; used by the GPU lever catalogs as
   models (the GNN's force loss) -- ``aot_autograd`` cannot differentiate its own backward;
 - ``AI4S_MATMUL_PRECISION=high|medium``: ``torch.set_float32_matmul_precision`` (TF32 on
   Ampere and later);
-- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``;
-- ``AI4S_TUNABLEOP_TIMEBOX_S=<s>`` (``AI4S_TUNABLEOP_DIR``): TunableOp tuning for that many
-  seconds, then the partial per-rank cache (lesson 28; :mod:`tunable`).
+- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``.
 
 Every argument goes to ``train.main`` unchanged; the hooks applied are printed to stderr.
 """
@@ -32,9 +30,8 @@ else:  # run as a file on a GPU node that has only torch
     import tunable as _tunable  # type: ignore  # noqa: E402
 
 
-def apply_hooks(env: dict[str, str] | None = None, tunable_api=None) -> list[str]:
-    """Apply the environment's hooks; returns what was applied (for the log). ``tunable_api``:
-    the TunableOp module (default ``torch.cuda.tunable``)."""
+def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
+    """Apply the environment's hooks; returns what was applied (for the log)."""
     env = dict(os.environ if env is None else env)
     done = []
     mode = env.get("AI4S_TORCH_COMPILE")
@@ -55,26 +52,36 @@ def apply_hooks(env: dict[str, str] | None = None, tunable_api=None) -> list[str
     if env.get("AI4S_CUDNN_BENCHMARK") == "1":
         torch.backends.cudnn.benchmark = True
         done.append("cudnn.benchmark")
-    box = _tunable.from_env(env, tunable_api)
-    if box is not None:  # lesson 28: a time-boxed tune; the box is checked before every forward
-        done.append(box.arm())
-        holder = getattr(_train, "_models", _train)
-        build_tuned = holder.build_model
+    return done
 
-        def boxed_build(*args, **kwargs):
-            model = build_tuned(*args, **kwargs)
-            def check_box(_module, _inputs):  # returns None: the inputs pass unchanged
-                box.check()
 
-            model.register_forward_pre_hook(check_box)
-            return model
+def apply_tunable(env: dict[str, str] | None = None, tunable_api=None) -> list[str]:
+    """``AI4S_TUNABLEOP_TIMEBOX_S=<s>`` (and ``AI4S_TUNABLEOP_DIR``): PyTorch TunableOp tuning for
+    that many seconds, then tuning off and the partial per-rank cache kept (seed 000 lesson 28;
+    :mod:`tunable`); the box is checked before every forward of the constructed model.
+    ``tunable_api``: the TunableOp module (default ``torch.cuda.tunable``). Returns what was applied."""
+    box = _tunable.from_env(dict(os.environ if env is None else env), tunable_api)
+    if box is None:
+        return []
+    done = [box.arm()]
+    holder = getattr(_train, "_models", _train)  # the module whose build_model train.main calls
+    build = holder.build_model
 
-        holder.build_model = boxed_build
+    def boxed_build(*args, **kwargs):
+        model = build(*args, **kwargs)
+
+        def check_box(_module, _inputs):  # returns None: the inputs pass unchanged
+            box.check()
+
+        model.register_forward_pre_hook(check_box)
+        return model
+
+    holder.build_model = boxed_build
     return done
 
 
 def main(argv: list[str] | None = None) -> int:
-    done = apply_hooks()
+    done = apply_hooks() + apply_tunable()
     print(f"ai4s-lever-hooks: {', '.join(done) or 'none'}", file=sys.stderr)
     return _train.main(argv)
 
