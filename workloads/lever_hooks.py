@@ -26,9 +26,11 @@ import torch
 
 if __package__:
     from . import train as _train
+    from . import tunable as _tunable
 else:  # run as a file on a GPU node that has only torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import train as _train  # type: ignore  # noqa: E402
+    import tunable as _tunable  # type: ignore  # noqa: E402
 
 
 def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
@@ -57,8 +59,33 @@ def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
     return done
 
 
+def apply_tunable(env: dict[str, str] | None = None, tunable_api=None) -> list[str]:
+    """``AI4S_TUNABLEOP_TIMEBOX_S=<s>`` (and ``AI4S_TUNABLEOP_DIR``): PyTorch TunableOp tuning for
+    that many seconds, then tuning off and the partial per-rank cache kept (seed 000 lesson 28;
+    :mod:`tunable`); the box is checked before every forward of the constructed model.
+    ``tunable_api``: the TunableOp module (default ``torch.cuda.tunable``). Returns what was applied."""
+    box = _tunable.from_env(dict(os.environ if env is None else env), tunable_api)
+    if box is None:
+        return []
+    done = [box.arm()]
+    holder = getattr(_train, "_models", _train)  # the module whose build_model train.main calls
+    build = holder.build_model
+
+    def boxed_build(*args, **kwargs):
+        model = build(*args, **kwargs)
+
+        def check_box(_module, _inputs):  # returns None: the inputs pass unchanged
+            box.check()
+
+        model.register_forward_pre_hook(check_box)
+        return model
+
+    holder.build_model = boxed_build
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
-    done = apply_hooks()
+    done = apply_hooks() + apply_tunable()
     print(f"ai4s-lever-hooks: {', '.join(done) or 'none'}", file=sys.stderr)
     return _train.main(argv)
 

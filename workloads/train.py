@@ -493,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         "transform_ms": a.transform_ms, "threads": torch.get_num_threads(), "pin_memory": a.pin_memory,
         "log_format": a.log_format, "epochs": a.epochs, "steps_per_epoch_nominal": a.steps_per_epoch, "steps": step,
         "max_batches_per_epoch": math.ceil(step / a.epochs),
+        "staged_samples": a.steps_per_epoch * a.batch_size * r.world,  # samples the dataset holds per epoch (lesson 25)
         "realized_batch_mean": (sum(realized) / len(realized)) if realized else None,
         "partial_step_fraction": (1 - full / len(realized)) if realized else None,
         "epoch_losses": epoch_losses,

@@ -104,6 +104,7 @@ class AnalysisState(TypedDict, total=False):
     - ``verdicts``: :class:`VerifiedClaim` from both verifiers.
     - ``statuses``: node name -> its STATUS line.
     - ``missing``: one line per missing or bad input.
+    - ``not_checked``: one ``not checked: needs ...`` line per check that could not run (issue 28).
     - ``usage``: node name -> :class:`Usage` (LLM token use).
     - ``report``: the synthesizer's :class:`Report`.
     """
@@ -119,6 +120,7 @@ class AnalysisState(TypedDict, total=False):
     verdicts: Annotated[list[VerifiedClaim], operator.add]
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: Annotated[list[str], operator.add]
+    not_checked: Annotated[list[str], operator.add]
     usage: Annotated[dict[str, Usage], merge_dicts]
     report: Report
 
