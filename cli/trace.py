@@ -75,11 +75,13 @@ def timeline(
     bar = _LazyProgress(f"reading {trace.name}")
     try:
         if backend in ("auto", "stream"):
-            from ..tools.trace import engine, tables
+            from ..tools.trace import engine, tables, tracelens_sheets
 
-            analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
-            if csv_dir is not None:
+            if csv_dir is not None:  # every TraceLens sheet, from the same read
+                analysis, kernel_rows = tracelens_sheets.analyze_with_sheets(trace, progress=bar)
                 tables.write_tables(csv_dir, analysis, kernel_rows)
+            else:
+                analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
         else:
             analysis = analyze_trace(trace, backend=backend, progress=bar)
             if csv_dir is not None:

@@ -23,10 +23,11 @@ from .backends import CROSS_CHECK_MAX_BYTES
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
 from .tables import kernel_tables
+from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-3.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-4.s{ts_mod.STREAM_VERSION}"
 
 
 
@@ -177,13 +178,15 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     cache = TraceCache(cache_dir)
 
     def compute() -> dict[str, Any]:
-        scan = ts_mod.scan_trace(p, progress, also)
+        args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
+        scan = ts_mod.scan_trace(p, progress, (*also, args.feed))
         rec = rank_record(scan, rank)
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)
         rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+        rec["tables"].update(build_sheets(scan, keep, args))
         n_events = scan.n_events
-        del scan, keep
+        del scan, keep, args
         rec["analysis"] = analysis.model_dump(mode="json")
         rec["cross_checks"] = []
         if params["cross_check"]:
