@@ -39,7 +39,7 @@ def _common(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only STATUS lines and errors."),
 ) -> None:
     """Find out why a GPU training job is slow, with evidence you can check; then make it faster."""
-    options.set_quiet(quiet)
+    options.reset(quiet)
 
 
 for _mod in (run, trace, optimize, diff, health, cluster):

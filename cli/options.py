@@ -17,6 +17,12 @@ _STATE = {"quiet": False}
 JSON_SCHEMA_VERSION = 1
 
 
+def reset(quiet: bool = False) -> None:
+    """Start of an invocation (the app's callback): quiet mode is the app's ``-q`` and nothing else
+    (a test runner invokes the app many times in one process)."""
+    _STATE["quiet"] = bool(quiet)
+
+
 def set_quiet(on: bool) -> None:
     """Turn quiet mode on (a command's ``-q`` can only add to the app's)."""
     if on:

@@ -318,7 +318,7 @@ def test_cli_timeline_json(shared_data, cli_app):
     res = CliRunner().invoke(cli_app, ["trace", "timeline", str(_h100(shared_data, name)), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert list(data) == list(tl.MAIN_TIMELINE_ROWS)
+    assert list(data) == [*tl.MAIN_TIMELINE_ROWS, "notes"] and isinstance(data.pop("notes"), list)
     ref = _ref_timeline(shared_data, name)
     for row, v in data.items():
         assert set(v) == {"time_ms", "percent"}

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import engine
 from . import stream as ts_mod
-from .backends import CROSS_CHECK_MAX_BYTES
+from .backends import CROSS_CHECK_MAX_BYTES, CROSS_CHECK_TOOLS
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
 from .tables import kernel_tables
@@ -123,9 +123,24 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     }
 
 
-def _rank_params(path: Path, cross_check: bool) -> dict[str, Any]:
+def cross_check_tools(cross_check: bool | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """The cross-check tools asked for: ``True`` = all of :data:`~.backends.CROSS_CHECK_TOOLS`,
+    ``False``/``None``/``()`` = none (the default: opt-in with ``--cross-check``), else the names
+    given, in that tuple's order. Raises ``ValueError`` for an unknown tool."""
+    if cross_check is True:
+        return CROSS_CHECK_TOOLS
+    if not cross_check:
+        return ()
+    bad = [t for t in cross_check if t not in CROSS_CHECK_TOOLS]
+    if bad:
+        raise ValueError(f"unknown cross-check {bad[0]!r}; choose from {', '.join(CROSS_CHECK_TOOLS)}")
+    return tuple(t for t in CROSS_CHECK_TOOLS if t in cross_check)
+
+
+def _rank_params(path: Path, cross_check: bool | tuple[str, ...]) -> dict[str, Any]:
     size = path.stat().st_size if path.is_file() else 0
-    return {"cross_check": bool(cross_check and 0 < size <= CROSS_CHECK_MAX_BYTES)}
+    tools = cross_check_tools(cross_check)
+    return {"cross_check": list(tools) if (tools and 0 < size <= CROSS_CHECK_MAX_BYTES) else False}
 
 
 def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | None = None) -> dict[str, Any]:
@@ -140,7 +155,7 @@ def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | N
     return rec
 
 
-def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool = True,
+def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                 label: str | None = None) -> dict[str, Any] | None:
     """:func:`analyze_rank`'s result if it is already in the cache (the trace is hashed, not
     parsed), else None. Lets the graph skip the fan-out for ranks analysed in an earlier run."""
@@ -152,14 +167,15 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
     return _label(rec, p, rank, True, label) if rec is not None else None
 
 
-def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool = True,
+def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                  label: str | None = None, progress=None, also: tuple = ()) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
-    ``cross_check`` and a file of at most :data:`~.backends.CROSS_CHECK_MAX_BYTES`, the optional
-    cross-checks (TraceLens, TraceLens CSVs beside the trace, HTA) also run and are recorded under
-    ``cross_checks``; their failures are notes there, never errors of the rank.
+    ``cross_check`` (the tools, :func:`cross_check_tools`; none by default) and a file of at most
+    :data:`~.backends.CROSS_CHECK_MAX_BYTES`, those optional cross-checks (TraceLens, TraceLens CSVs
+    beside the trace, HTA) also run and are recorded under ``cross_checks``; their failures are
+    notes there, never errors of the rank.
 
     The result is cached under ``cache_dir`` (default: cache.default_cache_dir()) keyed by the sha256
     of the trace bytes, ANALYSIS_VERSION and whether cross-checks ran; ``"from_cache"`` says whether
@@ -192,7 +208,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
         if params["cross_check"]:
             from .backends import cross_checks  # noqa: PLC0415
 
-            rec["cross_checks"] = cross_checks(p, analysis, n_events=n_events)
+            rec["cross_checks"] = cross_checks(p, analysis, tools=tuple(params["cross_check"]), n_events=n_events)
         return rec
 
     rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params)
@@ -205,7 +221,7 @@ def _analyze_rank_star(args: tuple) -> dict[str, Any]:
 
 
 def analyze_ranks(rank_traces: dict[int, str | os.PathLike], cache_dir: str | None = None,
-                  workers: int = 0, *, cross_check: bool = False) -> list[dict[str, Any]]:
+                  workers: int = 0, *, cross_check: bool | tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """:func:`analyze_rank` for each rank in a process pool (``workers=0``: one per CPU, at most
     one per rank; 1: in this process). Each worker holds one trace at a time, so peak memory is
     ``workers`` x the per-trace bound. ``cross_check`` runs the optional cross-checks of small

@@ -121,7 +121,8 @@ def _as_rank_result(rec: dict[str, Any]) -> RankResult:
     return out
 
 
-def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> RankResult:
+def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str,
+                 cross_check: tuple[str, ...] = ()) -> RankResult:
     """Worker-process body: ONE read of one rank trace feeding (a) the engine, through the
     content-hash cache (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`, plus the optional
     cross-checks), (b) the verifier's own reader (:class:`ai4s_graph.tools.trace.kineto.KinetoLoader`:
@@ -135,7 +136,7 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> Ran
 
     loader, names, roof = kineto.KinetoLoader(path), triage.EventNameCounter(), RooflineCollector()
     consumers = (loader.feed, names.feed, roof.feed)
-    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=True,
+    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
                                                      also=consumers))
     if loader.n == 0:  # the engine's result came from the cache: the others read the file themselves
         stream.feed_events(path, consumers)
@@ -190,9 +191,9 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     label = task.get("label") or str(rank)
     try:
         if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
-            res = _analyze_one(path, rank, cache_dir, label)
+            res = _analyze_one(path, rank, cache_dir, label, req.cross_check)
         else:
-            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
+            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label, req.cross_check).result()
     except NoGpuEventsError as e:
         graphs = isinstance(e, GraphKernelsNotRecordedError)
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
