@@ -4,10 +4,9 @@ terminal), set once by the app's callback (``ai4s-graph -q <command>``) or by a 
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
+import orjson
 import typer
 
 _STATE = {"quiet": False}
@@ -43,15 +42,6 @@ def say(text: str, *, err: bool = False) -> None:
 def echo_json(command: str, status: str, **fields: Any) -> None:
     """Print one JSON object on stdout: ``schema_version``, ``command``, ``status`` (the STATUS line)
     and ``fields``; NaN/inf become null."""
-    typer.echo(json.dumps(_finite({"schema_version": JSON_SCHEMA_VERSION, "command": command, "status": status,
-                                   **fields}), default=str, allow_nan=False))
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
+    # orjson writes NaN and infinities as null (JSON has neither)
+    typer.echo(orjson.dumps({"schema_version": JSON_SCHEMA_VERSION, "command": command, "status": status, **fields},
+                            default=str).decode())

@@ -10,6 +10,7 @@ the lever; lessons 19 and 26 name the fabric, launcher, filesystem and library c
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -87,13 +88,6 @@ class SignatureEntry(BaseModel):
     example: str | None = ""
     example_node: str | None = None
 
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v not in KINDS:
-            raise ValueError(f"class must be infra|lever and kind one of {KINDS}, not {v!r}")
-        return v
-
     @field_validator("pattern")
     @classmethod
     def _pattern(cls, v: str | None) -> str | None:
@@ -106,6 +100,8 @@ class SignatureEntry(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> "SignatureEntry":
+        if self.kind not in KINDS:
+            raise ValueError(f"class must be infra|lever and kind one of {KINDS}, not {self.kind!r}")
         if not self.source:
             raise ValueError("cites no source")
         if self.pattern is None and self.exit_status is None and not self.slurm_state:
@@ -128,11 +124,9 @@ class SignatureFile(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> "SignatureFile":
-        seen: set[str] = set()
-        for e in self.signatures:
-            if e.name in seen:
-                raise ValueError(f"signature {e.name} appears twice")
-            seen.add(e.name)
+        twice = [n for n, k in Counter(e.name for e in self.signatures).items() if k > 1]
+        if twice:
+            raise ValueError(f"signature {twice[0]} appears twice")
         return self
 
 

@@ -386,19 +386,22 @@ def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _group_key(r: dict[str, Any], col: OpArgsCollector, args: _Args) -> tuple:
-    strs = args.strings(r["sig"]) if r["sig"] >= 0 else (None,) * 4
-    return (r["name"], r["category"], *col.names(r["thread"]), *strs)
+def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
+                    args: _Args) -> dict[tuple, list[dict[str, Any]]]:
+    """Launchers grouped by (name, category, process, label, thread, the four argument strings), in
+    order of first appearance (pandas ``groupby(sort=False)``)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in launchers:
+        strs = args.strings(r["sig"]) if r["sig"] >= 0 else (None,) * 4
+        groups.setdefault((r["name"], r["category"], *col.names(r["thread"]), *strs), []).append(r)
+    return groups
 
 
 def ops_unique_args(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
                     args: _Args) -> list[dict[str, Any]]:
     """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in launchers:
-        groups.setdefault(_group_key(r, col, args), []).append(r)
     rows = []
-    for key, rs in groups.items():
+    for key, rs in _by_unique_args(launchers, col, args).items():
         row = dict(zip(OPS_UNIQUE_ARGS_COLUMNS[:9], key))
         row["operation_count"] = len(rs)
         for w in ("direct", "subtree"):
@@ -496,11 +499,8 @@ def unified_perf_summary(tree: _Tree, launchers: list[dict[str, Any]], col: OpAr
                          args: _Args) -> list[dict[str, Any]]:
     """``unified_perf_summary.csv`` rows (:data:`UNIFIED_COLUMNS`) over the kernel launchers: CPU
     duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in launchers:
-        groups.setdefault(_group_key(r, col, args), []).append(r)
     rows = []
-    for key, rs in groups.items():
+    for key, rs in _by_unique_args(launchers, col, args).items():
         row = dict(zip(UNIFIED_COLUMNS[:9], key))
         f = rs[0]
         got = _model(f["name"], f["sig"], args)
