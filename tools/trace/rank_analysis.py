@@ -27,7 +27,10 @@ from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-4.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-3.s{ts_mod.STREAM_VERSION}"
+#: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
+#: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
+SHEETS_VERSION = 1
 
 
 
@@ -140,7 +143,8 @@ def cross_check_tools(cross_check: bool | tuple[str, ...] | list[str] | None) ->
 def _rank_params(path: Path, cross_check: bool | tuple[str, ...]) -> dict[str, Any]:
     size = path.stat().st_size if path.is_file() else 0
     tools = cross_check_tools(cross_check)
-    return {"cross_check": list(tools) if (tools and 0 < size <= CROSS_CHECK_MAX_BYTES) else False}
+    return {"cross_check": list(tools) if (tools and 0 < size <= CROSS_CHECK_MAX_BYTES) else False,
+            "sheets": SHEETS_VERSION}
 
 
 def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | None = None) -> dict[str, Any]:
@@ -187,7 +191,8 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
     comm_comp_overlap_pct), steps, comm (columnar communication kernels), top_kernels, tables
-    (kernel_summary / short_kernels_summary rows, :mod:`.tables`), cross_checks,
+    (kernel_summary / short_kernels_summary rows, :mod:`.tables`), tracelens_sheets (the other TraceLens
+    sheets and short_kernels_summary by input shapes, :mod:`.tracelens_sheets`), cross_checks,
     from_cache. Raises InputError / NoGpuEventsError / GraphKernelsNotRecordedError."""
     p = Path(path)
     params = _rank_params(p, cross_check)
@@ -200,7 +205,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)
         rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
-        rec["tables"].update(build_sheets(scan, keep, args))
+        rec["tracelens_sheets"] = build_sheets(scan, keep, args)  # written as CSVs, then dropped (big)
         n_events = scan.n_events
         del scan, keep, args
         rec["analysis"] = analysis.model_dump(mode="json")
