@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
         gap: Optional[List[str]] = typer.Option(None, "--gap", help="'compute|network|storage: text' for the report's Gaps."),
         nccl_env_source: str = typer.Option("the environment the benchmarks ran in", "--nccl-env-source"),
         date: Optional[str] = typer.Option(None, "--date", help="Report date (default: today, UTC)."),
+        as_json: bool = typer.Option(False, "--json", help="With --check: print one JSON summary on stdout "
+                                     "(the rule violations as a list)."),
     ) -> None:
         """Acceptance evaluation (seed 003): environment, MAMF/MSMF, lemon GEMM, all-reduce, fio;
         writes reports/<gpu>-<date>-<HHMM>Z.md and checks it. --check only checks a report and names
@@ -70,23 +72,33 @@ def register(app: typer.Typer) -> None:
         from ..tools.cluster.report_check import check_file_all  # noqa: PLC0415
 
         if check is not None:
+            from .options import echo_json  # noqa: PLC0415
+
+            def done(line: str, code: int, violations: list | None = None) -> None:
+                if as_json:
+                    echo_json("eval-cluster --check", line, report=str(check), exit_code=code,
+                              violations=None if violations is None else
+                              [{"rule": v.rule, "line": v.line, "message": v.message, "severity": v.severity}
+                               for v in violations])
+                else:
+                    for v in violations or []:
+                        typer.echo(str(v))
+                    typer.echo(line)
+                raise typer.Exit(code)
+
             if not check.is_file():
                 err.print(f"no report at {check}")
-                typer.echo(f"STATUS=fail; reason=no report at {check}")
-                raise typer.Exit(2)
+                done(f"STATUS=fail; reason=no report at {check}", 2)
             try:
                 found = check_file_all(check)
             except InputError as e:
                 err.print(f"error: {e}")
-                typer.echo(f"STATUS=fail; reason={e}")
-                raise typer.Exit(2)
-            for v in found:
-                typer.echo(str(v))
+                done(f"STATUS=fail; reason={e}", 2)
             bad = [v for v in found if v.severity == "error"]
             warn = len(found) - len(bad)
-            typer.echo(f"STATUS={'fail' if bad else 'ok'}; reason={len(bad)} rule violation(s)"
-                       + (f", {warn} house warning(s)" if warn else "") + f" in {check.name}")
-            raise typer.Exit(1 if bad else 0)
+            done(f"STATUS={'fail' if bad else 'ok'}; reason={len(bad)} rule violation(s)"
+                 + (f", {warn} house warning(s)" if warn else "") + f" in {check.name}",
+                 1 if bad else 0, found)
         from ..graph.health.eval_graph import run_eval_graph  # noqa: PLC0415
 
         node_list = [n for x in (nodes or []) for n in x.split(",") if n]

@@ -24,6 +24,7 @@ from rich.text import Text
 from ..state.status import StatusLine
 from ..tools.errors import Ai4sError
 from ..tools.trace.backends import BACKENDS, TIMELINE_ROWS, analyze_trace
+from . import options
 
 trace_app = typer.Typer(help="Inspect PyTorch profiler (kineto) traces.", no_args_is_help=True)
 
@@ -39,6 +40,8 @@ class _LazyProgress:
         self.label, self.t0, self.bar, self.task = label, time.monotonic(), None, None
 
     def __call__(self, done: int, total: int) -> None:
+        if self.bar is None and options.quiet():
+            return
         if self.bar is None:
             if time.monotonic() - self.t0 < PROGRESS_DELAY_S:
                 return
@@ -68,18 +71,23 @@ def timeline(
     backend: str = typer.Option("auto", "--backend", help=f"One of: {', '.join(BACKENDS)} (auto = stream, the engine)."),
     totals: bool = typer.Option(False, "--totals", help="Also print total_comm_time and total_memcpy_time."),
     csv_dir: Path = typer.Option(None, "--csv", help="Write TraceLens-shaped CSVs of the engine's tables into DIR."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the STATUS line and errors (input notes too "
+                               "are silent; with --json they are under \"notes\")."),
 ) -> None:
     """GPU timeline of one trace, as TraceLens defines it (ms and % of total time)."""
+    options.set_quiet(quiet)
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bar = _LazyProgress(f"reading {trace.name}")
     try:
         if backend in ("auto", "stream"):
-            from ..tools.trace import engine, tables
+            from ..tools.trace import engine, tables, tracelens_sheets
 
-            analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
-            if csv_dir is not None:
+            if csv_dir is not None:  # every TraceLens sheet, from the same read
+                analysis, kernel_rows = tracelens_sheets.analyze_with_sheets(trace, progress=bar)
                 tables.write_tables(csv_dir, analysis, kernel_rows)
+            else:
+                analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
         else:
             analysis = analyze_trace(trace, backend=backend, progress=bar)
             if csv_dir is not None:
@@ -95,10 +103,15 @@ def timeline(
         _fail(f"cannot write the CSVs: {e}")
         return
     bar.close()
+    if as_json:  # the input notes (e.g. sub-µs clipped overlaps) travel in the JSON
+        typer.echo(json.dumps({**analysis.timeline_json(with_totals=totals), "notes": list(analysis.warnings)}))
+        return
     for w in analysis.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    if as_json:
-        typer.echo(json.dumps(analysis.timeline_json(with_totals=totals)))
+        options.say(f"warning: {w}", err=True)
+    if options.quiet():
+        typer.echo(StatusLine.make("ok", f"backend={analysis.backend}; busy "
+                                         f"{analysis.timeline['busy_time'].percent:.1f}% of "
+                                         f"{analysis.timeline['total_time'].time_ms:.3f} ms").format())
         return
     table = Table(title=Text(f"GPU timeline: {trace.name}"), caption=f"backend: {analysis.backend}")
     table.add_column("row")

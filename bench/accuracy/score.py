@@ -33,6 +33,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -182,16 +184,62 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "cases": rows}
 
 
-def score(cases_dir: Path = CASES_DIR, workers: int = 2, work: Path | None = None) -> dict[str, Any]:
-    """Run every case under ``cases_dir`` (``workers`` at a time) and summarize."""
+class _Progress:
+    """One line per finished case on stderr (``[3/12] case-name: class right, 41 s``), or a rich bar
+    when stderr is a terminal; silent with ``quiet``."""
+
+    def __init__(self, total: int, quiet: bool = False) -> None:
+        self.total, self.done, self.quiet, self.t0 = total, 0, quiet, time.monotonic()
+        self.lock = threading.Lock()
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("accuracy cases"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("cases", total=total)
+
+    def case_done(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self.done += 1
+            if self.quiet:
+                return
+            if self.bar is not None:
+                self.bar.update(self.task, completed=self.done)
+                return
+            ok = {True: "right", False: "wrong", None: "not scored"}
+            verdict = ("failed: " + str(row.get("error"))[:80] if row.get("error") else
+                       f"class {row.get('class')} ({ok[row.get('class_ok')]}), cause {ok[row.get('cause_ok')]}")
+            print(f"[{self.done}/{self.total}] {row.get('case')}: {verdict}, {time.monotonic() - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def score(cases_dir: Path = CASES_DIR, workers: int = 2, work: Path | None = None,
+          quiet: bool = False) -> dict[str, Any]:
+    """Run every case under ``cases_dir`` (``workers`` at a time) and summarize; a line per finished
+    case goes to stderr (:class:`_Progress`) unless ``quiet``."""
     cases = load_cases(cases_dir)
     tmp = tempfile.TemporaryDirectory(prefix="ai4s-acc-") if work is None else None
     wd = Path(tmp.name) if tmp else Path(work)
     wd.mkdir(parents=True, exist_ok=True)
+    progress = _Progress(len(cases), quiet)
+
+    def one(ct: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+        row = run_case(ct[0], ct[1], wd)
+        progress.case_done(row)
+        return row
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-            rows = list(ex.map(lambda ct: run_case(ct[0], ct[1], wd), cases))
+            rows = list(ex.map(one, cases))
     finally:
+        progress.close()
         if tmp:
             tmp.cleanup()
     return summarize(rows)
@@ -267,9 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--results", default=None, help="write the markdown table here (e.g. bench/accuracy/RESULTS.md)")
     s.add_argument("--write-floor", action="store_true", help="record the measured score as bench/accuracy/floor.json")
     s.add_argument("--check-floor", action="store_true", help="exit 1 when the score is below floor.json")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
     try:
-        res = score(Path(a.cases), a.workers)
+        res = score(Path(a.cases), a.workers, quiet=a.quiet)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         print(f"STATUS=fail; reason={e}")

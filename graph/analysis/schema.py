@@ -66,6 +66,7 @@ class RankResult(TypedDict, total=False):
     triage_names: dict[str, int]  # event-name counts the trace checks read (triage.EventNameCounter)
     roofline_totals: dict[str, Any] | None  # RooflineCollector.totals("external_id")
     device_name: str  # deviceProperties[0].name of the trace ("" when absent)
+    csv_dir: str | None  # the rank's TraceLens-layout CSVs, relative to the out dir (written by its worker)
 
 
 class RankTask(TypedDict):
