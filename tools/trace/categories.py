@@ -134,10 +134,14 @@ OTHER_DEVICE_CATEGORIES: dict[str, str] = {
 }
 
 
-def no_gpu_events_message(name: str, other: dict[str, int]) -> str:
+def no_gpu_events_message(name: str, other: dict[str, int], dropped_gpu: int = 0) -> str:
     """The one-line refusal of a trace without CUDA/HIP GPU events: ``other`` counts the events of
-    :data:`OTHER_DEVICE_CATEGORIES` it holds. With none it may be a CPU-only run; with some it says
-    what is there and why it is not read."""
+    :data:`OTHER_DEVICE_CATEGORIES` it holds, ``dropped_gpu`` the GPU events the reader could not use
+    (no number for ts or dur, a begin never ended, an instant). With neither it may be a CPU-only
+    run; otherwise it says what is there and why it is not read."""
+    if dropped_gpu:
+        return (f"{name}: no usable GPU kernel, memcpy or memset event: {dropped_gpu} GPU event(s) on GPU rows could "
+                "not be read (the reasons follow)")
     if not other:
         return f"{name}: no GPU kernel, memcpy or memset events and no graph launch (a CPU-only run?)"
     what = ", ".join(f"{n} {c} ({OTHER_DEVICE_CATEGORIES[c]})" for c, n in

@@ -98,7 +98,7 @@ def rank_timeline(scan: TraceScan, mask: np.ndarray) -> tuple[dict[str, float], 
     rows: dict[str, float] = {}
     per_device = []
     unknown_all = 0.0
-    for d in devs.tolist():
+    for d in sorted(devs.tolist(), key=lambda c: (c < 0, abs(c))):  # ids, then named GPUs as first seen
         sel = mask & (scan.device == d)
         tl = gpu_timeline(scan, sel)
         tl["total_time"] = window

@@ -184,7 +184,9 @@ def _timeline_of(trace: KinetoTrace) -> tuple[dict[str, float], list[dict], list
     total: dict[str, float] = {}
     per_device = []
     unknown = 0.0
-    for dev, evs in by_dev.items():
+    ids = sorted(d for d in by_dev if isinstance(d, int) and not isinstance(d, bool))
+    for dev in ids + [d for d in by_dev if d not in ids]:  # device ids, then named GPUs as first seen
+        evs = by_dev[dev]
         v = _device_values(evs, launches)
         left_out = v.pop("_unrecorded_us")
         unknown += left_out

@@ -81,6 +81,10 @@ class Pairs:
         self.joined[(key[0], joined["cat"] in self.gpu_cats)] += 1
         return joined
 
+    def gpu_lost(self) -> int:
+        """GPU events whose pair could not be joined (an end without a begin, a begin never ended)."""
+        return self.unmatched_ends[True] + sum(c in self.gpu_cats for v in self.open.values() for _b, _n, c in v)
+
     def notes(self) -> list[str]:
         """One line per condition: pairs joined, ends that closed nothing, begins never ended."""
         out = []

@@ -454,7 +454,8 @@ class KinetoLoader:
                     graphs[names[nid]] += 1
             if graphs:
                 raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, dict(graphs)))
-            raise NoGpuEventsError(no_gpu_events_message(p.name, self.other_device)
+            lost = self.bad_numbers + self.bad_durations + self.instants + self.pairs.gpu_lost()
+            raise NoGpuEventsError(no_gpu_events_message(p.name, self.other_device, lost)
                                    + "".join(f"; {x}" for x in self.notes()))
 
         # host call stacks first (CPU columns only): its temporaries are gone before the GPU objects exist

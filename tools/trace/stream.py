@@ -455,7 +455,8 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         for r, (c, _k) in cat_of.items():
             if c in OTHER_DEVICE_CATEGORIES:
                 other[c] = other.get(c, 0) + cat_counts.get(r, 0)
-        raise NoGpuEventsError(no_gpu_events_message(p.name, other) + "".join(f"; {x}" for x in scan.notes))
+        dropped = bad_num + bad_dur + instants + pairs.gpu_lost(GPU_CATS)
+        raise NoGpuEventsError(no_gpu_events_message(p.name, other, dropped) + "".join(f"; {x}" for x in scan.notes))
     clip_stream_overlaps(scan)
     return scan
 

@@ -127,6 +127,11 @@ class DurationPairs:
                 out[cat] = out.get(cat, 0) + 1
         return out
 
+    def gpu_lost(self, gpu_cats) -> int:
+        """GPU events of pairs that could not be joined (ends without a begin, begins never ended)."""
+        return (sum(v for c, v in self.unmatched_end.items() if c in gpu_cats)
+                + sum(v for c, v in self.still_open().items() if c in gpu_cats))
+
     def notes(self, gpu_cats) -> list[str]:
         """One line per condition: pairs joined, ends without a begin, begins never ended (GPU
         categories named: ``gpu_cats``)."""
