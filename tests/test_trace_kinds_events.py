@@ -5,14 +5,17 @@ and the verifier must confirm every claim of the analyst."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trace_build as tb  # noqa: E402
 
+from ai4s_graph.cli import app  # noqa: E402
 from ai4s_graph.tools.trace import kineto, stream  # noqa: E402
 
 
@@ -176,3 +179,14 @@ def test_only_pairs_that_never_end_is_no_cpu_only_run(tmp_path):
         with pytest.raises(Exception, match="never ended") as e:
             read(p)
         assert "1 of them GPU events" in str(e.value)
+
+
+@pytest.mark.parametrize("backend", ["auto", "kineto"])
+def test_trace_timeline_gives_the_handed_answers(tmp_path, backend):
+    # the two handed cases, as check-cases reads them: `trace timeline --json`, idle 20 %
+    for name, ev in (("zero", tb.two_kernels() + tb.launched("fill_zero", 250.0, 0.0, 2000)),
+                     ("pairs", _pairs_case("B/E pairs (the handed case)"))):
+        r = CliRunner().invoke(app, ["trace", "timeline", str(tb.write(tmp_path / f"{name}.json", ev)), "--json",
+                                     "--backend", backend])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["idle_time"]["percent"] == pytest.approx(20.0)

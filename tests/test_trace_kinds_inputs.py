@@ -173,6 +173,15 @@ def test_an_optional_table_missing_or_empty_leaves_its_figures_to_the_kineto_rea
     assert a.kernel_count == 2 and [r.category for r in a.ops_by_category] == ["GEMM"]
 
 
+@pytest.mark.parametrize("how", [None, "", "\n", "Parent cpu_op,Kernel name\n"])
+def test_the_short_kernel_table_in_any_state_changes_nothing(tmp_path, how):
+    # its figures come from the kineto reader in any case (TraceLens's short_kernels_summary leaves
+    # out kernels without a parent cpu_op)
+    a = backends.analyze_trace(_report(tmp_path, short_kernels_summary=how), backend="tracelens-csv")
+    assert a.short_kernels.count == 0 and a.timeline["busy_time"].time_ms == pytest.approx(0.4)
+    assert not [w for w in a.warnings if "short_kernels_summary" in w]
+
+
 @pytest.mark.parametrize("how,why", [(None, "no t_perf_report_csvs/gpu_timeline.csv beside the trace"),
                                      ("", "gpu_timeline.csv is empty"), ("\n", "gpu_timeline.csv is empty"),
                                      ("type,time ms,percent\n", "gpu_timeline.csv has a header and no rows"),

@@ -37,6 +37,7 @@ from typing import Any, Callable
 from . import engine, kineto
 from ..errors import InputError, NoGpuEventsError, ToolUnavailableError
 from .kineto import MAIN_TIMELINE_ROWS, TIMELINE_ROWS, TimelineRow
+from .hygiene import input_notes
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
 from .ranks import find_rank_traces
 
@@ -162,10 +163,7 @@ def reader_warnings(tr: kineto.KinetoTrace) -> list[str]:
     """What the verifier's reader did about a trace's input, one line each: its notes (categories
     normalised, duration pairs joined, events dropped), several GPUs, unrecorded graph replays,
     zero-length events left unclipping, clipped events."""
-    out = list(tr.notes) + kineto.timeline_details(tr)[1]
-    if tr.zero_inside:
-        out.append(f"{tr.zero_inside} zero-length GPU event(s) (dur 0) lie inside another event on their stream: "
-                   "a point in time, they clip nothing (pytorch/kineto#136)")
+    out = list(tr.notes) + input_notes(zero_inside=tr.zero_inside) + kineto.timeline_details(tr)[1]
     return out + [f"GPU event '{a}' (stream {st}) runs {x:.3f} us past the start of '{b}' on the same stream: "
                   "clipped at that start" for a, b, st, x in tr.overlaps]
 

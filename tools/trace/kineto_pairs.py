@@ -85,21 +85,12 @@ class Pairs:
         """GPU events whose pair could not be joined (an end without a begin, a begin never ended)."""
         return self.unmatched_ends[True] + sum(c in self.gpu_cats for v in self.open.values() for _b, _n, c in v)
 
-    def notes(self) -> list[str]:
-        """One line per condition: pairs joined, ends that closed nothing, begins never ended."""
-        out = []
+    def counts(self) -> dict[str, tuple]:
+        """``joined`` (B/E pairs, async pairs, GPU ones), ``lone_ends``, ``never_ended`` (events, GPU
+        ones), as :func:`.hygiene.input_notes` takes them."""
         j = self.joined
-        if sum(j.values()):
-            out.append(f"{sum(j.values())} Trace Event Format duration pair(s) joined into complete events "
-                       f"({j['sync', True] + j['sync', False]} \"ph\": \"B\"/\"E\", "
-                       f"{j['async', True] + j['async', False]} async \"b\"/\"e\"; "
-                       f"{j['sync', True] + j['async', True]} of them GPU events)")
-        if sum(self.unmatched_ends.values()):
-            out.append(f"{sum(self.unmatched_ends.values())} end event(s) (\"ph\": \"E\"/\"e\") close no open "
-                       f"begin on their thread or id ({self.unmatched_ends[True]} of them GPU events): dropped")
         still = [c for v in self.open.values() for _b, _n, c in v]
-        if still:
-            out.append(f"{len(still)} begin event(s) (\"ph\": \"B\"/\"b\") never ended "
-                       f"({sum(c in self.gpu_cats for c in still)} of them GPU events): their length is unknown, "
-                       "left out")
-        return out
+        return {"joined": (j["sync", True] + j["sync", False], j["async", True] + j["async", False],
+                           j["sync", True] + j["async", True]),
+                "lone_ends": (sum(self.unmatched_ends.values()), self.unmatched_ends[True]),
+                "never_ended": (len(still), sum(c in self.gpu_cats for c in still))}

@@ -7,7 +7,6 @@ loads; the linking and clipping rules are those of :mod:`.kineto`'s docstring.
 from __future__ import annotations
 
 import gzip
-import math
 import re
 import sys
 import zlib
@@ -21,7 +20,8 @@ from ..errors import InputError, NoGpuEventsError
 from .categories import _COMM_RE, OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
-from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
+from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id,
+                      graph_not_recorded_message, input_notes)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -422,22 +422,9 @@ class KinetoLoader:
 
     def notes(self) -> list[str]:
         """What this reader did about the input (categories normalised, pairs joined or unmatched,
-        instants and events without numbers left out), one line each."""
-        out = []
-        if self.renamed:
-            out.append("categories normalised to kineto's names: " + ", ".join(
-                f"'{r}' -> {c} ({k} events)" for (r, c), k in sorted(self.renamed.items())))
-        out += self.pairs.notes()
-        if self.instants:
-            out.append(f"{self.instants} instant event(s) (\"ph\": \"i\") on GPU rows: a moment, not GPU work: "
-                       "left out")
-        if self.bad_durations:
-            out.append(f"{self.bad_durations} GPU event(s) with a negative or non-finite dur dropped (an export "
-                       "fault): the figures leave them out")
-        if self.bad_numbers:
-            out.append(f"{self.bad_numbers} GPU event(s) without a numeric, finite ts or dur dropped: the figures "
-                       "leave them out")
-        return out
+        instants and events without numbers left out), one line each (:func:`.hygiene.input_notes`)."""
+        return input_notes(renamed=[(r, c, k) for (r, c), k in self.renamed.items()], instants=self.instants,
+                           bad_durations=self.bad_durations, bad_numbers=self.bad_numbers, **self.pairs.counts())
 
     def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
         """Link, clip and attribute what was fed; see :func:`load_events` (same errors)."""

@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
-from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
+from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
@@ -445,7 +445,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
         device_names={c: v for v, c in dev_codes.items()},
-        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num),
+        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur),
     )
     if len(ts) == 0:
         gl = scan.graph_launches()
@@ -461,21 +461,14 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     return scan
 
 
-def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int) -> list[str]:
-    """The pass's notes: categories normalised, duration pairs joined or unmatched, instants and
-    GPU events without numbers left out."""
-    out = []
-    renamed = sorted((r, c, cat_counts.get(r, 0)) for r, (c, _k) in cat_of.items()
-                     if isinstance(r, str) and c is not None and c != r)
-    if renamed:
-        out.append("categories normalised to kineto's names: " + ", ".join(f"'{r}' -> {c} ({k} events)"
-                                                                         for r, c, k in renamed))
-    out += pairs.notes(GPU_CATS)
-    if instants:
-        out.append(f"{instants} instant event(s) (\"ph\": \"i\") on GPU rows: a moment, not GPU work: left out")
-    if bad_num:
-        out.append(f"{bad_num} GPU event(s) without a numeric, finite ts or dur dropped: the figures leave them out")
-    return out
+def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,
+                bad_dur: int) -> list[str]:
+    """The pass's notes (:func:`.hygiene.input_notes`): categories normalised, duration pairs joined
+    or unmatched, instants and GPU events without numbers or with a negative dur left out."""
+    renamed = [(r, c, cat_counts.get(r, 0)) for r, (c, _k) in cat_of.items()
+               if isinstance(r, str) and c is not None and c != r]
+    return input_notes(renamed=renamed, instants=instants, bad_numbers=bad_num, bad_durations=bad_dur,
+                       **pairs.counts(GPU_CATS))
 
 
 # --------------------------------------------------------------------------- classification

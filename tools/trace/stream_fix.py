@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .hygiene import input_notes
 from .scan import NO_STREAM, TraceScan
 
 PAIR_PHASES = frozenset({"B", "E", "b", "e", "S", "F"})
@@ -132,27 +133,17 @@ class DurationPairs:
         return (sum(v for c, v in self.unmatched_end.items() if c in gpu_cats)
                 + sum(v for c, v in self.still_open().items() if c in gpu_cats))
 
-    def notes(self, gpu_cats) -> list[str]:
-        """One line per condition: pairs joined, ends without a begin, begins never ended (GPU
-        categories named: ``gpu_cats``)."""
-        out = []
+    def counts(self, gpu_cats) -> dict[str, tuple]:
+        """``joined`` (B/E pairs, async pairs, GPU ones), ``lone_ends`` and ``never_ended`` (events,
+        GPU ones): the keyword arguments of :func:`.hygiene.input_notes`."""
         sync = sum(v for (k, _c), v in self.joined.items() if k == "B")
         asyn = sum(v for (k, _c), v in self.joined.items() if k == "b")
         gpu = sum(v for (_k, c), v in self.joined.items() if c in gpu_cats)
-        if sync or asyn:
-            out.append(f"{sync + asyn} Trace Event Format duration pair(s) joined into complete events "
-                       f"({sync} \"ph\": \"B\"/\"E\", {asyn} async \"b\"/\"e\"; {gpu} of them GPU events)")
-        ends = sum(self.unmatched_end.values())
-        if ends:
-            g = sum(v for c, v in self.unmatched_end.items() if c in gpu_cats)
-            out.append(f"{ends} end event(s) (\"ph\": \"E\"/\"e\") close no open begin on their thread or id "
-                       f"({g} of them GPU events): dropped")
         left = self.still_open()
-        if left:
-            g = sum(v for c, v in left.items() if c in gpu_cats)
-            out.append(f"{sum(left.values())} begin event(s) (\"ph\": \"B\"/\"b\") never ended ({g} of them GPU "
-                       "events): their length is unknown, left out")
-        return out
+        return {"joined": (sync, asyn, gpu),
+                "lone_ends": (sum(self.unmatched_end.values()),
+                              sum(v for c, v in self.unmatched_end.items() if c in gpu_cats)),
+                "never_ended": (sum(left.values()), sum(v for c, v in left.items() if c in gpu_cats))}
 
 
 def clip_stream_overlaps(scan: TraceScan) -> list[tuple[int, int, float]]:
@@ -206,16 +197,10 @@ def _short(name: str, n: int = 60) -> str:
 
 
 def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
-    """The scan's notes (:attr:`.scan.TraceScan.notes`), then one warning line per clipped event
-    (the ``limit`` largest excesses, then a count), one for GPU events dropped for a negative or
-    non-finite duration, and one for zero-length events that were left unclipping."""
-    out = list(scan.notes)
-    if scan.bad_durations:
-        out.append(f"{scan.bad_durations} GPU event(s) with a negative or non-finite dur dropped (an export fault): "
-                   "the figures leave them out")
-    if scan.zero_inside:
-        out.append(f"{scan.zero_inside} zero-length GPU event(s) (dur 0) lie inside another event on their stream: "
-                   "a point in time, they clip nothing (pytorch/kineto#136)")
+    """The scan's notes (:attr:`.scan.TraceScan.notes`), the zero-length events left unclipping
+    (:func:`.hygiene.input_notes`), then one warning line per clipped event (the ``limit`` largest
+    excesses, then a count)."""
+    out = list(scan.notes) + input_notes(zero_inside=scan.zero_inside)
     rows = sorted(scan.overlaps, key=lambda x: -x[2])
     for i, j, excess in rows[:limit]:
         out.append(f"GPU event '{_short(scan.names[scan.name_id[i]])}' (stream {scan.stream_id(i)}, ts {scan.ts[i]:.3f} us) "
