@@ -10,12 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trace_build as tb  # noqa: E402
 
+from ai4s_graph.cli import app  # noqa: E402
 from ai4s_graph.graph.analysis.nodes import trace_analyst as TA  # noqa: E402
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims  # noqa: E402
+from ai4s_graph.state import Report  # noqa: E402
 from ai4s_graph.tools.trace import crossrank_check, rank_analysis  # noqa: E402
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -112,3 +115,16 @@ def test_a_drifting_clock_is_said_not_guessed(tmp_path):
     assert claims == [] and coll["clock_offsets_us"]["1"] == pytest.approx(-150.0)
     assert any(n.startswith("the arrival order is resolved at 4 of 6") for n in coll["notes"])
     assert indep["n_resolved"] == 4 and indep["last_counts"] == {0: 0, 1: 4}
+
+
+def test_run_names_the_true_straggler_and_says_the_clocks_were_aligned(tmp_path):
+    (tmp_path / "in" / "traces").mkdir(parents=True)
+    for r, o in {0: 400.0, 1: 0.0}.items():
+        tb.write(tmp_path / "in" / "traces" / f"trace_rank{r}.json", _rank(r, 2, lambda c, o=o: o, {1: 100.0}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "--job", "900", "--perf-run", str(tmp_path / "in"), "--out", str(out),
+                                   "--checkpoint", str(tmp_path / "c.sqlite")])
+    rep = Report.model_validate_json((out / "report.json").read_text())
+    s = {v.claim.id: v for v in rep.claims}["tl.multi.straggler"]
+    assert s.claim.value == 1 and s.verdict.value == "confirmed", res.output
+    assert "ranks' clocks aligned on the ends of 6 synchronising collectives" in (out / "report.md").read_text()

@@ -387,7 +387,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         if graphs:
             st = StatusLine.make(Outcome.partial, graphs[0]["error"])
         elif all(r.get("no_gpu_events") for r in bad):
-            st = StatusLine.make(Outcome.partial, f"no GPU timeline: {bad[0]['error']}")  # CPU-only, or what else
+            st = StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
         else:
             st = StatusLine.make(Outcome.fail, bad[0]["error"])
         return update, st
