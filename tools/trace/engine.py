@@ -307,7 +307,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
     sk = ks["short_kernels"]
     n_steps = st["n_steps"]
     warnings = overlap_warnings(scan) + notes
-    if scan.link_ids().size and not np.isin(scan.corr, scan.link_ids()).any():
+    if scan.link_ids().size and linked.all() and not np.isin(scan.corr, scan.link_ids()).any():
         warnings.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
     if window.get("degenerate"):
         warnings.append(window["reason"])

@@ -125,16 +125,23 @@ class TraceScan:
         return str(self.device_names.get(int(code), int(code)))
 
     def link_ids(self) -> np.ndarray:
-        """Sorted unique ids a GPU event can link to: launch correlations and ac2g flow-start ids."""
-        ids = self.launch_corr if self.flow_ids is None else np.concatenate([self.launch_corr, self.flow_ids])
-        return np.unique(ids)
+        """Sorted unique ids a GPU event can link to: launch correlations and ac2g flow-start ids
+        (computed once per scan)."""
+        memo = self.__dict__.get("_link_ids")
+        if memo is None:
+            ids = self.launch_corr if self.flow_ids is None else np.concatenate([self.launch_corr, self.flow_ids])
+            memo = self.__dict__["_link_ids"] = np.unique(ids)
+        return memo
 
     def graph_launch_mask(self) -> np.ndarray:
-        """Per launch: is it a graph launch (runtime or driver API, CUDA or HIP)?"""
-        if self.launch_name is None or self.launch_name.size == 0:
-            return np.zeros(0 if self.launch_name is None else self.launch_name.size, dtype=bool)
-        gids = [i for i, nm in enumerate(self.cpu_names) if GRAPH_LAUNCH_RE.match(nm)]
-        return np.isin(self.launch_name, gids) if gids else np.zeros(self.launch_name.size, dtype=bool)
+        """Per launch: is it a graph launch (runtime or driver API, CUDA or HIP)? Computed once per scan."""
+        memo = self.__dict__.get("_graph_mask")
+        if memo is None:
+            n = 0 if self.launch_name is None else self.launch_name.size
+            gids = [i for i, nm in enumerate(self.cpu_names) if GRAPH_LAUNCH_RE.match(nm)] if n else []
+            memo = np.isin(self.launch_name, gids) if gids else np.zeros(n, dtype=bool)
+            self.__dict__["_graph_mask"] = memo
+        return memo
 
     def graph_launches(self) -> dict[str, int]:
         """``{API name: calls}`` of graph launches (runtime and driver APIs, CUDA and HIP)."""
