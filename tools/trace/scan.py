@@ -8,7 +8,7 @@ events (duration pairs, stream clipping) are :mod:`.stream_fix`; its figures are
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -112,8 +112,8 @@ class TraceScan:
         return int(self.ts.shape[0])
 
     def nbytes(self) -> int:
-        """Bytes held by the numpy arrays (the part that grows with the trace)."""
-        return int(sum(a.nbytes for a in vars(self).values() if isinstance(a, np.ndarray)))
+        """Bytes held by the numpy arrays of the scan's fields (the part that grows with the trace)."""
+        return int(sum(a.nbytes for a in (getattr(self, f.name) for f in fields(self)) if isinstance(a, np.ndarray)))
 
     def stream_id(self, i: int) -> Any:
         """GPU event ``i``'s ``args.stream`` as written in the trace (None when it has none)."""
