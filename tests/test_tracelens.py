@@ -345,7 +345,7 @@ def test_cli_timeline_error(tmp_path, cli_app):
     bad = tmp_path / "empty.json.gz"
     bad.write_bytes(b"")
     res = CliRunner().invoke(cli_app, ["trace", "timeline", str(bad), "--json"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # a refused input (README: a refused invocation exits 2)
     assert res.stderr.strip() == "error: empty.json.gz: trace file is empty"
     assert res.stdout.strip() == "STATUS=fail; reason=empty.json.gz: trace file is empty"
 

@@ -22,6 +22,7 @@ from . import stream as ts_mod
 from .backends import CROSS_CHECK_MAX_BYTES, CROSS_CHECK_TOOLS
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
+from .engine_window import rank_timeline
 from .tables import kernel_tables
 from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
@@ -60,7 +61,7 @@ def _step_of(launch_ts: np.ndarray, steps: list[tuple[int, float, float]]) -> np
 def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     """The JSON-able per-rank record that :func:`~.collectives.aggregate_ranks` consumes (see analyze_rank)."""
     linked = ts_mod.window_mask(scan, "linked")
-    tl = ts_mod.gpu_timeline(scan, linked)
+    tl, per_device, _notes = rank_timeline(scan, linked)  # the notes reach the rank through engine.analyze_scan
     hta_mask = ts_mod.window_mask(scan, "drop_last_step")
     hta = {"window": "drop_last_step" if scan.steps else "linked"}
     if hta_mask.any():
@@ -73,7 +74,7 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     steps_out = []
     ends = scan.ts + scan.dur
     for num, t, d in scan.steps:
-        sel = (iteration == num) & (scan.stream >= 0)
+        sel = (iteration == num) & (scan.stream != ts_mod.NO_STREAM)
         steps_out.append({"step": num, "ts": t, "dur": d,
                           "gpu_max_end": float(ends[sel].max()) if sel.any() else None})
     idx = np.fromiter(scan.comm_args.keys(), dtype=np.int64, count=len(scan.comm_args))
@@ -88,7 +89,8 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
         nm = scan.names[scan.name_id[i]]
         comm["ts"].append(float(scan.ts[i]))
         comm["dur"].append(float(scan.dur[i]))
-        comm["stream"].append(int(scan.stream[i]))
+        sid = scan.stream_id(i)
+        comm["stream"].append(sid if isinstance(sid, int) and not isinstance(sid, bool) else None)
         comm["name"].append(nm)
         comm["args_name"].append(a.get("Collective name"))
         comm["collective"].append(collective_type(a.get("Collective name"), nm))
@@ -117,6 +119,7 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
         "n_events": scan.n_events,
         "n_gpu_events": int(linked.sum()),
         "timeline_us": tl,
+        "per_device": per_device,
         "timeline": {r["type"]: {"time_ms": r["time ms"], "percent": r["percent"]} for r in ts_mod.timeline_rows(tl)},
         "hta": hta,
         "steps": steps_out,

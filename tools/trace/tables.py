@@ -52,7 +52,7 @@ def kernel_tables(scan: TraceScan, keep: dict[str, Any], total_us: float,
         op_name = scan.cpu_names[int(scan.op_name[op])] if op >= 0 else ""
         name = scan.names[int(scan.name_id[i])]
         d = float(scan.dur[i])
-        key = (cats[i], op_name, name, int(scan.stream[i]))
+        key = (cats[i], op_name, name, scan.stream_id(i))
         g = groups.get(key)
         if g is None:
             groups[key] = [d, 1, d, d]

@@ -30,6 +30,7 @@ from ....state import BottleneckClass, Claim, Evidence, Outcome, StatusLine
 from ....tools.errors import Ai4sError, NoGpuEventsError
 from ....tools.trace import ranks as rank_identity
 from ....tools.trace.hygiene import GraphKernelsNotRecordedError
+from ....tools.trace.stream_fix import is_clip_warning
 
 ANALYST = "trace_analyst"
 _POOL: ProcessPoolExecutor | None = None
@@ -389,25 +390,28 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     claims: list[Claim] = []
     for res in good:
         claims.extend(claims_for_rank(res))
-        if (_material_clip(res) or (res.get("window") or {}).get("degenerate")
-                or any("non-finite dur" in w for w in res.get("warnings") or [])):
-            missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
+        material = _material_clip(res)  # every condition the readers handled; sub-µs clips stay in the findings
+        missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
+                    if material or not is_clip_warning(w)]
     tables = _write_tables(state, good)
     ranks = [{k: v for k, v in r.items() if k != "csv_dir"} for r in good]  # the folders are under "tables"
     findings = {"trace": {"ranks": ranks, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
     claims.extend(triage.attach_trace_triage(findings["trace"], good, state.get("manifest"), str(run_dir(state))))
     if len(good) > 1:
+        from ....tools.trace.collectives import CLOCK_NOTE_PREFIXES
+
         findings["trace"]["multi_rank"] = _multi_rank(state, good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
+        missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
+            "notes", []) if n.startswith(CLOCK_NOTE_PREFIXES)]
     update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
     if not good:
         graphs = [r for r in bad if r.get("graph_kernels_not_recorded")]
         if graphs:
             st = StatusLine.make(Outcome.partial, graphs[0]["error"])
         elif all(r.get("no_gpu_events") for r in bad):
-            st = StatusLine.make(Outcome.partial, "no GPU events and no graph launch in the trace (CPU-only run): "
-                                                  "no GPU timeline")
+            st = StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
         else:
             st = StatusLine.make(Outcome.fail, bad[0]["error"])
         return update, st
