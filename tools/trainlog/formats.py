@@ -352,11 +352,12 @@ def _parse_tqdm(recs, rank: int, desc: str = "Train") -> ParsedLog:
     )
 
 
-def read_steps(p: Path, rank: int = 0, fmt: LogFormat | None = None) -> ParsedLog:
+def read_steps(p: Path, rank: int = 0, fmt: LogFormat | None = None, text: str | None = None) -> ParsedLog:
     """Read the log at ``p`` into steps and epochs of ``rank`` (format auto-detected unless ``fmt``
-    is given). Raises :class:`InputError` (one line) for a missing or empty log, a log with no
+    is given); ``text``: the log's text when the caller already read it (an empty one is read again,
+    for the error). Raises :class:`InputError` (one line) for a missing or empty log, a log with no
     recognisable step line, or a HydraGNN log with no completed rank-``rank`` ``Train`` bar."""
-    text = _read(p)
+    text = text if text and text.strip() else _read(p)
     fmt = fmt or detect_format(text)
     if fmt is None:
         raise InputError(f"no recognizable step line in {p} (tried formats: {_FORMATS_TRIED})")
