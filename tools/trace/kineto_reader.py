@@ -18,15 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
-from .categories import _COMM_RE
+from .categories import _COMM_RE, LAUNCH_KERNEL_NAMES  # noqa: F401 (re-exported)
 from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-LAUNCH_KERNEL_NAMES = frozenset(
-    {"cudaLaunchKernel", "hipLaunchKernel", "cudaLaunchKernelExC", "hipExtLaunchKernel",
-     "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
-)
 
 # ROCm 7.1 rocclr copy kernels count as memcpy (TraceLens util._ROCM_LEGACY_MEMCPY_NAMES).
 _ROCM_LEGACY_MEMCPY_RE = re.compile(
