@@ -10,6 +10,7 @@ below (the order is the order of its claims in the report).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math
@@ -41,8 +42,9 @@ def causes_of(analyst: str) -> tuple[Cause, ...]:
 
 
 def detect(analyst: str, x: Inputs) -> list[Finding]:
-    """Every finding of ``analyst``'s causes on these inputs, in registry order."""
-    return [f for c in causes_of(analyst) for f in c.detect(x)]
+    """Every finding of ``analyst``'s causes on these inputs, in registry order, each offering only
+    the levers whose precondition holds on them (:meth:`~.causes.base.Cause.offer`)."""
+    return [replace(f, levers=c.offer(x, *f.levers)) for c in causes_of(analyst) for f in c.detect(x)]
 
 
 def cause_of_metric(metric: str) -> Cause | None:
