@@ -6,8 +6,9 @@ idle, total: ms and % of total), computed by the engine (one bounded-memory pass
 on stderr when the pass takes more than ~2 s). ``--csv DIR`` also writes the engine's tables as
 TraceLens-shaped CSVs (gpu_timeline, ops_summary_by_category, kernel_summary,
 short_kernels_summary). Input-hygiene warnings (clipped overlaps, a non-steady-state window) go to
-stderr. On bad input it writes ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to
-stdout, and exits 1.
+stderr. On bad input (a missing, empty, truncated or malformed trace, an unknown backend) it writes
+one line ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to stdout, and exits 2 (1 when
+the CSVs cannot be written); never a traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from rich.text import Text
 
 from ..state.status import StatusLine
 from ..tools.errors import Ai4sError
-from ..tools.trace.backends import BACKENDS, TIMELINE_ROWS, analyze_trace
+from ..tools.trace.backends import BACKENDS, TIMELINE_ROWS, analyze_trace, check_timeline
+from . import options
 
 trace_app = typer.Typer(help="Inspect PyTorch profiler (kineto) traces.", no_args_is_help=True)
 
@@ -39,6 +41,8 @@ class _LazyProgress:
         self.label, self.t0, self.bar, self.task = label, time.monotonic(), None, None
 
     def __call__(self, done: int, total: int) -> None:
+        if self.bar is None and options.quiet():
+            return
         if self.bar is None:
             if time.monotonic() - self.t0 < PROGRESS_DELAY_S:
                 return
@@ -55,10 +59,15 @@ class _LazyProgress:
             self.bar.stop()
 
 
-def _fail(msg: str) -> None:
+#: Exit status of a refused input (the project's convention for a refused invocation, README) and of
+#: any other failure (the CSVs could not be written).
+EXIT_INPUT, EXIT_OTHER = 2, 1
+
+
+def _fail(msg: str, code: int = EXIT_INPUT) -> None:
     typer.echo(f"error: {msg}", err=True)
     typer.echo(StatusLine.make("fail", msg).format())
-    raise typer.Exit(code=1)
+    raise typer.Exit(code=code)
 
 
 @trace_app.command("timeline")
@@ -68,37 +77,51 @@ def timeline(
     backend: str = typer.Option("auto", "--backend", help=f"One of: {', '.join(BACKENDS)} (auto = stream, the engine)."),
     totals: bool = typer.Option(False, "--totals", help="Also print total_comm_time and total_memcpy_time."),
     csv_dir: Path = typer.Option(None, "--csv", help="Write TraceLens-shaped CSVs of the engine's tables into DIR."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the STATUS line and errors (input notes too "
+                               "are silent; with --json they are under \"notes\")."),
 ) -> None:
     """GPU timeline of one trace, as TraceLens defines it (ms and % of total time)."""
+    options.set_quiet(quiet)
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bar = _LazyProgress(f"reading {trace.name}")
     try:
         if backend in ("auto", "stream"):
-            from ..tools.trace import engine, tables
+            from ..tools.trace import engine, tracelens_sheets
 
-            analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
-            if csv_dir is not None:
-                tables.write_tables(csv_dir, analysis, kernel_rows)
+            if csv_dir is not None:  # every TraceLens sheet, from the same read
+                analysis, kernel_rows = tracelens_sheets.analyze_with_sheets(trace, progress=bar)
+            else:
+                analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
+            check_timeline(analysis.timeline, trace)
         else:
-            analysis = analyze_trace(trace, backend=backend, progress=bar)
-            if csv_dir is not None:
-                from ..tools.trace import tables
-
-                tables.write_tables(csv_dir, analysis, None)
+            analysis, kernel_rows = analyze_trace(trace, backend=backend, progress=bar), None
     except Ai4sError as e:
         bar.close()
         _fail(str(e))
         return
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - an event no rule foresaw: one line, never a traceback
         bar.close()
-        _fail(f"cannot write the CSVs: {e}")
+        _fail(f"{trace.name}: malformed trace ({type(e).__name__}: {' '.join(str(e).split())[:160]})")
         return
     bar.close()
+    if csv_dir is not None:
+        from ..tools.trace import tables
+
+        try:
+            tables.write_tables(csv_dir, analysis, kernel_rows)
+        except OSError as e:
+            _fail(f"cannot write the CSVs: {e}", EXIT_OTHER)
+            return
+    if as_json:  # the input notes (e.g. sub-µs clipped overlaps) travel in the JSON
+        typer.echo(json.dumps({**analysis.timeline_json(with_totals=totals), "notes": list(analysis.warnings)}))
+        return
     for w in analysis.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    if as_json:
-        typer.echo(json.dumps(analysis.timeline_json(with_totals=totals)))
+        options.say(f"warning: {w}", err=True)
+    if options.quiet():
+        typer.echo(StatusLine.make("ok", f"backend={analysis.backend}; busy "
+                                         f"{analysis.timeline['busy_time'].percent:.1f}% of "
+                                         f"{analysis.timeline['total_time'].time_ms:.3f} ms").format())
         return
     table = Table(title=Text(f"GPU timeline: {trace.name}"), caption=f"backend: {analysis.backend}")
     table.add_column("row")
@@ -114,6 +137,63 @@ def timeline(
     extra = f"; {len(analysis.warnings)} input warning(s) on stderr" if analysis.warnings else ""
     typer.echo(StatusLine.make("ok", f"backend={analysis.backend}; busy {busy:.1f}% of "
                                      f"{analysis.timeline['total_time'].time_ms:.3f} ms{extra}").format())
+
+
+@trace_app.command("steps")
+def steps(
+    trace: Path = typer.Argument(..., help="Trace file (*.json or *.json.gz)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the step accounting as JSON only."),
+    top: int = typer.Option(5, "--top", min=1, help="Attributions and critical-path shares shown per step."),
+    path: bool = typer.Option(False, "--path", help="Keep each step's critical-path segments (in --json)."),
+) -> None:
+    """Every millisecond of each profiled step: GPU busy (computation, exposed communication, exposed
+    memcpy) and idle, what the host did during the idle time, the critical path, and the lead."""
+    from ..state.steps import HOST_CATEGORIES
+    from ..tools.trace.host_timeline import step_breakdown
+
+    try:
+        bd = step_breakdown(trace, top=top, keep_paths=path)
+    except Ai4sError as e:
+        _fail(str(e))
+        return
+    for w in bd.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if as_json:
+        typer.echo(bd.model_dump_json())
+        return
+    con = Console()
+    table = Table(title=Text(f"Step time budget: {trace.name} (ms)"))
+    table.add_column("")
+    for st in bd.steps:
+        table.add_column(f"step {st.step}", justify="right")
+    rows = [("wall", [s.wall_us for s in bd.steps])]
+    rows += [(f"gpu {k[:-3]}", [getattr(s.gpu, k) for s in bd.steps]) for k in
+             ("computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")]
+    rows += [(f"  idle: {c}", [s.idle_by_host_us.get(c, 0.0) for s in bd.steps]) for c in HOST_CATEGORIES]
+    rows += [(f"host: {c}", [s.host_us.get(c, 0.0) for s in bd.steps]) for c in HOST_CATEGORIES]
+    for label, vals in rows:
+        if any(v > 0 for v in vals) or label == "wall":
+            table.add_row(label, *(f"{v / 1e3:.3f}" for v in vals))
+    con.print(table)
+    for st in bd.steps:
+        idle = "; ".join(f"{a.category} {a.name or a.op or ''}".strip() + f" {a.us / 1e3:.3f}" for a in st.idle_top[:top])
+        cp = "; ".join(f"{p.key[:60]} {p.us / 1e3:.3f} ({100 * p.share:.0f}%)" for p in st.critical_path.top_ops[:top])
+        typer.echo(f"step {st.step}: GPU idle by host (ms): {idle}")
+        typer.echo(f"step {st.step}: critical path by op (ms): {cp}")
+        if st.critical_path.top_sites:
+            typer.echo(f"step {st.step}: critical path by call site: " + "; ".join(
+                f"{p.key} {p.us / 1e3:.3f}" for p in st.critical_path.top_sites[:top]))
+    d = bd.distribution
+    if d.n:
+        typer.echo(f"step time: median {d.median_ms:.3f} ms, mean {d.mean_ms:.3f} ms, max {d.max_ms:.3f} ms ({d.n} steps)")
+    if bd.python_stack_note:
+        typer.echo(f"note: {bd.python_stack_note}")
+    if bd.lead is not None:
+        typer.echo(f"lead: {bd.lead.text}")
+    status = "ok" if bd.n_steps else "partial"
+    summary = f"{bd.n_steps} steps" + (f"; lead: {bd.lead.category} {bd.lead.us / 1e3:.3f} ms of "
+                                       f"{bd.lead.step_us / 1e3:.3f} ms" if bd.lead else "; no step to account")
+    typer.echo(StatusLine.make(status, summary).format())
 
 
 def register(app: typer.Typer) -> None:

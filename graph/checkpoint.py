@@ -4,16 +4,23 @@
 The graph states hold pydantic models (:mod:`ai4s_graph.state`, each graph's ``schema.py``).
 LangGraph's serializer stores them as msgpack extensions and rebuilds them on load; its
 deserializer is given an explicit allow-list of exactly those classes (and the enums they hold),
-so a checkpoint never imports anything else."""
+so a checkpoint never imports anything else.
+
+One process at a time per checkpoint thread: :func:`thread_lock` (an ``fcntl.flock`` on a file
+beside the checkpoint database)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import importlib
 import inspect
 import os
 import pkgutil
+import socket
 import sqlite3
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,7 +31,7 @@ from pydantic import BaseModel
 
 from .. import state as state_pkg
 
-from ..tools.errors import ToolUnavailableError
+from ..tools.errors import InputError, ToolUnavailableError
 
 
 def state_dir() -> Path:
@@ -84,3 +91,50 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
         yield SqliteSaver(conn, serde=serde)
     finally:
         conn.close()
+
+
+class ThreadBusyError(InputError):
+    """Another process holds the lock of this checkpoint thread (:func:`thread_lock`)."""
+
+
+def lock_path(url: str | None, thread_id: str) -> Path:
+    """The lock file of ``thread_id``: beside a SQLite checkpoint file,
+    ``<file>.locks/<16 hex>.lock``; for a Postgres URL, ``<state dir>/locks/<16 hex>.lock``. The
+    hex is a SHA-256 of the checkpoint URL and the thread id."""
+    url = url or default_db()
+    h = hashlib.sha256(f"{url}\n{thread_id}".encode()).hexdigest()[:16]
+    if url.startswith(("postgres://", "postgresql://")):
+        return state_dir() / "locks" / f"{h}.lock"
+    db = Path(url.removeprefix("sqlite:///"))
+    return db.with_name(db.name + ".locks") / f"{h}.lock"
+
+
+@contextlib.contextmanager
+def thread_lock(url: str | None, thread_id: str) -> Iterator[Path]:
+    """Hold an exclusive ``fcntl.flock`` on :func:`lock_path` while the body runs: one process at
+    a time runs (or resumes) a checkpoint thread, so two identical commands never run the same
+    nodes twice nor submit the same job twice. Never waits: a second process raises
+    :class:`ThreadBusyError` at once, one line naming the holder (pid, host, start time, written
+    into the lock file). The kernel drops the lock when its holder exits, however it ends
+    (SIGKILL included); the file stays (removing it would let a third process lock a new file
+    while the second still holds the old one). A link at the lock path is refused (``O_NOFOLLOW``)."""
+    path = lock_path(url, thread_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise ToolUnavailableError(f"cannot open the checkpoint lock {path}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise ThreadBusyError(f"checkpoint thread {thread_id} is in use by {' '.join(holder.split())}; "
+                                  "refused, nothing run (wait for it to end, then run the same command to resume "
+                                  "or see its result)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the flock

@@ -5,13 +5,21 @@
   ``--exclude=node1``, the second job completes on node2;
 - ``ai4s-graph`` killed while the job runs -> the same command adopts the same job id, submits nothing;
 - a job that outlives ``--wait-timeout`` -> ``state=TIMEOUT_WAITING`` in manifest.json, a
-  ``STATUS=fail`` line, and the graph stops there.
+  ``STATUS=fail`` line, and the graph stops there;
+- one sbatch per submission (issue 26 item 5): three identical commands at once, and a kill
+  during sbatch followed by a resume, each give ONE job; an intent record that cannot be written
+  gives none;
+- a transient sacct failure during the wait is retried and said (issue 25).
+
+Every submission's job is named ``ai4s-<model>-<token>`` (tools/slurm/submission.py); the tests
+count jobs by that ``ai4s-<model>-`` prefix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,15 +65,18 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _jobs_named(name: str, settle_s: float = 10.0) -> list[str]:
-    """Job ids SLURM has under ``name``: sacct's rows plus squeue's (accounting of a just-submitted
-    job is asynchronous), polled until one shows up or ``settle_s`` passes."""
+def _jobs_named(prefix: str, settle_s: float = 10.0) -> list[str]:
+    """Ids of this user's jobs whose name starts with ``prefix`` + ``-`` (a submission's unique
+    name): sacct's rows plus squeue's (accounting of a just-submitted job is asynchronous: sacct
+    names it ``allocation`` for its first second), polled
+    until one shows up or ``settle_s`` passes."""
     deadline = time.monotonic() + settle_s
     while True:
-        cp = subprocess.run(["sacct", "-X", "-n", "-P", f"--name={name}", "-S", "now-1days", "-o", "JobID"],
+        cp = subprocess.run(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o", "JobID,JobName"],
                             capture_output=True, text=True)
-        sq = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
-        ids = sorted({j for j in (cp.stdout + " " + sq.stdout).split() if j}, key=int)
+        sq = subprocess.run(["squeue", "-h", "--me", "--states=all", "-o", "%i|%j"], capture_output=True, text=True)
+        rows = [ln.split("|", 1) for ln in (cp.stdout + sq.stdout).splitlines() if "|" in ln]
+        ids = sorted({j for j, n in rows if n.startswith(prefix + "-")}, key=int)
         if ids or time.monotonic() >= deadline:
             return ids
         time.sleep(0.5)
@@ -161,14 +172,14 @@ def test_killed_run_adopts_the_same_job(local_cluster, tmp_path):
     args = ["--model", "mlp", "--epochs", "1", "--steps-per-epoch", "40", "--batch-size", "8",
             "--data-latency-ms", "200"]
     argv = _cmd(tmp_path, model, 1, args)
-    marker = tmp_path / "out" / ".ai4s-graph" / "submitted.json"
+    marker = tmp_path / "out" / ".ai4s-graph" / "intent-attempt1.json"  # written before sbatch, job id after
     proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
         deadline = time.monotonic() + 60
         jid = None
         while time.monotonic() < deadline:
-            if marker.is_file():
+            if marker.is_file() and json.loads(marker.read_text())["jobid"]:
                 jid = json.loads(marker.read_text())["jobid"]
                 rec = slurm.sacct(jid)
                 if rec is not None and rec.state == "RUNNING":
@@ -240,3 +251,106 @@ def test_two_submits_without_out_keep_each_report(local_cluster, tmp_path):
     assert json.loads((second / "manifest.json").read_text())["jobid"] != job1
     assert (second / "report.md").exists()
     assert {p.name: p.read_bytes() for p in first.iterdir() if p.is_file()} == before
+
+
+# ---------------------------------------------------------------- one sbatch per submission
+def test_three_concurrent_identical_submits_give_one_job(local_cluster, tmp_path):
+    """Three identical ``run --submit`` commands started together (one out dir, one state dir):
+    one job. The others are refused by the checkpoint thread's lock (exit 2, one line) or, when
+    they start after it finished, find the run complete."""
+    model = f"e2etri{uuid.uuid4().hex[:6]}"
+    argv = _cmd(tmp_path, model, 1, SHORT)
+    env = _env()
+    env["AI4S_STATE_DIR"] = str(tmp_path / "state")
+    procs = [subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert _jobs_named(f"ai4s-{model}") and len(_jobs_named(f"ai4s-{model}")) == 1, outs
+    assert sorted(codes)[0] == 0 and set(codes) <= {0, 2}, (codes, outs)
+    for (stdout, _), code in zip(outs, codes):
+        last = stdout.strip().splitlines()[-1]
+        if code == 2:
+            assert last.startswith("STATUS=fail; reason=checkpoint thread ") and "is in use by pid " in last
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [man["jobid"]] == _jobs_named(f"ai4s-{model}") and man["state"] == "COMPLETED"
+
+
+def _slow_answer_sbatch(bin_dir: Path, flag: Path) -> None:
+    """``sbatch`` first on PATH: runs the REAL sbatch (slurmctld accepts the job), records its
+    answer in ``flag``, then does not return -- a submission whose answer never reaches us."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    w = bin_dir / "sbatch"
+    w.write_text(f'#!/bin/bash\nout=$("{shutil.which("sbatch")}" "$@")\n'
+                 f'echo "$out" > "{flag}.tmp" && mv "{flag}.tmp" "{flag}"\nexec sleep 600\n')
+    w.chmod(0o755)
+
+
+def test_kill_during_sbatch_then_resume_gives_one_job(local_cluster, tmp_path):
+    model = f"e2eksb{uuid.uuid4().hex[:6]}"
+    argv = _cmd(tmp_path, model, 1, SHORT)
+    flag = tmp_path / "sbatch-answered"
+    _slow_answer_sbatch(tmp_path / "bin", flag)
+    env = _env()
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.is_file() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ended = proc.poll() is not None
+        assert flag.is_file(), f"sbatch never answered (ended={ended}): {proc.stdout.read() if ended else ''}"
+        os.killpg(proc.pid, signal.SIGKILL)  # ai4s-graph and the sbatch it waits on, mid-submission
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    accepted = flag.read_text().split(";")[0].strip()
+    assert _jobs_named(f"ai4s-{model}") == [accepted]  # SLURM has it; we never read the answer
+    intent = json.loads((tmp_path / "out" / ".ai4s-graph" / "intent-attempt1.json").read_text())
+    assert intent["jobid"] is None and intent["job_name"].startswith(f"ai4s-{model}-")
+    cp = _run(argv, tmp_path)  # the resume, with the real sbatch on PATH
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    assert f"found job {accepted} named {intent['job_name']}" in cp.stdout and "nothing submitted" in cp.stdout
+    assert _jobs_named(f"ai4s-{model}") == [accepted]
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert man["jobid"] == accepted and man["state"] == "COMPLETED"
+
+
+def test_an_intent_record_that_cannot_be_written_submits_nothing(local_cluster, tmp_path):
+    """Before: when the submission marker could not be written, every re-run submitted again.
+    Now the intent record comes first: when it cannot be written, sbatch never runs."""
+    model = f"e2enoi{uuid.uuid4().hex[:6]}"
+    (tmp_path / "out" / ".ai4s-graph" / "intent-attempt1.json").mkdir(parents=True)  # its path is a folder
+    argv = _cmd(tmp_path, model, 1, SHORT)
+    for _ in range(2):
+        cp = _run(argv, tmp_path)
+        assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
+        assert "cannot write the intent record" in cp.stdout or "already complete" in cp.stdout
+    assert _jobs_named(f"ai4s-{model}", settle_s=3) == []
+
+
+# ---------------------------------------------------------------- a transient sacct failure
+def test_transient_sacct_failure_during_the_wait_is_retried_and_reported(local_cluster, tmp_path):
+    """Omnistat PR#142's kind: sacct fails (slurmdbd unreachable: sacct's own error, from a
+    slurm.conf copy pointing at a closed port) for the wait's first 2 calls. Before, the wait
+    ended with ToolUnavailableError after submitting; now it is retried, the job is analysed, and
+    the wait's STATUS line, report.md and manifest.json say 'retried sacct 2 times'."""
+    from slurm_faults import broken_conf, calls, failing_first, free_port
+
+    model = f"e2etra{uuid.uuid4().hex[:6]}"
+    failing_first(tmp_path / "bin", "sacct", 2, conf=broken_conf(tmp_path / "conf", dbd_port=free_port()))
+    env = _env()
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    cp = subprocess.run(_cmd(tmp_path, model, 1, SHORT), cwd=tmp_path, env=env, capture_output=True, text=True,
+                        timeout=300)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    (wait,) = [ln for ln in cp.stdout.splitlines() if ln.startswith("wait_for_job")]
+    assert "COMPLETED" in wait and "retried sacct 2 times" in wait and "Connection refused" in wait
+    assert calls(tmp_path / "bin", "sacct") > 2
+    out = tmp_path / "out"
+    assert "retried sacct 2 times" in (out / "report.md").read_text()
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["state"] == "COMPLETED" and man["slurm_retries"] == {"sacct": 2}
+    assert man["jobid_forms"] == [man["jobid"]]  # a plain job: its raw id is itself

@@ -134,8 +134,13 @@ def test_metric_map_covers_both_vendors_with_cited_names():
 def test_load_export_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"metric": {"__name__": "x"}, "values": [1], "timestamps": [1000]}\nnot json\n')
-    with pytest.raises(InputError, match="line 2"):
-        E.load_export(bad)
+    series, rep = E.read_export(bad)  # the bad line is dropped and named, the good one kept
+    assert [s.values for s in series] == [(1.0,)] and rep.dropped_lines == [(2, "not JSON")]
+    assert rep.problems() == ["bad.jsonl: 1 line(s) dropped (line 2: not JSON)"]
+    only_bad = tmp_path / "only-bad.jsonl"
+    only_bad.write_text("not json\n[1, 2]\n")
+    with pytest.raises(InputError, match="no usable series.*line 1: not JSON; line 2: a JSON list, not an object"):
+        E.load_export(only_bad)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(InputError, match="empty"):

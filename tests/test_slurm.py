@@ -69,8 +69,9 @@ def test_two_node_job_completes_and_nodelist_is_expanded(local_cluster, tmp_path
     assert rec.start is not None and rec.end is not None and rec.end >= rec.start
     out = (tmp_path / f"two.sh-{jid}.out").read_text()
     assert "on node1" in out and "on node2" in out
-    info = slurm.scontrol_show_job(jid)
-    assert info["JobId"] == jid and info["JobState"] == "COMPLETED" and info["NumNodes"] == "2"
+    info = slurm.queue_job(jid)  # slurmctld's own record (squeue), not a regex over scontrol's text
+    assert info["JobID"] == jid and info["State"] == "COMPLETED" and info["NumNodes"] == "2"
+    assert slurm.expand_hostlist(info["NodeList"]) == ["node1", "node2"]
 
 
 @pytest.mark.slurm
@@ -107,8 +108,8 @@ def test_wait_bound_raises_wait_timeout_with_scontrol(local_cluster, tmp_path):
 @pytest.mark.slurm
 def test_unknown_job_id(local_cluster):
     assert slurm.sacct("987654321") is None
-    with pytest.raises(InputError, match="unknown job id"):
-        slurm.scontrol_show_job("987654321")
+    assert slurm.queue_job("987654321") is None and not slurm.in_queue("987654321")
+    assert slurm.scontrol_show_job_text("987654321") == ""
 
 
 @pytest.mark.slurm
@@ -146,67 +147,123 @@ def test_manifest_expands_compressed_nodes_list():
 
 
 def test_job_ids_follow_slurm_syntax():
-    for good in ("123", "123_4", "123_[1-3]", "123_[1,4-5%2]", "123+0"):
+    for good in ("123", "123_4", "123_[1-3]", "123_[1,4-5%2]", "123_[0-15:4]", "123+0", "4294967293",
+                 "7_4000000"):
         assert slurm.check_jobid(good) == good
-    for bad in ("91001; rm -rf /", "12a", "123_", "123+", "1 2", "$(id)", "123_[1-3", "-1"):
+    for bad in ("91001; rm -rf /", "12a", "123_", "123+", "1 2", "$(id)", "123_[1-3", "-1", "../../x",
+                "123\nSTATUS=ok; reason=forged", "9" * 5000, "4294967294", "0", "123_4+0", "123_[,]",
+                "7_4000001", "7_[1-4000001]", "1\x1b[31m", "123+4294967294"):
         with pytest.raises(InputError) as ei:
             slurm.check_jobid(bad)
-        assert "\n" not in str(ei.value) and "not a SLURM job id" in str(ei.value)
+        msg = str(ei.value)
+        assert "\n" not in msg and "\x1b" not in msg and "not a SLURM job id" in msg and len(msg) < 200, msg
 
 
-# sacct -P -n -D -o JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes, built by hand after
-# the real rows of the local cluster (requeue, array, het job, scancel) for the states it cannot make
-PREEMPTED_THEN_COMPLETED = """\
-500|PREEMPTED|0:0|gpu[01-02]|2026-11-30T08:00:00|2026-11-30T08:10:00|00:10:00|2
-500.batch|CANCELLED|0:15|gpu01|2026-11-30T08:00:00|2026-11-30T08:10:00|00:10:00|1
-500|COMPLETED|0:0|gpu[03-04]|2026-11-30T08:12:00|2026-11-30T08:30:00|00:18:00|2
-500.batch|COMPLETED|0:0|gpu03|2026-11-30T08:12:00|2026-11-30T08:30:00|00:18:00|1
-"""
-NODE_FAIL = "501|NODE_FAIL|0:0|gpu07|2026-11-30T08:00:00|2026-11-30T08:01:00|00:01:00|1\n"
-OOM = """\
-502|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
-502.batch|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
-"""
-OOM_STEP_ONLY = """\
-503|COMPLETED|0:0|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
-503.batch|COMPLETED|0:0|gpu01|2026-11-30T08:00:00|2026-11-30T08:02:00|00:02:00|1
-503.0|OUT_OF_MEMORY|0:125|gpu01|2026-11-30T08:00:01|2026-11-30T08:01:00|00:00:59|1
-"""
-HET = """\
-504+0|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
-504+0.batch|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
-504+1|NODE_FAIL|0:0|node2|2026-11-30T08:00:00|2026-11-30T08:00:09|00:00:09|1
-"""
-ARRAY = """\
-505_1|COMPLETED|0:0|node1|2026-11-30T08:00:00|2026-11-30T08:00:05|00:00:05|1
-505_2|FAILED|1:0|node2|2026-11-30T08:00:00|2026-11-30T08:00:06|00:00:06|1
-505_[3-4]|PENDING|0:0|None assigned|Unknown|Unknown|00:00:00|1
-"""
+# sacct -P -n -D -o JobID,JobIDRaw,State,ExitCode,NodeList,Start,End,ElapsedRaw,AllocNodes,JobName
+# (SLURM_TIME_FORMAT=%s, written here with '|' for the unit separator), built by hand after the
+# real rows of the local cluster (requeue, array, het job, scancel) for the states it cannot make
+T0 = 1796140800  # 2026-11-30T08:00:00Z
 
 
+def _rows(text: str) -> list[dict[str, str]]:
+    return slurm.parse_sacct(text.replace("|", slurm.FIELD_SEP))
+
+
+PREEMPTED_THEN_COMPLETED = f"""\
+500|500|PREEMPTED|0:0|gpu[01-02]|{T0}|{T0 + 600}|600|2|train
+500.batch|500.batch|CANCELLED|0:15|gpu01|{T0}|{T0 + 600}|600|1|batch
+500|500|COMPLETED|0:0|gpu[03-04]|{T0 + 720}|{T0 + 1800}|1080|2|train
+500.batch|500.batch|COMPLETED|0:0|gpu03|{T0 + 720}|{T0 + 1800}|1080|1|batch
+"""
+NODE_FAIL = f"501|501|NODE_FAIL|0:0|gpu07|{T0}|{T0 + 60}|60|1|train\n"
+OOM = f"""\
+502|502|OUT_OF_MEMORY|0:125|gpu01|{T0}|{T0 + 120}|120|1|train
+502.batch|502.batch|OUT_OF_MEMORY|0:125|gpu01|{T0}|{T0 + 120}|120|1|batch
+"""
+OOM_STEP_ONLY = f"""\
+503|503|COMPLETED|0:0|gpu01|{T0}|{T0 + 120}|120|1|train
+503.batch|503.batch|COMPLETED|0:0|gpu01|{T0}|{T0 + 120}|120|1|batch
+503.0|503.0|OUT_OF_MEMORY|0:125|gpu01|{T0 + 1}|{T0 + 60}|59|1|python
+"""
+# het job 504: components 504+0 (raw 504) and 504+1 (raw 505, the next free id)
+HET = f"""\
+504+0|504|COMPLETED|0:0|node1|{T0}|{T0 + 5}|5|1|het
+504+0.batch|504.batch|COMPLETED|0:0|node1|{T0}|{T0 + 5}|5|1|batch
+504+1|505|NODE_FAIL|0:0|node2|{T0}|{T0 + 9}|9|1|het
+"""
+# array 506: raw ids as the local cluster gave them (51_1 -> 54, 51_2 -> 55, 51_3 -> 51): the last
+# task takes the array's own id, the others whatever id was free
+ARRAY = f"""\
+506_1|509|COMPLETED|0:0|node1|{T0}|{T0 + 5}|5|1|sweep
+506_1.batch|509.batch|COMPLETED|0:0|node1|{T0}|{T0 + 5}|5|1|batch
+506_2|510|FAILED|1:0|node2|{T0}|{T0 + 6}|6|1|sweep
+506_[3-4]|506|PENDING|0:0|None assigned|Unknown|Unknown|0|1|sweep
+"""
 def test_job_states_from_all_sacct_rows():
-    r = slurm.job_record(slurm.parse_sacct(PREEMPTED_THEN_COMPLETED), "500")
+    r = slurm.job_record(_rows(PREEMPTED_THEN_COMPLETED), "500")
     assert r.state == "COMPLETED" and r.is_terminal and r.attempts == ["PREEMPTED"]
     assert r.nodelist == ["gpu03", "gpu04"] and r.steps == {"batch": "COMPLETED"}
-    assert r.end - r.start == 18 * 60
-    assert slurm.job_record(slurm.parse_sacct(NODE_FAIL), "501").state == "NODE_FAIL"
-    oom = slurm.job_record(slurm.parse_sacct(OOM), "502")
+    assert r.end - r.start == 18 * 60 and r.elapsed_s == 1080 and r.name == "train"
+    assert slurm.job_record(_rows(NODE_FAIL), "501").state == "NODE_FAIL"
+    oom = slurm.job_record(_rows(OOM), "502")
     assert oom.state == "OUT_OF_MEMORY" and oom.is_terminal and oom.exit_code == "0:125"
-    step = slurm.job_record(slurm.parse_sacct(OOM_STEP_ONLY), "503")
+    step = slurm.job_record(_rows(OOM_STEP_ONLY), "503")
     assert step.state == "COMPLETED" and step.step_problems == {"0": "OUT_OF_MEMORY"}
-    het = slurm.job_record(slurm.parse_sacct(HET), "504")
+    het = slurm.job_record(_rows(HET), "504")
     assert het.components == ["504+0", "504+1"] and het.state == "NODE_FAIL" and het.nodelist == ["node1", "node2"]
-    assert slurm.job_record(slurm.parse_sacct(HET), "504+0").state == "COMPLETED"
-    arr = slurm.parse_sacct(ARRAY)
-    whole = slurm.job_record(arr, "505")
+    assert slurm.job_record(_rows(HET), "504+0").state == "COMPLETED"
+    arr = _rows(ARRAY)
+    whole = slurm.job_record(arr, "506")
     assert whole.state == "PENDING" and not whole.is_terminal  # tasks 3-4 have not run
-    two = slurm.job_record(arr, "505_[1-2]")
-    assert two.components == ["505_1", "505_2"] and two.state == "FAILED" and two.exit_code == "1:0"
-    assert slurm.job_record(arr, "505_2").state == "FAILED"
+    two = slurm.job_record(arr, "506_[1-2]")
+    assert two.components == ["506_1", "506_2"] and two.state == "FAILED" and two.exit_code == "1:0"
+    assert slurm.job_record(arr, "506_2").state == "FAILED"
     assert slurm.job_record(arr, "999") is None
-    cancelled = slurm.job_record(slurm.parse_sacct(
-        "506|CANCELLED by 0|0:0|None assigned|2026-11-30T08:00:00|2026-11-30T08:00:00|00:00:00|0\n"), "506")
+    cancelled = slurm.job_record(_rows(f"507|507|CANCELLED by 0|0:0|None assigned|{T0}|{T0}|0|0|x\n"), "507")
     assert cancelled.state == "CANCELLED by 0" and cancelled.base_state == "CANCELLED" and cancelled.is_terminal
+    assert cancelled.start == T0 and cancelled.nodelist == []
+
+
+def test_array_tasks_and_het_components_are_found_by_their_raw_ids():
+    """snakemake PR#2036: ``sacct -j 12346`` shows array task ``12345_7``; matching JobID alone
+    found no row and the wait ran to its timeout. Each member: the raw id of an array task, of a
+    het component, of the task that holds the array's own id, and a raw id nothing has."""
+    arr, het = _rows(ARRAY), _rows(HET)
+    t1 = slurm.job_record(arr, "509")  # raw id of 506_1
+    assert (t1.jobid, t1.display_id, t1.state, t1.nodelist, t1.steps) == ("509", "506_1", "COMPLETED", ["node1"],
+                                                                          {"batch": "COMPLETED"})
+    assert t1.is_terminal and t1.components == [] and t1.raw_ids == ["509"]
+    t2 = slurm.job_record(arr, "510")  # raw id of 506_2, FAILED exit 1
+    assert (t2.display_id, t2.state, t2.exit_code) == ("506_2", "FAILED", "1:0")
+    h1 = slurm.job_record(het, "505")  # raw id of 504+1
+    assert (h1.display_id, h1.state, h1.nodelist) == ("504+1", "NODE_FAIL", ["node2"])
+    # "506" is both the array and the raw id of its last task: SLURM's -j 506 means the array
+    assert slurm.job_record(arr, "506").components == ["506_1", "506_2", "506_[3-4]"]
+    assert slurm.job_record(arr, "511") is None and slurm.job_record(het, "506") is None
+
+
+def test_id_forms_list_every_id_a_job_is_known_by():
+    """What rmsjob_info{jobid} may carry: $SLURM_JOB_ID (the raw id, Omnistat file-based mode) or
+    squeue's JobID (123_4, squeue mode). Counted by hand from the rows above."""
+    arr, het = _rows(ARRAY), _rows(HET)
+    assert slurm.job_record(het, "504").id_forms == ["504", "505", "504+0", "504+1"]
+    assert slurm.job_record(het, "505").id_forms == ["505", "504+1"]
+    assert slurm.job_record(arr, "509").id_forms == ["509", "506_1"]  # not "506": that names task 3
+    assert slurm.job_record(arr, "506_[1-2]").id_forms == ["509", "510", "506_1", "506_2", "506_[1-2]"]
+    assert slurm.job_record(_rows(NODE_FAIL), "501").id_forms == ["501"]
+
+
+def test_one_parser_keeps_free_text_in_its_column():
+    """The job name is the last field: a '|' or blanks in it cannot shift a column (the hand-split
+    ``sacct -P`` output did)."""
+    sep = slurm.FIELD_SEP
+    line = sep.join(["600", "600", "COMPLETED", "0:0", "node[1-2]", str(T0), str(T0 + 7), "7", "2",
+                     f"a|b c{sep}d"]) + "\n"
+    (row,) = slurm.parse_sacct(line)
+    assert row["JobName"] == f"a|b c{sep}d" and row["NodeList"] == "node[1-2]"
+    rec = slurm.job_record([row], "600")
+    assert rec.nodelist == ["node1", "node2"] and rec.elapsed_s == 7 and rec.end - rec.start == 7
+    assert slurm.parse_sacct("600\x1fCOMPLETED\n") == []  # too few fields: skipped, never misread
 
 
 @pytest.mark.slurm
@@ -245,3 +302,55 @@ def test_array_het_and_cancelled_jobs_on_the_cluster(local_cluster, tmp_path):
     assert h.components == [f"{het}+0", f"{het}+1"] and h.state == "COMPLETED" and sorted(h.nodelist) == ["node1", "node2"]
     c = slurm.wait_for_terminal(long, timeout_s=300, poll_s=0.5)
     assert c.base_state == "CANCELLED" and c.state.startswith("CANCELLED by ")
+
+
+@pytest.mark.slurm
+def test_real_array_task_and_het_component_waited_on_by_raw_id(local_cluster, tmp_path):
+    """On the local cluster: every array task and het component, asked for by its raw id (what
+    $SLURM_JOB_ID says inside it), is found and waited on to its end -- before, the wait ran to
+    its timeout. The raw ids are read from each task itself, not computed. (The last task's raw id
+    is the array's own, and a het leader's raw id the het job's own: SLURM reads those as the whole
+    job, and they are checked as such.)"""
+    body = 'echo "raw=$SLURM_JOB_ID task=${SLURM_ARRAY_TASK_ID:-} het=${SLURM_HET_SIZE:-}"; ' \
+           'test "${SLURM_ARRAY_TASK_ID:-0}" != 2'
+    arr = slurm.sbatch(_script(tmp_path, "rawarr.sh", body), extra_args=["--array=1-3"])
+    het = slurm.sbatch(_script(tmp_path, "rawhet.sh", "srun --het-group=0,1 true"), extra_args=["-n1", ":", "-n1"])
+    whole = slurm.wait_for_terminal(arr, timeout_s=300, poll_s=0.5)
+    assert whole.components == [f"{arr}_1", f"{arr}_2", f"{arr}_3"]
+    raw_of = {}
+    for p in tmp_path.glob("rawarr.sh-*.out"):
+        fields = dict(kv.split("=", 1) for kv in p.read_text().split())
+        raw_of[f"{arr}_{fields['task']}"] = fields["raw"]
+    assert sorted(raw_of) == whole.components and sorted(raw_of.values(), key=int) == whole.raw_ids
+    for task, raw in raw_of.items():
+        if raw == arr:  # the task holding the array's own id: SLURM's -j <that id> means the array
+            assert slurm.sacct(raw).components == whole.components
+            continue
+        rec = slurm.wait_for_terminal(raw, timeout_s=60, poll_s=0.3)
+        want = "FAILED" if task.endswith("_2") else "COMPLETED"
+        assert (rec.jobid, rec.display_id, rec.state) == (raw, task, want), rec
+        assert rec.id_forms == sorted({raw, task}, key=lambda v: (len(v), v))
+    h = slurm.wait_for_terminal(het, timeout_s=300, poll_s=0.5)
+    assert h.components == [f"{het}+0", f"{het}+1"] and len(h.raw_ids) == 2
+    assert h.raw_ids[0] == het  # the leader's raw id is the het job's own: -j <it> means the whole job
+    rec = slurm.wait_for_terminal(h.raw_ids[1], timeout_s=60, poll_s=0.3)
+    assert (rec.display_id, rec.state, rec.components) == (f"{het}+1", "COMPLETED", [])
+
+
+@pytest.mark.slurm
+def test_names_and_comments_with_blanks_do_not_break_the_reading(local_cluster, tmp_path):
+    """``scontrol show job`` prints ``JobName=name with space`` and ``Comment=hello world x=y``; the
+    regex over it split those into false keys. squeue's delimited fields keep them whole."""
+    script = _script(tmp_path, "blank.sh", "true")
+    jid = slurm.sbatch(script, extra_args=["--job-name=name with | space", "--comment=hello world x=y"])
+    rec = slurm.wait_for_terminal(jid, timeout_s=300, poll_s=0.3)
+    assert rec.state == "COMPLETED" and rec.nodelist and rec.exit_code == "0:0"
+    row = slurm.queue_job(jid)
+    assert row is not None and row["JobName"] == "name with | space" and row["State"] == "COMPLETED"
+    # sacct records a new job's name as "allocation" for a moment (find_jobs_by_name's doc): poll
+    # until accounting has the real one; the column must then hold it whole
+    from ai4s_graph.tools.slurm.query import poll
+
+    named = poll(lambda: (lambda r: r if r.name != "allocation" else None)(slurm.sacct(jid)), 60, 0.3)
+    assert named is not None and named.name == "name with | space"
+    assert "Comment=hello world x=y" in slurm.scontrol_show_job_text(jid)  # kept verbatim for the user

@@ -70,6 +70,7 @@ class RankResult(TypedDict, total=False):
     reader_error: str  # why that reader could not read the trace (the verifier says inconclusive)
     raw_counts: dict[str, int]  # raw-text counts of the causes' patterns (tools/trace/onepass.RawCounter)
     roofline_correlation: dict[str, Any] | None  # RooflineCollector.totals("correlation")
+    csv_dir: str | None  # the rank's TraceLens-layout CSVs, relative to the out dir (written by its worker)
 
 
 class RankTask(TypedDict):
@@ -111,6 +112,7 @@ class AnalysisState(TypedDict, total=False):
     - ``verdicts``: :class:`VerifiedClaim` from both verifiers.
     - ``statuses``: node name -> its STATUS line.
     - ``missing``: one line per missing or bad input.
+    - ``not_checked``: one ``not checked: needs ...`` line per check that could not run (issue 28).
     - ``usage``: node name -> :class:`Usage` (LLM token use).
     - ``report``: the synthesizer's :class:`Report`.
     """
@@ -126,6 +128,7 @@ class AnalysisState(TypedDict, total=False):
     verdicts: Annotated[list[VerifiedClaim], operator.add]
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: Annotated[list[str], operator.add]
+    not_checked: Annotated[list[str], operator.add]
     usage: Annotated[dict[str, Usage], merge_dicts]
     report: Report
 

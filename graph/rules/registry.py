@@ -47,6 +47,12 @@ def detect(analyst: str, x: Inputs) -> list[Finding]:
     return [replace(f, levers=c.offer(x, *f.levers)) for c in causes_of(analyst) for f in c.detect(x)]
 
 
+def not_checked(analyst: str, x: Inputs) -> list[str]:
+    """The ``not checked: ... needs ...`` lines of ``analyst``'s causes whose inputs are absent
+    (:meth:`~.causes.base.Cause.not_checked`), in registry order."""
+    return [line for c in causes_of(analyst) for line in c.not_checked(x)]
+
+
 def cause_of_metric(metric: str) -> Cause | None:
     """The cause that claims ``metric`` (one of its :attr:`~.causes.base.Cause.figures`), or None."""
     for c in CAUSES:

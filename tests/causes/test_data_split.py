@@ -42,3 +42,23 @@ def test_the_series_mean_stands_in_for_a_missing_statistic():
                telemetry={"series": {"cpu_util": {"n1": [(0.0, 10.0), (1.0, 30.0)]}}})
     [f] = CAUSE.detect(x)
     assert f.claim.id == "triage.t8.io_bound" and f.claim.value == 20.0
+
+
+NEEDS_CPU = ("host CPU busy % over the job window (cpu_util: node-exporter's node_cpu_seconds_total or "
+             "Omnistat's host collector in the telemetry)")
+NEEDS_TRACE = "a rank trace (the DataLoader share of the step)"
+
+
+@pytest.mark.parametrize("rank,cpu,needs", [
+    (True, 55.0, None),  # both inputs: T8 ran (silent between 50 and 90 %, but checked)
+    (True, None, [NEEDS_CPU]),  # the bundled 92002 case: no host CPU telemetry
+    (False, 55.0, [NEEDS_TRACE]),
+    (False, None, [NEEDS_CPU, NEEDS_TRACE]),
+])
+def test_not_checked_names_what_t8_needs(rank, cpu, needs):
+    x = _x(10.0, 100.0, cpu)
+    if not rank:
+        x.rank = None
+    lines = CAUSE.not_checked(x)
+    assert lines == ([] if needs is None else [f"not checked: {data_split.T8}: needs " + " and ".join(needs)])
+    assert registry.not_checked("trace_analyst", x) == lines  # the one trace cause with a need

@@ -43,3 +43,27 @@ def test_fits_or_missing_is_silent(workers, ranks, cores):
 def test_no_job_script_no_rederivation():
     [f] = [CAUSE.check(8, 8, 56)]
     assert CAUSE.rederive(f.claim, Reader()).value is None
+
+
+NEEDS_CORES = ("the cores the job may use (cpus_per_node in the manifest, or --cpus-per-task in the job script)")
+
+
+@pytest.mark.parametrize("manifest,script,needs", [
+    # every count known (the lesson-22 script): T3 ran, nothing to say
+    ({"jobid": "3"}, LESSON22, None),
+    # workers and ranks but no core count anywhere
+    ({"jobid": "4", "num_workers": 8, "gpus_per_node": 4}, "", [NEEDS_CORES]),
+    # nothing at all: all three named, in that order
+    ({"jobid": "5"}, "", ["the DataLoader workers per rank (num_workers in the manifest or the job script)",
+                          "the ranks per node (--ntasks-per-node or gpus_per_node)", NEEDS_CORES]),
+    # num_workers 0: no worker process to oversubscribe, T3 is checked whatever else is missing
+    ({"jobid": "6", "num_workers": 0}, "", None),
+])
+def test_not_checked_names_each_missing_count(manifest, script, needs):
+    x = Inputs(manifest=Manifest.model_validate(manifest), job=parse_job_script(script))
+    lines = CAUSE.not_checked(x)
+    if needs is None:
+        assert lines == []
+    else:
+        assert lines == [f"not checked: {oversubscription.T3}: needs " + "; ".join(needs)]
+    assert registry.not_checked("telemetry_analyst", x) == lines  # the one telemetry cause with a need

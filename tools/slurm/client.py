@@ -1,10 +1,15 @@
-"""Typed wrappers over the SLURM client commands: ``sbatch``, ``sacct``, ``scontrol``, ``srun``.
+"""Typed wrappers over the SLURM client commands: ``sbatch``, ``sacct``, ``squeue``, ``scontrol``,
+``srun``.
 
 Everything runs the real commands (no REST API, no mocks). Accounting is asynchronous: a job that
 has just left ``squeue`` may take 0.1-1 s to show its final state in ``sacct``, and right after
 ``sbatch`` sacct may have no row at all -- so the waiting is a poll, never a single read
 (/work/shared/notes/local-slurm.md, pitfall 9). PREEMPTED and REQUEUED are not terminal: the job
 comes back (seed 000, "When something goes wrong").
+
+Queries go through :mod:`.query` (one delimited-text parser for sacct and squeue; transient
+failures retried with backoff and counted); ids through :mod:`.ids` (one validator; array tasks
+and het components are matched by ``JobID`` and by ``JobIDRaw``).
 
 The cluster config (``.cluster-config.yaml``) gives partition, account and the shared directory;
 see ``sbatch/cluster-config.example.yaml``.
@@ -14,11 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -28,17 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ...state.manifest import TERMINAL_STATES
 from ..errors import InputError, ToolUnavailableError
+from .ids import JOBID_SYNTAX, base_id, check_jobid, id_forms, query_id
+from .query import (FIELD_SEP, IN_WAIT, ONE_SHOT, RetryLog, RetryPolicy, TransientSlurmError, parse_rows, poll,
+                    run_once, run_query, unix_time)
 
 __all__ = [
-    "ClusterConfig", "SacctRecord", "WaitTimeout", "TERMINAL_STATES", "check_jobid", "expand_hostlist",
-    "job_record", "load_cluster_config", "parse_parsable", "parse_sacct", "sacct", "sbatch", "scancel",
-    "scontrol_show_job", "srun_probe", "wait_for_terminal",
+    "ClusterConfig", "JOBID_SYNTAX", "RetryLog", "SacctRecord", "TERMINAL_STATES", "TransientSlurmError", "WaitTimeout",
+    "check_jobid", "expand_hostlist", "find_jobs_by_name", "job_record", "load_cluster_config", "parse_parsable",
+    "parse_sacct", "queue_job", "sacct", "sbatch", "scancel", "srun_probe", "wait_for_terminal",
 ]
 
-#: SLURM's job id syntax (sbatch(1), "JOB ID" forms of squeue/sacct): a number, an array task
-#: ``123_4`` or task set ``123_[1-3,7]`` (``%N`` throttle allowed), a het-job component ``123+0``.
-JOBID_SYNTAX = r"\d+(?:_(?:\d+|\[[0-9,\-%]+\]))?(?:\+\d+)?"
-_JOBID = re.compile(rf"^{JOBID_SYNTAX}$")
 _SAFE_NODE = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 DEFAULT_CONFIG_NAMES = (".cluster-config.yaml", ".cluster-config.yml")
 
@@ -123,13 +125,16 @@ def load_cluster_config(path: str | Path | None = None) -> ClusterConfig:
 class SacctRecord:
     """One job as sacct reports it (built by :func:`job_record` from all its rows).
 
-    ``exit_code`` is SLURM's ``code:signal`` string ("0:0", "42:0"); ``nodelist`` is expanded to
-    single names (``node[1-2]`` -> ``["node1", "node2"]``), empty while none is allocated;
-    ``start``/``end`` are unix seconds or None (``Unknown``/``None``); ``elapsed_s`` is seconds.
-    ``attempts``: the allocation states of earlier runs under the same id (``["PREEMPTED"]`` for a
-    job preempted, requeued and run again); ``steps``: ``{step: state}`` of its steps
-    (``{"batch": "OUT_OF_MEMORY"}``); ``components``: het-job components or array tasks
-    aggregated into this record (empty for a plain job)."""
+    ``jobid`` is the id asked for (``123``, ``123_4``, a raw id ``127``, ``123+1``); ``display_id``
+    the JobID sacct shows for it (``123_4`` when asked for its raw id ``127``); ``raw_ids`` the
+    ``JobIDRaw`` of every allocation in the record. ``exit_code`` is SLURM's ``code:signal``
+    string ("0:0", "42:0"); ``nodelist`` is expanded to single names (``node[1-2]`` -> ``["node1",
+    "node2"]``), empty while none is allocated; ``start``/``end`` are unix seconds or None (not
+    started, not ended); ``elapsed_s`` is seconds (``ElapsedRaw``). ``attempts``: the allocation
+    states of earlier runs under the same id (``["PREEMPTED"]`` for a job preempted, requeued and
+    run again); ``steps``: ``{step: state}`` of its steps (``{"batch": "OUT_OF_MEMORY"}``);
+    ``components``: het-job components or array tasks aggregated into this record (empty for a
+    plain job or one task); ``name``: the job name."""
 
     jobid: str
     state: str
@@ -142,6 +147,9 @@ class SacctRecord:
     steps: dict[str, str] = field(default_factory=dict)
     components: list[str] = field(default_factory=list)
     alloc_nodes: int = 0
+    display_id: str = ""
+    raw_ids: list[str] = field(default_factory=list)
+    name: str = ""
 
     @property
     def step_problems(self) -> dict[str, str]:
@@ -166,45 +174,39 @@ class SacctRecord:
         except (ValueError, IndexError):
             return -1
 
+    @property
+    def id_forms(self) -> list[str]:
+        """Every id that names this job or a part of it (:func:`.ids.id_forms`): the id asked for,
+        the JobIDs of its tasks/components, their raw ids -- what ``rmsjob_info{jobid}`` may carry."""
+        shown = self.components or ([self.display_id] if self.display_id else [])
+        return id_forms(self.jobid, self.raw_ids, shown)
+
 
 class WaitTimeout(Exception):
     """``wait_for_terminal`` gave up. ``scontrol`` holds ``scontrol show job`` output (may be empty
-    once the job aged out of slurmctld, MinJobAge), ``last`` the last sacct row or None."""
+    once the job aged out of slurmctld, MinJobAge), ``last`` the last sacct row or None,
+    ``retries`` the transient failures met on the way (:class:`RetryLog`)."""
 
-    def __init__(self, jobid: str, timeout_s: float, last: SacctRecord | None, scontrol: str):
+    def __init__(self, jobid: str, timeout_s: float, last: SacctRecord | None, scontrol: str,
+                 retries: RetryLog | None = None):
         self.jobid, self.timeout_s, self.last, self.scontrol = jobid, timeout_s, last, scontrol
+        self.retries = retries or RetryLog()
         state = last.state if last else "no sacct row"
-        super().__init__(f"job {jobid} not terminal after {timeout_s:g}s (last sacct state: {state})")
-
-
-def _require(tool: str) -> str:
-    exe = shutil.which(tool)
-    if exe is None:
-        raise ToolUnavailableError(f"{tool} is not installed or not on PATH (SLURM client commands are needed)")
-    return exe
+        note = f"; {self.retries.summary()}" if self.retries.total else ""
+        super().__init__(f"job {jobid} not terminal after {timeout_s:g}s (last sacct state: {state}){note}")
 
 
 def _run(argv: list[str], *, timeout: float = 60, env: dict[str, str] | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
-    _require(argv[0])
+    """A command that is not a query (sbatch, scancel, srun, scontrol show hostnames): run once,
+    never retried. ``check``: raise on a non-zero exit (:class:`TransientSlurmError` unless the
+    answer is final, see :func:`.query.run_once`); else return the completed process."""
     try:
-        cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise ToolUnavailableError(f"{argv[0]} did not answer within {timeout:g}s (is slurmctld up?)") from None
-    if check and cp.returncode != 0:
-        msg = (cp.stderr or cp.stdout).strip().splitlines()
-        raise ToolUnavailableError(f"{' '.join(argv[:2])} failed (rc={cp.returncode}): {msg[-1] if msg else 'no output'}")
-    return cp
-
-
-def check_jobid(jobid: str | int) -> str:
-    """``jobid`` (stripped) when it has SLURM's job id syntax (:data:`JOBID_SYNTAX`: ``123``,
-    ``123_4``, ``123_[1-3]``, ``123+0``); else :class:`InputError` with one line. Called before
-    any command runs, so nothing else ever sees a bad id."""
-    s = str(jobid).strip()
-    if not _JOBID.match(s):
-        raise InputError(f"not a SLURM job id: {s[:60]!r} (expected 123, 123_4, 123_[1-3] or 123+0)")
-    return s
+        return run_once(argv, timeout=timeout, env=env, extra_env={})
+    except TransientSlurmError as e:
+        if check or e.process is None:
+            raise
+        return e.process
 
 
 _check_jobid = check_jobid
@@ -225,7 +227,7 @@ def expand_hostlist(hostlist_text: str) -> list[str]:
     ``scontrol show hostnames``, tested on the local cluster). Order and zero padding are kept.
     Empty or ``None assigned`` -> []. Raises :class:`InputError` for a malformed list."""
     hl = (hostlist_text or "").strip()
-    if not hl or hl.lower().startswith("none"):
+    if not hl or hl.lower().startswith("none") or hl in ("(null)", "N/A"):
         return []
     try:
         return list(hostlist.expand_hostlist(hl, sort=False))
@@ -242,11 +244,14 @@ def scontrol_hostnames(hostlist_text: str) -> list[str]:
 def sbatch(script: Path, *, exclude: Iterable[str] = (), extra_args: Iterable[str] = (),
            env: dict[str, str] | None = None) -> str:
     """Submit ``script`` with ``sbatch --parsable`` and return the job id (``"123"``; the
-    ``;cluster`` suffix of a federated answer is dropped).
+    ``;cluster`` suffix of a federated answer is dropped). Never retried: a submission that
+    failed or timed out may still have been accepted (``run --submit`` reconciles by job name,
+    :mod:`.submission`).
 
     ``exclude``: node names, passed as ``--exclude=a,b`` (single nodes only, never a class: seed
     lessons 1/18). ``env``: the environment sbatch runs with (the script's ``--export=ALL`` takes it
-    to the job). Raises :class:`ToolUnavailableError` when sbatch is missing or refuses the job,
+    to the job). Raises :class:`ToolUnavailableError` when sbatch is missing or refuses the job
+    (:class:`TransientSlurmError` when the refusal may clear: slurmctld unreachable, a timeout),
     :class:`InputError` for a missing script or a bad node name."""
     script = Path(script)
     if not script.is_file():
@@ -266,74 +271,70 @@ def parse_parsable(stdout: str) -> str:
     multi-cluster) -> ``"123"``. Raises :class:`ToolUnavailableError` when there is none."""
     out = [ln for ln in stdout.strip().splitlines() if ln.strip()]
     jobid = out[-1].split(";")[0].strip() if out else ""
-    if not _JOBID.match(jobid):
-        raise ToolUnavailableError(f"sbatch --parsable gave no job id: {stdout.strip()[:120]!r}")
-    return jobid
-
-
-def _parse_time(s: str) -> float | None:
-    s = s.strip()
-    if not s or s in ("Unknown", "None"):
-        return None
     try:
-        return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S").timestamp()
-    except ValueError:
-        return None
+        return check_jobid(jobid)
+    except InputError:
+        raise ToolUnavailableError(f"sbatch --parsable gave no job id: {stdout.strip()[:120]!r}") from None
 
 
-def _parse_elapsed(s: str) -> float:
-    """``[D-]HH:MM:SS`` or ``MM:SS`` -> seconds."""
-    s = s.strip()
-    if not s:
-        return 0.0
-    days = 0
-    if "-" in s:
-        d, s = s.split("-", 1)
-        days = int(d)
-    parts = [float(p) for p in s.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    h, m, sec = parts
-    return days * 86400 + h * 3600 + m * 60 + sec
-
-
-SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Start,End,Elapsed,AllocNodes"
+#: The sacct fields every query asks for, free text (the name) last (:func:`.query.parse_rows`).
+SACCT_FIELDS = ("JobID", "JobIDRaw", "State", "ExitCode", "NodeList", "Start", "End", "ElapsedRaw", "AllocNodes",
+                "JobName")
+#: squeue's format codes (squeue(1) ``-o``) under the same field names as sacct's.
+SQUEUE_FIELDS = {"JobID": "%i", "JobIDRaw": "%A", "State": "%T", "NodeList": "%N", "NumNodes": "%D", "JobName": "%j"}
 #: Which state names a het job or array when its parts disagree: the first present wins.
 _WORST = ("NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "FAILED", "TIMEOUT", "DEADLINE", "CANCELLED", "COMPLETED")
 
 
 def parse_sacct(text: str) -> list[dict[str, str]]:
-    """Rows of ``sacct -P -n -D -o`` :data:`SACCT_FIELDS` output as dicts (``JobID``, ``State``,
-    ...); lines with the wrong number of columns are skipped."""
-    keys = SACCT_FIELDS.split(",")
-    rows = []
-    for line in text.splitlines():
-        cols = line.split("|")
-        if len(cols) == len(keys):
-            rows.append({k: c.strip() for k, c in zip(keys, cols)})
-    return rows
+    """Rows of ``sacct -P -n --delimiter=\\x1f -o`` :data:`SACCT_FIELDS` output as dicts
+    (``JobID``, ``JobIDRaw``, ``State``, ...); lines with too few columns are skipped."""
+    return parse_rows(text, SACCT_FIELDS)
+
+
+def _sacct_argv(query: str, *extra: str) -> list[str]:
+    return ["sacct", "-P", "-n", f"--delimiter={FIELD_SEP}", *extra, "-j", query, "-o", ",".join(SACCT_FIELDS)]
 
 
 def _start_key(row: dict[str, str]) -> float:
-    t = _parse_time(row["Start"])
+    t = unix_time(row["Start"])
     return t if t is not None else float("inf")
 
 
+def _is_alloc(row: dict[str, str]) -> bool:
+    return "." not in row["JobID"]
+
+
 def _one(rows: list[dict[str, str]], jid: str) -> SacctRecord | None:
-    """The record of one allocation id from its rows (all attempts, all steps)."""
-    allocs = [r for r in rows if r["JobID"] == jid]
+    """The record of one allocation from its rows (all attempts, all steps): the rows whose JobID
+    is ``jid``, else those whose JobIDRaw is (an array task or het component asked for by its raw
+    id)."""
+    allocs = [r for r in rows if _is_alloc(r) and r["JobID"] == jid] or \
+        [r for r in rows if _is_alloc(r) and r["JobIDRaw"] == jid]
     if not allocs:
         return None
     allocs.sort(key=_start_key)  # stable: a requeued attempt (later start, or not started) comes last
     cur = allocs[-1]
-    cur_start = _parse_time(cur["Start"])
+    shown = cur["JobID"]
+    cur_start = unix_time(cur["Start"])
     # steps of this attempt only (a requeued job's old batch step is CANCELLED)
-    steps = {r["JobID"].split(".", 1)[1]: r["State"] for r in rows if r["JobID"].startswith(jid + ".")
-             and cur_start is not None and (_parse_time(r["Start"]) or 0) >= cur_start}
+    steps = {r["JobID"].split(".", 1)[1]: r["State"] for r in rows if r["JobID"].startswith(shown + ".")
+             and cur_start is not None and (unix_time(r["Start"]) or 0) >= cur_start}
     alloc = int(cur["AllocNodes"]) if cur["AllocNodes"].isdigit() else 0
+    elapsed = float(cur["ElapsedRaw"]) if cur["ElapsedRaw"].isdigit() else 0.0
     return SacctRecord(jobid=jid, state=cur["State"], exit_code=cur["ExitCode"], nodelist=expand_hostlist(cur["NodeList"]),
-                       start=_parse_time(cur["Start"]), end=_parse_time(cur["End"]), elapsed_s=_parse_elapsed(cur["Elapsed"]),
-                       attempts=[r["State"] for r in allocs[:-1]], steps=steps, alloc_nodes=alloc)
+                       start=cur_start, end=unix_time(cur["End"]), elapsed_s=elapsed,
+                       attempts=[r["State"] for r in allocs[:-1]], steps=steps, alloc_nodes=alloc, display_id=shown,
+                       raw_ids=_by_number({r["JobIDRaw"] for r in allocs if r["JobIDRaw"]}), name=cur["JobName"])
+
+
+def _by_number(ids: Iterable[str]) -> list[str]:
+    """Raw ids sorted as numbers (``99`` before ``100``)."""
+    return sorted(ids, key=lambda v: (len(v), v))
+
+
+def _part_re(jid: str) -> str:
+    return rf"{re.escape(jid)}(?:\+\d+|_\d+|_\[[^\]]*\])"
 
 
 def job_record(rows: list[dict[str, str]], jobid: str) -> SacctRecord | None:
@@ -342,21 +343,22 @@ def job_record(rows: list[dict[str, str]], jobid: str) -> SacctRecord | None:
     under the same id, gives COMPLETED with ``attempts=["PREEMPTED"]``), its steps' states, and for
     a het job (``123`` -> ``123+0``, ``123+1``) or an array (``123`` or ``123_[1-3]`` -> its tasks)
     one record over the parts: not terminal while any part is not; else the worst state
-    (NODE_FAIL > OUT_OF_MEMORY > ... > COMPLETED), union of nodes, first start, last end.
-    ``CANCELLED by N`` keeps its text (``base_state`` is ``CANCELLED``). None when no row matches."""
+    (NODE_FAIL > OUT_OF_MEMORY > ... > COMPLETED), union of nodes, first start, last end. An id
+    that is no row's JobID is matched against JobIDRaw: ``127`` finds array task ``123_4`` whose
+    raw id it is, ``124`` finds het component ``123+1`` (snakemake PR#2036: asked for by its raw
+    id, a task was otherwise never found). ``CANCELLED by N`` keeps its text (``base_state`` is
+    ``CANCELLED``). None when no row matches."""
     jid = check_jobid(jobid)
-    part_re = rf"{re.escape(jid)}(?:\+\d+|_\d+|_\[[^\]]*\])"
-    if not any(re.fullmatch(part_re, r["JobID"]) for r in rows) or "_[" in jid:
-        rec = _one(rows, jid)
-        if rec is not None:
-            return rec
+    allocs = {r["JobID"] for r in rows if _is_alloc(r)}
     if "_[" in jid:
         base, rng = jid.split("_", 1)
         want = {f"{base}_{i[1:]}" for i in hostlist.expand_hostlist("x" + rng.split("%")[0])}
-        ids = sorted({r["JobID"] for r in rows if r["JobID"] in want})
+        ids = sorted(allocs & want)
     else:
         # array tasks and het components; a pending array's not-yet-run tasks are one 123_[3-4] row
-        ids = sorted({r["JobID"].split(".")[0] for r in rows if re.fullmatch(part_re + r"(?:\..*)?", r["JobID"])})
+        ids = sorted(a for a in allocs if re.fullmatch(_part_re(jid), a))
+        if not ids:
+            return _one(rows, jid)
     parts = [p for p in (_one(rows, i) for i in ids) if p is not None]
     if not parts:
         return None
@@ -376,50 +378,74 @@ def job_record(rows: list[dict[str, str]], jobid: str) -> SacctRecord | None:
     return SacctRecord(jobid=jid, state=state, exit_code=bad, nodelist=nodes, start=min(starts) if starts else None,
                        end=max(ends) if ends and not open_ else None, elapsed_s=max(p.elapsed_s for p in parts),
                        attempts=[a for p in parts for a in p.attempts],
-                       steps={f"{p.jobid}.{k}": v for p in parts for k, v in p.steps.items()},
-                       components=[p.jobid for p in parts], alloc_nodes=sum(p.alloc_nodes for p in parts))
+                       steps={f"{p.display_id}.{k}": v for p in parts for k, v in p.steps.items()},
+                       components=[p.display_id for p in parts], alloc_nodes=sum(p.alloc_nodes for p in parts),
+                       display_id=jid, raw_ids=_by_number({r for p in parts for r in p.raw_ids}), name=parts[0].name)
 
 
-def sacct(jobid: str | int) -> SacctRecord | None:
+def sacct(jobid: str | int, *, policy: RetryPolicy = ONE_SHOT, log: RetryLog | None = None,
+          deadline: float | None = None) -> SacctRecord | None:
     """The job as sacct knows it, from ALL its rows: ``sacct -P -n -D -j ID -o`` :data:`SACCT_FIELDS`
     (``-D``: every attempt of a requeued job; no ``-X``: steps too), reduced by :func:`job_record`.
 
     Returns None when sacct has no row yet (right after submit, or an id SLURM never had -- the
-    caller decides which by waiting). Raises :class:`InputError` for a malformed id,
-    :class:`ToolUnavailableError` when sacct is missing or the accounting daemon does not answer."""
+    caller decides which by waiting). A transient failure is retried under ``policy`` and noted in
+    ``log`` (:func:`.query.run_query`). Raises :class:`InputError` for a malformed id,
+    :class:`ToolUnavailableError` when sacct is missing or keeps failing past ``policy.outage_s``,
+    :class:`TransientSlurmError` when ``deadline`` (monotonic) comes during an outage."""
     jid = check_jobid(jobid)
-    query = jid.split("_[")[0]
-    cp = _run(["sacct", "-P", "-n", "-D", "-j", query, "-o", SACCT_FIELDS])
+    cp = run_query(_sacct_argv(query_id(jid), "-D"), policy=policy, log=log, deadline=deadline)
     rec = job_record(parse_sacct(cp.stdout), jid)
     if rec is not None and not rec.components and rec.alloc_nodes > len(rec.nodelist):
         # Accounting is asynchronous: right after a job ends, the allocation row can still carry
         # the batch host alone (seen here: NodeList=node1 with AllocNodes=2 for ~1 s). While
         # slurmctld still knows the job (MinJobAge), its NodeList is authoritative.
-        ctl = scontrol_show_job_text(jid)
-        m = re.search(r"\bNodeList=(\S+)", ctl)
-        if m and m.group(1) != "(null)":
-            rec.nodelist = expand_hostlist(m.group(1))
+        row = queue_job(jid, all_states=True, policy=policy, log=log, deadline=deadline)
+        if row is not None and expand_hostlist(row["NodeList"]):
+            rec.nodelist = expand_hostlist(row["NodeList"])
     return rec
 
 
-def scontrol_show_job_text(jobid: str | int) -> str:
-    """Raw ``scontrol show job ID`` output ("" when slurmctld no longer knows the job)."""
+_NO_SUCH_JOB = re.compile(r"Invalid job id", re.I)
+
+
+def queue_rows(jobid: str | int, *, all_states: bool = False, policy: RetryPolicy = ONE_SHOT,
+               log: RetryLog | None = None, deadline: float | None = None) -> list[dict[str, str]]:
+    """What slurmctld knows of ``jobid`` now: ``squeue -h -j ID -o`` :data:`SQUEUE_FIELDS`, one dict
+    per job, task or component (``JobID`` ``123_4``/``123+1``, ``JobIDRaw``, ``State``,
+    ``NodeList``, ``NumNodes``, ``JobName``). Without ``all_states``: pending, running and
+    completing jobs only (squeue's default); with it, also jobs that ended less than MinJobAge
+    ago. An id slurmctld does not know (``Invalid job id specified``) gives []. Retries as
+    :func:`sacct`."""
+    jid = check_jobid(jobid)
+    argv = ["squeue", "-h", "-j", query_id(jid), "-o", FIELD_SEP.join(SQUEUE_FIELDS.values())]
+    if all_states:
+        argv.append("--states=all")
+    cp = run_query(argv, policy=policy, log=log, deadline=deadline, empty_on=_NO_SUCH_JOB)
+    return parse_rows(cp.stdout, tuple(SQUEUE_FIELDS))
+
+
+def queue_job(jobid: str | int, *, all_states: bool = True, **kw: Any) -> dict[str, str] | None:
+    """The squeue row of ``jobid`` itself (JobID or JobIDRaw equal to it), or None when slurmctld
+    does not know it (never submitted, or ended more than MinJobAge=300 s ago: use :func:`sacct`
+    then). Replaces a regex over ``scontrol show job``, which broke on values holding blanks
+    (``JobName=name with space``, ``Comment=hello world x=y``)."""
+    jid = check_jobid(jobid)
+    rows = queue_rows(jid, all_states=all_states, **kw)
+    return next((r for r in rows if r["JobID"] == jid), None) or next((r for r in rows if r["JobIDRaw"] == jid), None)
+
+
+def scontrol_show_job_text(jobid: str | int, *, policy: RetryPolicy = ONE_SHOT, log: RetryLog | None = None) -> str:
+    """Raw ``scontrol show job ID`` output, kept for the user (``scontrol_show_job.txt``; seed 000:
+    "If the launcher times out waiting for sacct ... it must scontrol show job <id>"); a transient
+    failure is retried as :func:`sacct`'s; "" when slurmctld no longer knows the job or does not
+    answer. Never parsed (values hold blanks: :func:`queue_job` reads slurmctld's record)."""
     jid = _check_jobid(jobid)
-    cp = _run(["scontrol", "show", "job", jid], check=False)
-    return cp.stdout if cp.returncode == 0 else ""
-
-
-def scontrol_show_job(jobid: str | int) -> dict[str, str]:
-    """``scontrol show job ID`` as a dict of its ``Key=Value`` pairs (``JobState``, ``NodeList``,
-    ``Reason``, ``ExitCode`` ...). Raises :class:`InputError` when slurmctld does not know the id
-    (never submitted, or ended more than MinJobAge=300 s ago: use :func:`sacct` then)."""
-    text = scontrol_show_job_text(jobid)
-    if not text.strip():
-        raise InputError(f"unknown job id {jobid}: scontrol show job has no record of it")
-    out: dict[str, str] = {}
-    for tok in re.findall(r"(\S+?)=(.*?)(?=\s+\S+?=|\s*$)", text.replace("\n", " "), flags=re.S):
-        out[tok[0]] = tok[1].strip()
-    return out
+    try:
+        cp = run_query(["scontrol", "show", "job", jid], policy=policy, log=log, empty_on=_NO_SUCH_JOB)
+    except ToolUnavailableError:
+        return ""
+    return cp.stdout
 
 
 def scancel(jobid: str | int) -> None:
@@ -427,90 +453,136 @@ def scancel(jobid: str | int) -> None:
     _run(["scancel", _check_jobid(jobid)], check=False)
 
 
+def find_jobs_by_name(name: str, *, since: float | None = None, policy: RetryPolicy = ONE_SHOT,
+                      log: RetryLog | None = None) -> list[str]:
+    """The JobIDs of this user's jobs called ``name`` (exact), lowest first: ``squeue --me -n
+    --states=all`` (slurmctld knows a job from the moment sbatch is accepted until MinJobAge after
+    it ended) plus ``sacct -X --name`` from ``since`` (unix seconds; default the last 7 days), which
+    keeps a job after it left slurmctld. Both are needed: sacct records a new job's name as
+    ``allocation`` at first -- measured here, for ~0.7 s after submission, past the job's own end
+    for a 1-second job (slurmdbd's ``as_mysql_job.c`` stores ``allocation`` for a job start without
+    a name) -- while squeue has the real name at once. Array tasks and het components are listed
+    as their job (``123``). Raises :class:`ToolUnavailableError` when either command keeps
+    failing, so "not found" always means SLURM answered and has no such job."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name or ""):
+        raise InputError(f"not a job name to look up: {str(name)[:60]!r}")
+    sq = run_query(["squeue", "-h", "--me", "--states=all", "-n", name, "-o",
+                    FIELD_SEP.join(SQUEUE_FIELDS.values())], policy=policy, log=log)
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)) if since else "now-7days"
+    sa = run_query(["sacct", "-X", "-P", "-n", f"--delimiter={FIELD_SEP}", "-S", start, f"--name={name}",
+                    "-o", ",".join(SACCT_FIELDS)], policy=policy, log=log)
+    rows = parse_rows(sq.stdout, tuple(SQUEUE_FIELDS)) + parse_sacct(sa.stdout)
+    ids = {base_id(r["JobID"]) for r in rows if r["JobName"] == name and base_id(r["JobID"])}
+    return sorted(ids, key=int)
+
+
 #: How long sacct may lag behind a job's end (local-slurm.md: 0.1-0.25 s, once more than 1 s):
 #: a terminal record is accepted when it is the same this long later.
 ACCOUNTING_LAG_S = 1.5
 
 
-def in_queue(jobid: str | int) -> bool:
+def in_queue(jobid: str | int, **kw: Any) -> bool:
     """True while ``squeue`` still lists the job (or any task/component of it): pending, running
     or completing. An id slurmctld no longer knows (``Invalid job id``) is not in the queue."""
-    jid = check_jobid(jobid).split("_[")[0]
-    cp = _run(["squeue", "-h", "-j", jid, "-o", "%i"], check=False)
-    return cp.returncode == 0 and bool(cp.stdout.strip())
+    return bool(queue_rows(jobid, **kw))
 
 
-def expected_parts(jobid: str | int) -> int:
+def expected_parts(jobid: str | int, **kw: Any) -> int:
     """How many array tasks or het-job components slurmctld knows for ``jobid`` (0 for a plain
-    job, or once the job aged out of slurmctld after MinJobAge; sacct is complete by then).
-    Counted from ``scontrol show job``'s ``ArrayTaskId=`` ranges and ``HetJobOffset=`` records."""
+    job, a single task or component, or once the job aged out of slurmctld after MinJobAge; sacct
+    is complete by then), counted from ``squeue --states=all`` rows ``123_4`` / ``123+1`` (a
+    pending set ``123_[3-4]`` counts its tasks)."""
     jid = check_jobid(jobid)
     if "_" in jid or "+" in jid:
         return 0
-    text = scontrol_show_job_text(jid)
     n = 0
-    for v in re.findall(r"\bArrayTaskId=(\S+)", text):
+    for r in queue_rows(jid, all_states=True, **kw):
+        if not re.fullmatch(_part_re(jid), r["JobID"]):
+            continue
+        m = re.fullmatch(r"\d+_\[([^\]]*)\]", r["JobID"])
         try:
-            n += len(hostlist.expand_hostlist("x[" + v.split("%")[0] + "]"))
+            n += len(hostlist.expand_hostlist("x[" + m.group(1).split("%")[0] + "]")) if m else 1
         except hostlist.BadHostlist:
             n += 1
-    return n or len(re.findall(r"\bHetJobOffset=\d+", text))
+    return n
 
 
-def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> SacctRecord:
-    """Poll :func:`sacct` until the job is in a terminal state and return that record.
+def wait_for_terminal(jobid: str | int, timeout_s: float, poll_s: float = 1.0, *, log: RetryLog | None = None,
+                      policy: RetryPolicy = IN_WAIT) -> SacctRecord:
+    """Poll :func:`sacct` (tenacity, :func:`.query.poll`) until the job is in a terminal state and
+    return that record.
 
     An empty answer (no row yet) means unknown and polling goes on; PREEMPTED, REQUEUED, PENDING,
     RUNNING, ... are not terminal (all rows are read, so a requeued job's later attempt counts).
     A terminal record is accepted only once ``squeue`` no longer lists the job and two polls in a
-    row ``ACCOUNTING_LAG_S`` apart agree: sacct shows an array's tasks as they are recorded (measured here: ``132_3`` alone,
-    COMPLETED, while tasks 1 and 2 were still to appear). After ``timeout_s`` seconds raise
-    :class:`WaitTimeout` carrying ``scontrol show job`` output (seed 000: "If the launcher times
-    out waiting for sacct ... it must scontrol show job <id>")."""
+    row ``ACCOUNTING_LAG_S`` apart agree: sacct shows an array's tasks as they are recorded
+    (measured here: ``132_3`` alone, COMPLETED, while tasks 1 and 2 were still to appear).
+
+    A sacct/squeue failure that may clear by itself (slurmdbd or slurmctld down for a moment, a
+    socket timeout; Omnistat PR#142) is retried with backoff and counted in ``log`` (the caller
+    reports "retried sacct k times"); only one lasting past ``policy.outage_s`` ends the wait,
+    with :class:`ToolUnavailableError`. After ``timeout_s`` seconds raise :class:`WaitTimeout`
+    carrying ``scontrol show job`` output (seed 000: "If the launcher times out waiting for sacct
+    ... it must scontrol show job <id>")."""
     jid = check_jobid(jobid)
+    log = RetryLog() if log is None else log
     deadline = time.monotonic() + max(0.0, timeout_s)
-    last: SacctRecord | None = None
-    seen: tuple | None = None
-    while True:
-        rec = sacct(jid)
-        if rec is not None:
-            last = rec
+    box: dict[str, Any] = {"last": None, "seen": None, "confirming": False}
+    kw = {"policy": policy, "log": log, "deadline": deadline}
+
+    def step() -> SacctRecord | None:
+        box["confirming"] = False
+        try:
+            rec = sacct(jid, **kw)
+            if rec is None:
+                return None
+            box["last"] = rec
             key = (rec.state, tuple(rec.components), tuple(rec.nodelist))
-            if rec.is_terminal and not in_queue(jid) and len(rec.components) >= expected_parts(jid):
-                if key == seen:
+            if rec.is_terminal and not in_queue(jid, **kw) and len(rec.components) >= expected_parts(jid, **kw):
+                if key == box["seen"]:
                     return rec
-                seen = key
-                time.sleep(ACCOUNTING_LAG_S)
-                continue
-            seen = None
-        if time.monotonic() >= deadline:
-            raise WaitTimeout(jid, timeout_s, last, scontrol_show_job_text(jid))
-        time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))
+                box["seen"], box["confirming"] = key, True
+                return None
+            box["seen"] = None
+        except TransientSlurmError:  # the wait's own deadline came during an outage
+            pass
+        return None
+
+    rec = poll(step, timeout_s, lambda: ACCOUNTING_LAG_S if box["confirming"] else max(0.05, poll_s))
+    if rec is None:
+        raise WaitTimeout(jid, timeout_s, box["last"], scontrol_show_job_text(jid), retries=log)
+    return rec
 
 
-def wait_for_array(jobid: str | int, timeout_s: float, poll_s: float = 1.0) -> list[SacctRecord]:
-    """Poll sacct until every task of job array ``jobid`` is terminal; return one row per task
-    (``JobID`` like ``164_0``). sacct lists an array's pending tasks as one ``164_[0-3]`` row, which
-    is not terminal. Raises :class:`WaitTimeout` after ``timeout_s`` seconds."""
+def wait_for_array(jobid: str | int, timeout_s: float, poll_s: float = 1.0, *, log: RetryLog | None = None,
+                   policy: RetryPolicy = IN_WAIT) -> list[SacctRecord]:
+    """Poll sacct until every task of job array ``jobid`` is terminal; return one record per task
+    (``jobid`` like ``164_0``). sacct lists an array's pending tasks as one ``164_[0-3]`` row, which
+    is not terminal. Transient failures as :func:`wait_for_terminal`. Raises :class:`WaitTimeout`
+    after ``timeout_s`` seconds."""
     jid = _check_jobid(jobid)
+    log = RetryLog() if log is None else log
     deadline = time.monotonic() + max(0.0, timeout_s)
-    last: list[SacctRecord] = []
-    while True:
-        cp = _run(["sacct", "-X", "-P", "-n", "-j", jid, "-o", "JobID,State,ExitCode,NodeList,Start,End,Elapsed"])
-        rows = []
-        for line in cp.stdout.splitlines():
-            cols = line.split("|")
-            if len(cols) >= 7 and cols[0].startswith(jid + "_"):
-                rows.append(SacctRecord(jobid=cols[0], state=cols[1].strip(), exit_code=cols[2].strip(),
-                                        nodelist=expand_hostlist(cols[3]), start=_parse_time(cols[4]),
-                                        end=_parse_time(cols[5]), elapsed_s=_parse_elapsed(cols[6])))
-        if rows:
-            last = rows
-            if all(r.is_terminal and "[" not in r.jobid for r in rows):
-                return rows
-        if time.monotonic() >= deadline:
-            raise WaitTimeout(jid, timeout_s, last[0] if last else None, scontrol_show_job_text(jid))
-        time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))
+    box: dict[str, Any] = {"last": []}
+
+    def step() -> list[SacctRecord] | None:
+        try:
+            cp = run_query(_sacct_argv(query_id(jid), "-X"), policy=policy, log=log, deadline=deadline)
+        except TransientSlurmError:
+            return None
+        rows = parse_sacct(cp.stdout)
+        tasks = [t for t in (_one(rows, r["JobID"]) for r in rows if r["JobID"].startswith(jid + "_")) if t]
+        if tasks:
+            box["last"] = tasks
+            if all(t.is_terminal and "[" not in t.jobid for t in tasks):
+                return tasks
+        return None
+
+    tasks = poll(step, timeout_s, max(0.05, poll_s))
+    if tasks is None:
+        last = box["last"]
+        raise WaitTimeout(jid, timeout_s, last[0] if last else None, scontrol_show_job_text(jid), retries=log)
+    return tasks
 
 
 def srun_probe(argv: list[str], cluster: ClusterConfig, *, timeout_s: float = 330,

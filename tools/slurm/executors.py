@@ -31,6 +31,7 @@ from . import client as slurm
 from .client import ClusterConfig, SacctRecord, WaitTimeout
 from .jobs import perf_run_dir, perf_runs_root
 from .jobscript import JobSpec, validate_spec, write_script
+from .query import poll
 
 LOCAL_FIRST_JOBID = 700001  # local job ids count up from here (numeric, like SLURM's)
 LOCAL_TEMPLATES = ("cpu-toy", "generic")  # templates whose workload is a plain command line
@@ -72,22 +73,12 @@ class SlurmExecutor:
         return slurm.wait_for_terminal(jobid, timeout_s, poll_s=poll_s)
 
     def find_by_name(self, name: str) -> str | None:
-        """The id of a job called ``name`` that SLURM knows (``squeue`` first: it is immediate;
-        then ``sacct`` over the last 7 days), or None."""
-        import shutil
-
-        for argv in (["squeue", "-h", "-n", name, "-o", "%i"],
-                     ["sacct", "-X", "-n", "-P", "-S", "now-7days", f"--name={name}", "-o", "JobID"]):
-            if shutil.which(argv[0]) is None:
-                continue
-            try:
-                cp = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-            except subprocess.TimeoutExpired:
-                continue
-            ids = [x.strip() for x in cp.stdout.split() if x.strip().isdigit()]
-            if cp.returncode == 0 and ids:
-                return ids[0]
-        return None
+        """The id of this user's job called ``name`` that SLURM knows (``squeue`` first: it is
+        immediate; then ``sacct`` over the last 7 days; :func:`client.find_jobs_by_name`), the
+        lowest when several are, or None. Raises :class:`ToolUnavailableError` when SLURM does not
+        answer: "not found" is never a guess (the caller would submit again)."""
+        ids = slurm.find_jobs_by_name(name)
+        return ids[0] if ids else None
 
     def run_dir(self, model: str, jobid: str) -> Path:
         return perf_run_dir(self.cluster.shared_dir, model, jobid)
@@ -281,25 +272,31 @@ class LocalExecutor:
                            elapsed_s=(now - start) if start else 0.0)
 
     def wait(self, jobid: str, timeout_s: float, poll_s: float = 1.0) -> SacctRecord:
-        """Poll :meth:`record` until terminal; raises :class:`WaitTimeout` after ``timeout_s``."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        last = None
-        pending_since = time.monotonic()
-        while True:
+        """Poll :meth:`record` until terminal (:func:`.query.poll`); raises :class:`WaitTimeout`
+        after ``timeout_s``. A job still PENDING 30 s after the first look was submitted (ledger)
+        but never started: the submitting process died first, so it counts as FAILED 0:9."""
+        first_look = time.monotonic()
+        box: dict[str, SacctRecord | None] = {"last": None}
+
+        def step() -> SacctRecord | None:
             rec = self.record(jobid)
-            if rec is not None:
-                last = rec
-                if rec.is_terminal:
-                    proc = _PROCS.pop(jobid, None)
-                    if proc is not None:
-                        proc.wait(timeout=5)
-                    return rec
-                if rec.state == "PENDING" and time.monotonic() - pending_since > 30:
-                    # submitted (ledger) but never started: the submitting process died first
-                    return SacctRecord(jobid=jobid, state="FAILED", exit_code="0:9", nodelist=[self.host])
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(jobid, timeout_s, last, f"local job {jobid}: {last.state if last else 'unknown'}\n")
-            time.sleep(max(0.05, min(poll_s, deadline - time.monotonic())))
+            if rec is None:
+                return None
+            box["last"] = rec
+            if rec.is_terminal:
+                proc = _PROCS.pop(jobid, None)
+                if proc is not None:
+                    proc.wait(timeout=5)
+                return rec
+            if rec.state == "PENDING" and time.monotonic() - first_look > 30:
+                return SacctRecord(jobid=jobid, state="FAILED", exit_code="0:9", nodelist=[self.host])
+            return None
+
+        rec = poll(step, timeout_s, max(0.05, poll_s))
+        if rec is None:
+            last = box["last"]
+            raise WaitTimeout(jobid, timeout_s, last, f"local job {jobid}: {last.state if last else 'unknown'}\n")
+        return rec
 
     def find_by_name(self, name: str) -> str | None:
         """The id of a started local job called ``name`` (from the ledgers), or None."""
@@ -310,7 +307,7 @@ class LocalExecutor:
                 except json.JSONDecodeError:
                     continue
                 if rec.get("name") == name and rec.get("jobid"):
-                    return str(rec["jobid"])
+                    return slurm.check_jobid(rec["jobid"])  # an id read from a file is checked like one typed
         return None
 
 

@@ -211,7 +211,8 @@ def read_json(p: Path) -> dict[str, Any]:
 def build_manifest(end: JobEnd, model: str, *, executor: str, **extra: Any) -> Manifest:
     """``manifest.json`` of a finished job: the executor's nodes list first (lesson 18), its state,
     start/end and exit code, then what the workload wrote (``run_info.json``), then ``extra``
-    (attempt, excluded nodes, previous job ids...)."""
+    (attempt, excluded nodes, previous job ids...); ``jobid_forms`` lists every id of the job
+    (array tasks, het components, raw ids: :attr:`SacctRecord.id_forms`) when SLURM gave them."""
     rec = end.record
     base = read_json(end.run_dir / "manifest.json")
     info = read_json(end.run_dir / "run_info.json")
@@ -224,6 +225,8 @@ def build_manifest(end: JobEnd, model: str, *, executor: str, **extra: Any) -> M
     data.update(jobid=end.jobid, state=rec.base_state, nodes_list=list(rec.nodelist), model=model,
                 start_unix=rec.start, end_unix=rec.end, exit_code=rec.exit_code, num_nodes=len(rec.nodelist),
                 executor=executor, **extra)
+    if rec.raw_ids or rec.components:  # every id rmsjob_info{jobid} may carry for this job (tools/slurm/ids.py)
+        data["jobid_forms"] = rec.id_forms
     if info.get("start_unix") is not None:
         data["train_start_unix"], data["train_end_unix"] = info.get("start_unix"), info.get("end_unix")
     if end.failure is not None:

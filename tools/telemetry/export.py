@@ -4,17 +4,20 @@ from a file or a live server into :class:`Series`, with bounded retries on conne
 This is the raw-sample input of the verifiers' path (:mod:`.rawstats`): no PromQL evaluation,
 the server returns stored samples. Errors: an unreachable TSDB raises
 :class:`ToolUnavailableError` with one line ("TSDB at http://127.0.0.1:9 unreachable: connection
-refused") after at most 2 attempts (connection errors only; a 4xx is never retried); a missing,
-empty or malformed export raises :class:`InputError` naming the line.
+refused") after at most 2 attempts (connection errors only; a 4xx is never retried); a missing
+or empty export, or one with no usable series, raises :class:`InputError`. Lines that are not
+series, null values (staleness markers), non-numeric values and implausible samples are left out
+and counted in an :class:`ExportReport` (:func:`read_export`), never silently.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,10 @@ class Series:
         """The host part of ``instance`` (``node1:9400`` -> ``node1``): exporters on one host
         may carry different ports, so joins match on this (:func:`host_of`)."""
         return host_of(self.instance)
+
+    def labels_key(self) -> tuple[tuple[str, str], ...]:
+        """Every label, ``__name__`` included, sorted: the series' identity."""
+        return tuple(sorted(self.metric.items()))
 
     def labels_without_name(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v) for k, v in self.metric.items() if k != "__name__"))
@@ -96,62 +103,193 @@ def with_retry(fn: Callable[[], Any], url: str, timeout_s: float, attempts: int 
         raise _unreachable(url, e, timeout_s) from None
 
 
-def _parse_export_lines(lines: Iterable[bytes | str], origin: str) -> list[Series]:
+@dataclass
+class ExportReport:
+    """What reading a JSON-lines export left out, and why, so a report can say it.
+
+    ``dropped_lines``: ``(line number, why)`` of every non-empty line that is not a series
+    (not JSON, a non-object ``metric``, no ``__name__``, ``values``/``timestamps`` of other
+    lengths or not lists); ``bom``: a UTF-8 byte-order mark was removed from the first line (an
+    encoding marker, not data); ``nulls``: ``{metric name: null values}``, the staleness markers
+    ``/api/v1/export`` writes when an exporter restarts (each a missing sample, skipped);
+    ``non_numeric``: ``{metric name: values that are not numbers}`` (strings, booleans; skipped);
+    ``out_of_range``: ``{metric name: (count, first value, bound text)}`` of samples outside their
+    plausibility bound (:mod:`.bounds`; excluded); ``series``: distinct series read; ``empty``:
+    series left with no sample at all (every value null or non-numeric)."""
+
+    origin: str = ""
+    dropped_lines: list[tuple[int, str]] = field(default_factory=list)
+    bom: bool = False
+    nulls: dict[str, int] = field(default_factory=dict)
+    non_numeric: dict[str, int] = field(default_factory=dict)
+    out_of_range: dict[str, tuple[int, float, str]] = field(default_factory=dict)
+    series: int = 0
+    empty: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """One line per kind of loss, naming the file, the lines and the metrics
+        (``[]`` when the export was read whole)."""
+        name = Path(self.origin).name or self.origin
+        out = []
+        if self.dropped_lines:
+            first = "; ".join(f"line {i}: {why}" for i, why in self.dropped_lines[:3])
+            more = f"; {len(self.dropped_lines) - 3} more" if len(self.dropped_lines) > 3 else ""
+            out.append(f"{name}: {len(self.dropped_lines)} line(s) dropped ({first}{more})")
+        if self.nulls:
+            n = sum(self.nulls.values())
+            out.append(f"{name}: {n} stale marker(s) (null values, an exporter restart) skipped as missing samples "
+                       f"({_counts(self.nulls)})")
+        if self.non_numeric:
+            out.append(f"{name}: {sum(self.non_numeric.values())} non-numeric value(s) skipped ({_counts(self.non_numeric)})")
+        for m, (n, v, b) in sorted(self.out_of_range.items()):
+            out.append(f"{name}: {n} {m} sample(s) out of range excluded (plausible {b}; first {v:g})")
+        if self.empty:
+            out.append(f"{name}: {len(self.empty)} series with no usable sample ({', '.join(self.empty[:3])}"
+                       f"{', ...' if len(self.empty) > 3 else ''})")
+        return out
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items()))
+
+
+def _series_text(metric: dict[str, str]) -> str:
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(metric.items()) if k != "__name__")
+    return f"{metric.get('__name__', '')}{{{labels}}}"
+
+
+def _decode(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:  # bare NaN/Infinity (Python's json.dumps writes them): stdlib reads them
+        return json.loads(line)
+
+
+def _line_series(d: Any) -> tuple[dict[str, str], list[Any], list[Any]] | str:
+    """``(metric, timestamps, values)`` of one decoded export line, or why it is not a series."""
+    if not isinstance(d, dict):
+        return f"a JSON {type(d).__name__}, not an object"
+    missing = [k for k in ("metric", "values", "timestamps") if k not in d]
+    if missing:
+        return f"no {'/'.join(missing)}"
+    if not isinstance(d["metric"], dict):
+        return f"'metric' is a {type(d['metric']).__name__}, not an object"
+    ts, vs = d["timestamps"], d["values"]
+    if not isinstance(ts, list) or not isinstance(vs, list):
+        return "'values' and 'timestamps' are not both lists"
+    if len(ts) != len(vs):
+        return f"{len(vs)} values but {len(ts)} timestamps"
+    if any(isinstance(v, (dict, list)) for v in d["metric"].values()):
+        return "a label value that is not a string"
+    # an empty label is an absent one (Prometheus data model): the store keeps none
+    metric = {str(k): str(v) for k, v in d["metric"].items() if v is not None and str(v) != ""}
+    if not metric.get("__name__"):
+        return "no __name__ label"
+    return metric, ts, vs
+
+
+def _parse_export_lines(lines: Iterable[bytes | str], origin: str, report: ExportReport | None = None,
+                        gpu_name: str | None = None) -> list[Series]:
+    from .bounds import bound_for, is_finite_number
+
+    rep = report if report is not None else ExportReport()
+    rep.origin = origin
     merged: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
     labels_of: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-    n = 0
     for i, line in enumerate(lines, 1):
         if isinstance(line, str):
             line = line.encode()
+        if i == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line, rep.bom = line[3:], True
         if not line.strip():
             continue
         try:
-            try:
-                d = orjson.loads(line)
-            except orjson.JSONDecodeError:  # bare NaN/Infinity (Python's json.dumps writes them): stdlib reads them
-                d = json.loads(line)
-            metric = {str(k): str(v) for k, v in d["metric"].items()}
-            ts, vs = d["timestamps"], d["values"]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise InputError(f"malformed telemetry export {origin}: line {i} is not a "
-                             f'{{"metric","values","timestamps"}} JSON object') from None
-        if len(ts) != len(vs):
-            raise InputError(f"malformed telemetry export {origin}: line {i} has "
-                             f"{len(vs)} values but {len(ts)} timestamps")
+            got = _line_series(_decode(line))
+        except ValueError:
+            got = "not JSON"
+        if isinstance(got, str):
+            rep.dropped_lines.append((i, got))
+            continue
+        metric, ts, vs = got
+        name = metric["__name__"]
         key = tuple(sorted(metric.items()))
         labels_of[key] = metric
         bucket = merged.setdefault(key, {})
+        bound = bound_for(name, metric, gpu_name)
         for t, v in zip(ts, vs):
-            bucket[float(t) / 1000.0] = float(v)  # later duplicates win, as VM dedup keeps the last
-        n += 1
+            if v is None or t is None:
+                rep.nulls[name] = rep.nulls.get(name, 0) + 1
+                continue
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)) or not is_finite_number(t):
+                rep.non_numeric[name] = rep.non_numeric.get(name, 0) + 1
+                continue
+            v = float(v)
+            if bound is not None and math.isfinite(v) and not bound.holds(v):
+                n, first, _ = rep.out_of_range.get(name, (0, v, ""))
+                rep.out_of_range[name] = (n + 1, first, bound.text())
+                continue
+            bucket[float(t) / 1000.0] = v  # later duplicates win, as VM dedup keeps the last
     out = []
     for key, bucket in merged.items():
+        if not bucket:
+            rep.empty.append(_series_text(labels_of[key]))
+            continue
         ts_sorted = sorted(bucket)
         out.append(Series(labels_of[key], tuple(ts_sorted), tuple(bucket[t] for t in ts_sorted)))
+    rep.series = len(out)
     return out
 
 
-def load_export(path: str | Path) -> list[Series]:
-    """Read a VictoriaMetrics JSON-lines export (``/api/v1/export`` format; timestamps in ms)
-    into :class:`Series` (timestamps in s). Lines of the same series are merged (an export may
-    split one series over several lines) and duplicate timestamps are kept once.
+def read_export(path: str | Path, gpu_name: str | None = None) -> tuple[list[Series], ExportReport]:
+    """Read a VictoriaMetrics JSON-lines export (``/api/v1/export`` format; timestamps in ms) into
+    :class:`Series` (timestamps in s) and an :class:`ExportReport` of what was left out.
 
-    Raises ``InputError`` for a missing, empty or malformed file (one line, with line number)."""
+    Lines of one series are merged (an export may split a series over several lines) and a
+    duplicate timestamp is kept once (the later). A null value (a staleness marker) or a
+    non-numeric one is a missing sample; a line that is not a series is dropped; samples outside
+    their plausibility bound (:mod:`.bounds`, the board ``gpu_name`` unless the series names its
+    own) are excluded: each counted and named in the report. NaN/inf samples are kept (the
+    statistics count them). Raises ``InputError`` for a missing file, or one with no usable
+    series (the message names the first dropped lines)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"telemetry export not found: {p}")
+    rep = ExportReport()
     with p.open("rb") as f:
-        series = _parse_export_lines(f, str(p))
+        series = _parse_export_lines(f, str(p), rep, gpu_name)
     if not series:
-        raise InputError(f"telemetry export is empty: {p}")
-    return series
+        why = "; ".join(rep.problems()) or "no series"
+        raise InputError(f"telemetry export has no usable series: {p}: {why}" if why != "no series"
+                         else f"telemetry export is empty: {p}")
+    return series, rep
+
+
+def load_export(path: str | Path, gpu_name: str | None = None) -> list[Series]:
+    """The series of :func:`read_export` (what it left out is in its report). Raises
+    ``InputError`` for a missing or empty file, or one with no usable series."""
+    return read_export(path, gpu_name)[0]
+
+
+def to_jsonl(series: Iterable[Series]) -> bytes:
+    """``series`` as JSON lines in the ``/api/v1/import`` format (ms timestamps), finite samples
+    only (VictoriaMetrics drops NaN at import; a series with no finite sample is left out)."""
+    out = []
+    for s in series:
+        pts = [(t, v) for t, v in zip(s.timestamps, s.values) if math.isfinite(v)]
+        if pts:
+            out.append(orjson.dumps({"metric": s.metric, "values": [v for _, v in pts],
+                                     "timestamps": [int(round(t * 1000)) for t, _ in pts]}))
+    return b"\n".join(out) + (b"\n" if out else b"")
 
 
 def export_raw(url: str, match: str | Sequence[str], start: float | None = None, end: float | None = None,
-               *, timeout_s: float = 30.0) -> list[Series]:
+               *, timeout_s: float = 30.0, gpu_name: str | None = None,
+               report: ExportReport | None = None) -> list[Series]:
     """Raw samples from a live VictoriaMetrics via ``GET /api/v1/export`` (no PromQL
     evaluation: the server returns stored samples). ``match``: one or more series selectors
-    (``rmsjob_info{jobid="91003"}``); ``start``/``end``: unix seconds (optional).
+    (``rmsjob_info{jobid="91003"}``); ``start``/``end``: unix seconds (optional). Samples are
+    read as :func:`read_export` reads a file (``gpu_name`` for the bounds; what was left out goes
+    to ``report`` when one is given).
 
     Returns ``[]`` when nothing matches. Raises ``ToolUnavailableError`` when unreachable
     (bounded retry), ``InputError`` when the server rejects the selector (HTTP 4xx)."""
@@ -172,4 +310,4 @@ def export_raw(url: str, match: str | Sequence[str], start: float | None = None,
                          f"{' '.join(r.text.split())[:160]}")
     if r.status_code >= 500:
         raise ToolUnavailableError(f"TSDB at {base} failed export: HTTP {r.status_code}")
-    return _parse_export_lines(r.content.splitlines(), f"{base}/api/v1/export")
+    return _parse_export_lines(r.content.splitlines(), f"{base}/api/v1/export", report, gpu_name)

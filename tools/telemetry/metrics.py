@@ -18,6 +18,11 @@ HBM is normalised to **bytes** on both vendors (dcgm-exporter's ``FB_*`` fields 
 multiplied by 1048576). ``hbm_total`` on NVIDIA is ``FB_USED + FB_FREE`` (excludes the driver's
 ``FB_RESERVED``).
 
+A metric may have ``alternates``: the sources read when the exporter does not write the usual
+one (``gpu_util`` from DCGM's ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` x 100 when
+``DCGM_FI_DEV_GPU_UTIL`` is absent); the report names the source used. DCGM profiling ratios
+(0-1) are read as percent.
+
 Statistics (``stat``): ``avg``, ``max``, ``min``, ``p50``, ``p90`` over time per series (a GPU, or
 a node for node metrics), then across series: ``avg`` -> mean, ``max`` -> max, ``min`` -> min,
 ``pNN`` -> mean of the per-series quantiles (:data:`STATS`).
@@ -60,6 +65,8 @@ class Source:
     combine: Callable[..., float] | None = None
     kind: Literal["gauge", "cpu_counter"] = "gauge"
     scale: float = 1.0
+    #: how the report names this source when it is not the metric's usual one ('' = the usual one)
+    label: str = ""
 
     @property
     def single(self) -> bool:
@@ -78,10 +85,23 @@ class MetricDef:
     scope: Literal["gpu", "node"]
     description: str
     sources: dict[str, Source] = field(default_factory=dict)
+    #: per vendor, sources read (in order) when the exporter does not write the usual one
+    alternates: dict[str, tuple[Source, ...]] = field(default_factory=dict)
+
+    def candidates(self, vendor: str) -> tuple[Source, ...]:
+        """The usual source of ``vendor`` first, then its :attr:`alternates` (``()`` if none)."""
+        first = self.sources.get(vendor)
+        return ((first,) if first else ()) + self.alternates.get(vendor, ())
 
 
 def _g(name: str) -> Source:
     return Source(expr=name, inputs=(name,))
+
+
+def _prof(name: str) -> Source:
+    """A DCGM profiling ratio (0-1) as percent, named as its source."""
+    return Source(f"{name} * 100", (name,), lambda r: r * 100.0, scale=100.0,
+                  label=f"{name} x 100 (DCGM profiling counter)")
 
 
 METRICS: dict[str, MetricDef] = {
@@ -90,6 +110,24 @@ METRICS: dict[str, MetricDef] = {
         MetricDef("gpu_util", "%", "gpu", "GPU busy (graphics/compute activity) percent", {
             "nvidia": _g("DCGM_FI_DEV_GPU_UTIL"),
             "amd": _g("rocm_utilization_percentage"),
+        }, alternates={
+            # on MIG and with recent GPU Operator defaults DEV_GPU_UTIL is absent; the maintainers
+            # point to GR_ENGINE_ACTIVE (NVIDIA/dcgm-exporter#430, PR#634): time the graphics or
+            # compute engine was active, the same quantity as a ratio
+            "nvidia": (_prof("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),),
+        }),
+        MetricDef("sm_active", "%", "gpu", "SM active: share of cycles an SM has a warp resident, over all SMs "
+                  "(AMD: compute units in use over all compute units)", {
+            "nvidia": _prof("DCGM_FI_PROF_SM_ACTIVE"),
+            # Omnistat's occupancy collector (docs/metrics.md "Occupancy"): used CUs of all CUs
+            "amd": Source("100 * rocm_compute_unit_occupancy / rocm_num_compute_units",
+                          ("rocm_compute_unit_occupancy", "rocm_num_compute_units"),
+                          lambda used, n: 100 * used / n, label="rocm_compute_unit_occupancy / rocm_num_compute_units"),
+        }),
+        MetricDef("dram_active", "%", "gpu", "DRAM active: share of cycles the device memory interface is busy", {
+            "nvidia": _prof("DCGM_FI_PROF_DRAM_ACTIVE"),
+            "amd": Source("rocm_vram_busy_percentage", ("rocm_vram_busy_percentage",),
+                          label="rocm_vram_busy_percentage (amd-smi UMC activity)"),
         }),
         MetricDef("sm_clock", "MHz", "gpu", "SM / GFX (shader) clock", {
             "nvidia": _g("DCGM_FI_DEV_SM_CLOCK"),
@@ -161,6 +199,9 @@ METRICS: dict[str, MetricDef] = {
 
 #: The metric that decides the vendor in :meth:`PromQL.detect_vendor`.
 VENDOR_PROBE = "gpu_util"
+#: The label that names a GPU series' index, per vendor (dcgm-exporter ``gpu``, Omnistat ``card``),
+#: for the join by card (:mod:`.gpujoin`).
+GPU_INDEX_LABEL = {"nvidia": "gpu", "amd": "card"}
 
 
 def metric_def(logical: str) -> MetricDef:

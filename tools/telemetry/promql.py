@@ -68,7 +68,9 @@ from urllib3.util.retry import Retry
 
 from ..errors import InputError, ToolUnavailableError
 from .export import HOST_RE, Series, export_raw, host_of, with_retry
-from .metrics import METRICS, QUANTILE, STATS, VENDOR_PROBE, MetricDef, Source, Vendor, check_jobid, check_stat, metric_def
+from .metrics import (GPU_INDEX_LABEL, METRICS, QUANTILE, STATS, VENDOR_PROBE, MetricDef, Source, Vendor, check_jobid,
+                      check_stat, metric_def)
+from .gpujoin import JobGpus, job_gpus
 from .rawstats import JOIN_MARGIN_S
 
 #: Subquery step (s) for the statistics that need one (see module doc); raised for very long
@@ -83,7 +85,8 @@ DEFAULT_RATE_WINDOW_S = 0
 #: reports power and clocks, and those must not be lost with it.
 GPU_PROBE_METRICS = (VENDOR_PROBE, "power", "sm_clock")
 #: Per vendor, the raw names of :data:`GPU_PROBE_METRICS`.
-GPU_PROBE_BY_VENDOR = {v: tuple(METRICS[m].sources[v].inputs[0] for m in GPU_PROBE_METRICS) for v in ("nvidia", "amd")}
+GPU_PROBE_BY_VENDOR = {v: tuple(src.inputs[0] for m in GPU_PROBE_METRICS for src in METRICS[m].candidates(v))
+                       for v in ("nvidia", "amd")}
 #: The metric names whose presence marks a GPU series (any vendor), for coverage checks.
 GPU_PROBE_NAMES = tuple(n for names in GPU_PROBE_BY_VENDOR.values() for n in names)
 
@@ -92,23 +95,57 @@ def _host_label(expr: str) -> str:
     return f'label_replace({expr}, "host", "$1", "instance", "{HOST_RE}")'
 
 
-def job_hosts_expr(jobid: str, window: tuple[float, float], margin_s: float = JOIN_MARGIN_S) -> str:
+def job_hosts_expr(jobid: str, window: tuple[float, float], margin_s: float = JOIN_MARGIN_S,
+                   matchers: str = "") -> str:
     """PromQL of the job's hosts: ``max by (host)`` of ``rmsjob_info{jobid}`` over ``window`` ±
     ``margin_s``, pinned with ``@`` so it does not move with the evaluation time (instant and range
-    queries alike), keeping hosts with a value > 0."""
+    queries alike), keeping hosts with a value > 0. ``matchers``: more label matchers for
+    ``rmsjob_info`` (``,card!=""``)."""
     jid = check_jobid(jobid)
     start, end = float(window[0]), float(window[1])
     span_ms = int(round((end - start + 2 * margin_s) * 1000))
     at = end + margin_s
-    inner = f'max_over_time(rmsjob_info{{jobid="{jid}"}}[{span_ms}ms] @ {at:.3f})'
+    inner = f'max_over_time(rmsjob_info{{jobid="{jid}"{matchers}}}[{span_ms}ms] @ {at:.3f})'
     return f"(max by (host) ({_host_label(inner)}) > 0)"
 
 
-def job_join(expr: str, jobid: str, window: tuple[float, float]) -> str:
+def _re2_literal(s: str) -> str:
+    """``s`` as an RE2 literal inside a PromQL string (punctuation escaped, the backslash doubled)."""
+    return "".join(c if c.isalnum() or c in "_-" else "\\\\" + c for c in s)
+
+
+def _instance_re(hosts: Sequence[str]) -> str:
+    """RE2 (inside a PromQL string) for ``instance`` of any of ``hosts``, with or without a port."""
+    return "(" + "|".join(_re2_literal(h) for h in sorted(hosts)) + ")(:[0-9]+)?"
+
+
+def job_join(expr: str, jobid: str, window: tuple[float, float], gpus: JobGpus | None = None,
+             index_label: str | None = None) -> str:
     """``expr`` (an instant vector with an ``instance`` label) restricted to the job's hosts:
     ``label_replace(<expr>, "host", ...) and on (host) <job_hosts_expr>``. Values and labels of
-    ``expr`` are kept, with a ``host`` label added. Raises ``InputError`` for a bad job id."""
-    return f"{_host_label(expr)} and on (host) {job_hosts_expr(jobid, window)}"
+    ``expr`` are kept, with a ``host`` label added. Raises ``InputError`` for a bad job id.
+
+    With ``gpus`` whose ``rmsjob_info`` names cards (:class:`~.gpujoin.JobGpus`) and a GPU series'
+    ``index_label`` (``gpu`` for dcgm-exporter, whose ``device`` ``nvidia<N>`` fills it when
+    absent; ``card`` for Omnistat), the series of each host group with one card set are kept only
+    for those GPUs (MetricsQL ``label_match``) and joined to that host group's card-labelled
+    ``rmsjob_info``; hosts whose ``rmsjob_info`` has no card label are joined by host alone; the
+    terms are joined with ``or``."""
+    if gpus is None or not gpus.by_card or index_label is None:
+        return f"{_host_label(expr)} and on (host) {job_hosts_expr(jobid, window)}"
+    idx = expr if index_label != "gpu" else f'label_replace({expr}, "gpu", "$1", "device", "nvidia([0-9]+)")'
+    groups: dict[frozenset[str], list[str]] = {}
+    for h, cards in gpus.cards.items():
+        groups.setdefault(cards, []).append(h)
+    terms = []
+    for cards, hosts in sorted(groups.items(), key=lambda kv: sorted(kv[1])):
+        inst = f',card!="",instance=~"{_instance_re(hosts)}"'
+        terms.append(f'(label_match({_host_label(idx)}, "{index_label}", "{"|".join(sorted(cards, key=int))}") '
+                     f"and on (host) {job_hosts_expr(jobid, window, matchers=inst)})")
+    if gpus.host_only:
+        inst = f',card="",instance=~"{_instance_re(gpus.host_only)}"'
+        terms.append(f"({_host_label(expr)} and on (host) {job_hosts_expr(jobid, window, matchers=inst)})")
+    return terms[0] if len(terms) == 1 else "(" + " or ".join(terms) + ")"
 
 
 def _expr(src: Source, rate_window_s: int) -> str:
@@ -205,6 +242,11 @@ def _count_series(src: Source, window: tuple[float, float], rate_window_s: int, 
     return f"count_over_time(({_expr(src, rate_window_s)})[{dur}s:{step}s])"
 
 
+def _index_label(m: MetricDef, vendor: str) -> str | None:
+    """The label naming a GPU series' index for the join by card, or None for node metrics."""
+    return GPU_INDEX_LABEL.get(vendor) if m.scope == "gpu" else None
+
+
 def eval_time(window: tuple[float, float], src: Source, stat: str) -> float:
     """When a statistic's query is evaluated: ``end`` (ms precision) for the raw-sample forms,
     ``ceil(end)`` for the subquery forms (their points align to whole seconds)."""
@@ -215,17 +257,21 @@ def eval_time(window: tuple[float, float], src: Source, stat: str) -> float:
 
 def stat_query(logical: str, jobid: str, window: tuple[float, float], stat: str = "avg", *,
                vendor: str, by_instance: bool = False, rate_window_s: int = DEFAULT_RATE_WINDOW_S,
-               step_s: int | None = None, t_firsts: Sequence[float] | None = None) -> tuple[str, float]:
+               step_s: int | None = None, t_firsts: Sequence[float] | None = None,
+               gpus: JobGpus | None = None, source: Source | None = None) -> tuple[str, float]:
     """The PromQL text of :meth:`PromQL.job_stat` and its evaluation time (unix s); see the
     module docstring for the form. ``by_instance``: one value per host (label ``host``).
     ``t_firsts``: first-sample times of the series, for a time-weighted ``avg`` (:func:`tw_avg_expr`).
+    ``gpus``: the job's GPUs per host (:func:`job_join`); ``source``: one of the metric's
+    :meth:`~.metrics.MetricDef.candidates` (default: the vendor's usual source).
     Raises ``InputError`` for an unknown metric, vendor source, stat or bad window."""
     m = metric_def(logical)
     check_stat(stat)
-    src = m.sources.get(vendor)
+    src = source or m.sources.get(vendor)
     if src is None:
         raise InputError(f"metric {logical!r} has no {vendor!r} source (has: {', '.join(m.sources)})")
-    joined = job_join(_per_series(src, stat, window, rate_window_s, step_s, t_firsts), jobid, window)
+    joined = job_join(_per_series(src, stat, window, rate_window_s, step_s, t_firsts), jobid, window,
+                      gpus, _index_label(m, vendor))
     outer = STATS[stat]
     q = f"{outer} by (host) ({joined})" if by_instance else f"{outer}({joined})"
     return q, eval_time(window, src, stat)
@@ -259,6 +305,10 @@ class StatResult:
     vendor: str
     per_instance_query: str = ""
     source_metrics: tuple[str, ...] = ()
+    #: how the report names the source when it is not the metric's usual one ('' = the usual one)
+    source_label: str = ""
+    #: the job's GPUs per host, when ``rmsjob_info`` names cards (:class:`~.gpujoin.JobGpus`)
+    gpus: JobGpus | None = None
 
     def evidence(self) -> dict[str, Any]:
         """Keyword arguments for ``state.claims.Evidence``: ``tool="promql.job_stat"``, the
@@ -269,7 +319,8 @@ class StatResult:
             "returned": self.value,
             "args": {"time": self.time, "window": list(self.window), "metric": self.metric,
                      "stat": self.stat, "unit": self.unit, "vendor": self.vendor,
-                     "sample_count": self.sample_count},
+                     "sample_count": self.sample_count,
+                     **({"source": self.source_label} if self.source_label else {})},
             "backend": "victoriametrics",
         }
 
@@ -318,6 +369,7 @@ class PromQL:
         self._prom = PrometheusConnect(url=self.url, disable_ssl=True, retry=Retry(total=0, connect=0, read=0),
                                        timeout=self.timeout_s)
         self._vendor_cache: dict[tuple[str, tuple[float, float]], str] = {}
+        self._gpus_cache: dict[tuple[str, tuple[float, float]], JobGpus] = {}
 
     # -- raw calls ------------------------------------------------------------------------------
 
@@ -444,14 +496,14 @@ class PromQL:
             q, t = stat_query(logical_metric, jobid, win, stat, vendor=next(iter(m.sources)), step_s=step_s,
                               t_firsts=())
             return StatResult(m.name, stat, None, m.unit, q, float(t), win, {}, 0, "none")
-        src = m.sources.get(v)
-        t_firsts = (self.first_sample_times(src.inputs[0], jobid, win)
-                    if src is not None and src.single and stat == "avg" else None)
-        kw = dict(vendor=v, rate_window_s=self.rate_window_s, step_s=step_s, t_firsts=t_firsts)
+        gpus = self.job_gpus(jobid, win) if m.scope == "gpu" else None
+        src = self.pick_source(m, v, jobid, win, gpus)
+        t_firsts = (self.first_sample_times(src.inputs[0], jobid, win, gpus, _index_label(m, v))
+                    if src.single and stat == "avg" else None)
+        kw = dict(vendor=v, rate_window_s=self.rate_window_s, step_s=step_s, t_firsts=t_firsts, gpus=gpus, source=src)
         q, t = stat_query(logical_metric, jobid, win, stat, **kw)
         q_inst, _ = stat_query(logical_metric, jobid, win, stat, by_instance=True, **kw)
-        src = m.sources[v]
-        q_count = f"sum({job_join(_count_series(src, win, self.rate_window_s, step_s), jobid, win)})"
+        q_count = (f"sum({job_join(_count_series(src, win, self.rate_window_s, step_s), jobid, win, gpus, _index_label(m, v))})")
         _wait_until_past(t)
         res = self.instant(q, t)
         value = float(res[0]["value"][1]) if res else None
@@ -461,14 +513,53 @@ class PromQL:
         cnt = self.instant(q_count, t)
         count = int(float(cnt[0]["value"][1])) if cnt else 0
         return StatResult(m.name, stat, value, m.unit, q, float(t), win, per_inst, count, v,
-                          per_instance_query=q_inst, source_metrics=src.inputs)
+                          per_instance_query=q_inst, source_metrics=src.inputs, source_label=src.label,
+                          gpus=gpus if gpus is not None and gpus.by_card else None)
 
-    def first_sample_times(self, name: str, jobid: str, window: tuple[float, float]) -> list[float]:
+    def job_gpus(self, jobid: str, window: tuple[float, float]) -> JobGpus:
+        """The job's GPUs per host (:class:`~.gpujoin.JobGpus`) from the raw ``rmsjob_info``
+        samples within ``window`` ± ``JOIN_MARGIN_S`` (``/api/v1/export``): its ``card`` labels,
+        and the other jobs on its hosts. Cached per job and window."""
+        jid, win = check_jobid(jobid), check_window(window)
+        key = (jid, win)
+        if key not in self._gpus_cache:
+            lo, hi = win[0] - JOIN_MARGIN_S, win[1] + JOIN_MARGIN_S
+            mine = self.export(f'rmsjob_info{{jobid="{jid}"}}', lo, hi)
+            hosts = sorted({s.host for s in mine})
+            others = (self.export(f'rmsjob_info{{jobid!="{jid}",jobid!="",instance=~"{_instance_re(hosts)}"}}', lo, hi)
+                      if hosts else [])
+            self._gpus_cache[key] = job_gpus([*mine, *others], jid, lo, hi, lambda s: s.host)
+        return self._gpus_cache[key]
+
+    def pick_source(self, m: MetricDef, vendor: str, jobid: str, window: tuple[float, float],
+                    gpus: JobGpus | None = None) -> Source:
+        """The first of ``m``'s :meth:`~.metrics.MetricDef.candidates` for ``vendor`` whose raw
+        series all have samples on the job's GPUs in ``window``; the usual source when none has
+        (the statistic is then empty). ``InputError`` when ``m`` has no source for ``vendor``."""
+        cands = m.candidates(vendor)
+        if not cands:
+            raise InputError(f"metric {m.name!r} has no {vendor!r} source (has: {', '.join(m.sources)})")
+        if len(cands) == 1:
+            return cands[0]
+        t = round(window[1], 3)
+        for src in cands:
+            ok = True
+            for name in src.inputs:
+                q = f"count({job_join(f'count_over_time({name}[{_range_ms(window)}ms])', jobid, window, gpus, _index_label(m, vendor))})"
+                _wait_until_past(t)
+                res = self.instant(q, t)
+                ok = ok and bool(res) and float(res[0]["value"][1]) > 0
+            if ok:
+                return src
+        return cands[0]
+
+    def first_sample_times(self, name: str, jobid: str, window: tuple[float, float], gpus: JobGpus | None = None,
+                           index_label: str | None = None) -> list[float]:
         """The distinct times (unix s, ms precision) of the first raw sample of ``name`` in
-        ``window`` over the series on the job's hosts (``tfirst_over_time``), for
-        :func:`tw_avg_expr`. ``[]`` when there is none."""
+        ``window`` over the series on the job's hosts (its GPUs, given ``gpus``: :func:`job_join`)
+        (``tfirst_over_time``), for :func:`tw_avg_expr`. ``[]`` when there is none."""
         win = check_window(window)
-        q = job_join(f"tfirst_over_time({name}[{_range_ms(win)}ms])", jobid, win)
+        q = job_join(f"tfirst_over_time({name}[{_range_ms(win)}ms])", jobid, win, gpus, index_label)
         t = round(win[1], 3)
         _wait_until_past(t)
         return sorted({round(float(r["value"][1]), 3) for r in self.instant(q, t)})
@@ -476,10 +567,11 @@ class PromQL:
     def series_query(self, logical_metric: str, jobid: str, vendor: str, window: tuple[float, float]) -> str:
         """The PromQL of :meth:`job_series`: ``avg by (host) (<expr joined to the job's hosts>)``."""
         m = metric_def(logical_metric)
-        src = m.sources.get(vendor)
-        if src is None:
+        if not m.candidates(vendor):
             raise InputError(f"metric {logical_metric!r} has no {vendor!r} source")
-        return f"avg by (host) ({job_join(_expr(src, self.rate_window_s), jobid, window)})"
+        gpus = self.job_gpus(jobid, window) if m.scope == "gpu" else None
+        src = self.pick_source(m, vendor, jobid, window, gpus)
+        return f"avg by (host) ({job_join(_expr(src, self.rate_window_s), jobid, window, gpus, _index_label(m, vendor))})"
 
     def job_series(self, logical_metric: str, jobid: str, window: tuple[float, float], step_s: float = 1.0,
                    *, vendor: str | None = None) -> dict[str, list[tuple[float, float]]]:

@@ -11,6 +11,13 @@ first..last ``rmsjob_info`` sample is used (:func:`raw_job_windows`): the fallba
 no SLURM times, which a stale ``rmsjob_info`` series (one that outlives the job, a known Omnistat
 fault) stretches.
 
+Where the job's ``rmsjob_info`` on a host carries a ``card`` label (Omnistat PR#111: several jobs
+share the node, each on its own GPUs), only the GPU series of those cards count there
+(:func:`job_cards`, read with this module's own code, independent of :mod:`.gpujoin` that the
+PromQL path uses); a host without the label counts all its GPUs. A metric's alternate sources
+(DCGM profiling counters when ``DCGM_FI_DEV_GPU_UTIL`` is absent) are picked by presence, in
+the same order as :mod:`.promql`.
+
 Statistics per series, then across series (:data:`~.metrics.STATS`):
 
 - ``avg``: the TIME-WEIGHTED mean over the window (:func:`time_weighted_mean`): the raw samples in
@@ -91,6 +98,46 @@ def raw_job_hosts(series_list: Sequence[Series], jobid: str, window: tuple[float
     return out
 
 
+def job_cards(series_list: Sequence[Series], jobid: str, window: tuple[float, float] | None = None,
+              margin_s: float = JOIN_MARGIN_S) -> dict[str, set[int] | None]:
+    """``{host: the job's GPU indices there, or None when its rmsjob_info has no card label}``
+    from the raw ``rmsjob_info{jobid}`` samples > 0 within ``window`` ± ``margin_s`` (all time
+    when None). The ``card`` label (Omnistat PR#111) is read here with this module's own reader:
+    one index, or a list of indices and ranges (``0,1``, ``0-3``, ``[0-1,4]``, ``IDX:0-3``).
+    Raises ``InputError`` for a card label that is neither."""
+    jid = check_jobid(jobid)
+    lo, hi = (float(window[0]) - margin_s, float(window[1]) + margin_s) if window else (-np.inf, np.inf)
+    out: dict[str, set[int] | None] = {}
+    for s in series_list:
+        if s.name != "rmsjob_info" or s.metric.get("jobid") != jid:
+            continue
+        if not any(v > 0 and lo <= t <= hi for t, v in zip(s.timestamps, s.values)):
+            continue
+        card = s.metric.get("card")
+        if card is None:
+            out.setdefault(s.host, None)
+            continue
+        found: set[int] = set()
+        body = card.replace("IDX:", "").replace("[", " ").replace("]", " ").replace(",", " ")
+        for tok in body.split():
+            a, _, b = tok.partition("-")
+            if not (a.isdigit() and (not b or b.isdigit())) or (b and int(b) < int(a)):
+                raise InputError(f"rmsjob_info card label {card!r} on {s.host} is not a list of GPU indices")
+            found.update(range(int(a), int(b or a) + 1))
+        prev = out.get(s.host)
+        out[s.host] = found | (prev or set())
+    return out
+
+
+def _gpu_number(labels: dict[str, str]) -> int | None:
+    """A GPU series' index: Omnistat ``card``, dcgm-exporter ``gpu``, else ``device`` ``nvidia<N>``."""
+    for k in ("card", "gpu"):
+        if labels.get(k, "").isdigit():
+            return int(labels[k])
+    dev = labels.get("device", "")
+    return int(dev[6:]) if dev.startswith("nvidia") and dev[6:].isdigit() else None
+
+
 def time_weighted_mean(timestamps: Sequence[float], values: Sequence[float], end: float) -> float:
     """The time-weighted mean of samples ``(timestamps[i], values[i])`` (unix s, ascending, all
     finite, all ``<= end``) over ``[timestamps[0], end]``: each value holds until the next sample,
@@ -129,15 +176,17 @@ def _across(values: Sequence[float], stat: str) -> float:
 
 
 def _pick_source(m: MetricDef, series_list: Sequence[Series], hosts: set[str], vendor: str | None) -> tuple[str, Source]:
-    if vendor is not None:
-        if vendor not in m.sources:
-            raise InputError(f"metric {m.name!r} has no {vendor!r} source")
-        return vendor, m.sources[vendor]
+    if vendor is not None and not m.candidates(vendor):
+        raise InputError(f"metric {m.name!r} has no {vendor!r} source")
     present = {s.name for s in series_list if s.host in hosts}
-    for v, src in m.sources.items():
+    if vendor is not None:
+        cands = [(vendor, c) for c in m.candidates(vendor)]
+    else:
+        cands = [(v, c) for v in m.sources for c in m.candidates(v)]
+    for v, src in cands:
         if all(i in present for i in src.inputs):
             return v, src
-    return next(iter(m.sources.items()))
+    return cands[0] if cands else next(iter(m.sources.items()))
 
 
 def _combined(by_name: dict[str, Series], src: Source) -> tuple[list[float], list[float]]:
@@ -201,6 +250,9 @@ class RawStat:
     hosts: dict[str, int] = field(default_factory=dict)
     #: NaN/inf samples in the window, left out of the statistic (``sample_count`` is the finite ones).
     nan_count: int = 0
+    #: the source read (its raw names), and how the report names it when it is not the usual one
+    source_metrics: tuple[str, ...] = ()
+    source_label: str = ""
 
 
 def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",
@@ -227,10 +279,17 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
             h = host_of(inst)
             windows[h] = (min(lo, windows.get(h, (lo, hi))[0]), max(hi, windows.get(h, (lo, hi))[1]))
         source = "rmsjob_info"
-    if metric in METRICS:
-        vendor, src = _pick_source(METRICS[metric], series_list, set(windows), vendor)
+    mdef = METRICS.get(metric)
+    if mdef is not None:
+        vendor, src = _pick_source(mdef, series_list, set(windows), vendor)
     else:
         src, vendor = _g(metric), vendor or "raw"
+    # a GPU series counts when its host is the job's and, where rmsjob_info names cards, it is one of them
+    cards = job_cards(series_list, jobid, window) if (mdef is None or mdef.scope == "gpu") else {}
+
+    def mine(s: Series) -> bool:
+        c = cards.get(s.host)
+        return c is None or _gpu_number(s.metric) in c
     per_series: list[tuple[str, float, int]] = []
     nan_count = 0
     if src.kind == "cpu_counter":
@@ -238,7 +297,7 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
     else:
         groups: dict[tuple, dict[str, Series]] = {}
         for s in series_list:
-            if s.name in src.inputs and s.host in windows:
+            if s.name in src.inputs and s.host in windows and mine(s):
                 groups.setdefault(s.labels_without_name(), {})[s.name] = s
         for by_name in groups.values():
             if len(by_name) != len(src.inputs):
@@ -258,14 +317,15 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
                 val = _stat_of([v for _, v in finite], stat)
             per_series.append((host, val, len(finite)))
     if not per_series:
-        return RawStat(None, {}, 0, vendor, windows, source, hosts, nan_count)
+        return RawStat(None, {}, 0, vendor, windows, source, hosts, nan_count, src.inputs, src.label)
     per_host: dict[str, list[float]] = {}
     for h, v, _ in per_series:
         per_host.setdefault(h, []).append(v)
     return RawStat(value=_across([v for _, v, _ in per_series], stat),
                    per_instance={h: _across(vs, stat) for h, vs in per_host.items()},
                    sample_count=sum(n for _, _, n in per_series), vendor=vendor, windows=windows,
-                   window_source=source, hosts=hosts, nan_count=nan_count)
+                   window_source=source, hosts=hosts, nan_count=nan_count, source_metrics=src.inputs,
+                   source_label=src.label)
 
 
 def raw_job_stat(series_list: Sequence[Series], metric: str, jobid: str, stat: str = "avg",

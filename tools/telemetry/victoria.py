@@ -28,14 +28,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
 import requests
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
+from tenacity import (Retrying, retry, retry_if_exception_type, retry_if_result, stop_after_attempt, stop_after_delay,
+                      wait_fixed)
 
 from ..errors import InputError, ToolUnavailableError
+from .export import ExportReport, Series, export_raw, read_export, to_jsonl
 
 #: Where Debian's ``victoria-metrics`` package puts the binary.
 DEFAULT_BINARY = "/usr/bin/victoria-metrics"
@@ -177,8 +178,10 @@ class VictoriaMetrics:
         )
 
     def _wait_healthy(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
+        """Poll ``/health`` every 50 ms (tenacity) for ``start_timeout_s``: True once it answers OK,
+        False when the process exits or the time runs out."""
+
+        def probe() -> bool | None:  # None: not yet
             if self._proc is None or self._proc.poll() is not None:
                 return False
             try:
@@ -187,8 +190,11 @@ class VictoriaMetrics:
                     return True
             except requests.RequestException:
                 pass
-            time.sleep(0.05)
-        return False
+            return None
+
+        return bool(Retrying(stop=stop_after_delay(self.start_timeout_s), wait=wait_fixed(0.05),
+                             retry=retry_if_result(lambda r: r is None),
+                             retry_error_callback=lambda state: False)(probe))
 
     def _log_tail(self) -> str:
         try:
@@ -281,6 +287,37 @@ class VictoriaMetrics:
             self.flush()
         return lines
 
+    def import_export(self, path: str | os.PathLike[str], gpu_name: str | None = None) -> "ImportResult":
+        """Read a JSON-lines export as :func:`.export.read_export` does (null values are missing
+        samples, bad lines and implausible samples left out, all counted), import its finite
+        samples, then read every series back (``/api/v1/export``) and compare with the export:
+        a series missing or short of samples in the store is imported once more, and what is
+        still missing after that is named in :attr:`ImportResult.lost`. Raises
+        :class:`InputError` for a missing/empty file or a rejected import."""
+        series, rep = read_export(path, gpu_name)
+        want = {s.labels_key(): sum(1 for v in s.values if v == v and abs(v) != float("inf")) for s in series}
+        want = {k: n for k, n in want.items() if n}
+        by_key = {s.labels_key(): s for s in series}
+        self._post("/api/v1/import", to_jsonl(series), "application/json")
+        self.flush()
+        short = self._short_series(series, want)
+        reimported = len(short)
+        if short:
+            self._post("/api/v1/import", to_jsonl(by_key[k] for k in short), "application/json")
+            self.flush()
+            short = self._short_series(series, want)
+        lost = [f"{by_key[k].name}{{{','.join(f'{a}={b!r}' for a, b in k if a != '__name__')}}}" for k in short]
+        return ImportResult(series, rep, len(want), reimported, lost)
+
+    def _short_series(self, series: list[Series], want: dict[tuple, int]) -> list[tuple]:
+        """Keys of ``want`` whose series the store holds fewer samples of than ``want`` says."""
+        ts = [t for s in series for t in s.timestamps]
+        if not ts:
+            return []
+        got = {s.labels_key(): len(s.values)
+               for s in export_raw(self.url, '{__name__=~".+"}', min(ts) - 1, max(ts) + 1, timeout_s=60)}
+        return [k for k, n in want.items() if got.get(k, 0) < n]
+
     def import_prometheus(self, text: str, *, flush: bool = True) -> None:
         """POST Prometheus text exposition (``name{labels} value [timestamp_ms]`` lines) to
         ``/api/v1/import/prometheus``. Lines without a timestamp get the server's current time."""
@@ -293,3 +330,25 @@ class VictoriaMetrics:
         """``GET /internal/force_flush``: make just-imported samples searchable now."""
         r = self._session.get(f"{self.url}/internal/force_flush", timeout=30)
         r.raise_for_status()
+
+
+class ImportResult:
+    """What :meth:`VictoriaMetrics.import_export` did: the ``series`` read, the export's
+    :class:`~.export.ExportReport`, how many series with finite samples were sent
+    (``expected``), how many had to be sent again (``reimported``) and those still missing or
+    short in the store after that (``lost``, as ``name{label='value',...}``)."""
+
+    def __init__(self, series: list[Series], report: ExportReport, expected: int, reimported: int, lost: list[str]):
+        self.series, self.report, self.expected, self.reimported, self.lost = series, report, expected, reimported, lost
+
+    def problems(self) -> list[str]:
+        """The export's losses (:meth:`.export.ExportReport.problems`) and the import's, one line each."""
+        name = Path(self.report.origin).name
+        out = self.report.problems()
+        if self.lost:
+            out.append(f"{name}: {len(self.lost)} of {self.expected} series did not arrive in VictoriaMetrics after a "
+                       f"re-import ({', '.join(self.lost[:3])}{', ...' if len(self.lost) > 3 else ''})")
+        elif self.reimported:
+            out.append(f"{name}: {self.reimported} series re-imported (missing from the store after the first import); "
+                       f"all {self.expected} series arrived")
+        return out

@@ -43,6 +43,15 @@ def fom_kind_for_model(model: str | None) -> Literal["latency", "throughput"]:
     return "latency" if any(k in name for k in ("gnn", "hydra", "mlip", "mace", "schnet", "egnn")) else "throughput"
 
 
+def _mean(values: list[float]) -> float:
+    """``statistics.fmean``, or ±inf where its exact sum overflows (``time 1e308`` raised OverflowError)."""
+    try:
+        return float(statistics.fmean(values))
+    except OverflowError:
+        with np.errstate(over="ignore"):
+            return float(np.mean(np.asarray(values, dtype=float)))
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
@@ -210,7 +219,7 @@ def _losses(parsed: ParsedLog, steps: list[Step], complete: list[int], per_epoch
         for e in complete:
             ls = [s.loss for s in per_epoch[e] if s.loss is not None and math.isfinite(s.loss)]
             if ls:
-                epoch_losses.append(float(statistics.fmean(ls)))
+                epoch_losses.append(_mean(ls))
     bad = [where for where, v in logged if not math.isfinite(v)]
     if bad:
         notes.append(f"{len(bad)} of {len(logged)} logged loss values are NaN/inf (first: {bad[0]}): "
@@ -278,7 +287,7 @@ def _summarise(
         n_timed_steps=len(timed), n_epochs=len(epoch_times) if tqdm else len(complete), batches_per_epoch=bpe,
         warmup_steps_skipped=w.n_skip, warmup_rule=w.rule, step_time_source=w.step_src, steady_step_time_s=med,
         step_time_p10_s=_pct(st, 10) if st else None, step_time_p90_s=_pct(st, 90) if st else None,
-        step_time_mean_s=float(statistics.fmean(st)) if st else None, epoch_times_s=epoch_times,
+        step_time_mean_s=_mean(st) if st else None, epoch_times_s=epoch_times,
         epoch_time_s=epoch_time, epoch_time_method=method, global_batch_size=global_batch_size,
         **thr, **losses, **primary, notes=notes, step_times_s=[float(t) for t in st],
     )

@@ -41,28 +41,46 @@ _FORMATS_TRIED = (
 )
 
 # ----------------------------------------------------------------------------------------------
-# line patterns
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
+# line patterns. Each runs in time linear in the line's length: no lazy ``.*?`` under a search
+# (a 1 MB line took > 5 min, issue 26), possessive runs where a backtrack cannot help, and the
+# tqdm bar and the EDM step found from a fixed anchor first (``%|``, ``epoch:``).
+_NUM = r"[-+]?(?:\d++\.?+\d*+|\.\d++)(?:[eE][-+]?\d++)?+|[-+]?nan|[-+]?inf"
 _LABEL = re.compile(r"^\s*(\d+): ")  # srun --label prefix ("0: ", " 3: ", "12: ")
 _BATCH = re.compile(
     rf"Batch\s+(\d+):\s+loss\s+({_NUM})\s+time\s+({_NUM})\s+seconds(?:\s+samples\s+(\d+))?",
     re.IGNORECASE,
 )
 _EPOCH_DONE = re.compile(r"\bEpoch\s+(\d+)\s+completed\b")
-_EDM_STEP = re.compile(
-    rf"epoch:\s*(\d+)\s+batch_idx\s+(\d+)(?:\s+world_size\s+(\d+))?.*?\bloss\s+"
-    rf"(?:tensor\(\s*)?({_NUM})"
-)
+# an EDM step line: its head, then the first ``loss <number>`` after it (two linear searches
+# instead of the head, a lazy ``.*?`` and the loss under one search)
+_EDM_HEAD = re.compile(r"epoch:\s*+(\d+)\s++batch_idx\s++(\d+)(?:\s++world_size\s++(\d+))?+")
+_EDM_LOSS = re.compile(rf"\bloss\s++(?:tensor\(\s*+)?+({_NUM})")
 _EDM_TIC = re.compile(rf"my rank\s+(\d+)\.?\s+tic4-tic1 in\s+({_NUM})\s+seconds")
-_YSHAPE = re.compile(r"y\.shape\W*torch\.Size\(\[\s*(\d+)")
+_YSHAPE = re.compile(r"y\.shape\W*+torch\.Size\(\[\s*+(\d+)")
 # tqdm's default bar: "{desc}: {pct:3.0f}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]"
 # (tqdm.std.tqdm.format_meter; rate is "{:5.2f}it/s", or "{:5.2f}s/it" when slower than 1 it/s,
 # with an SI prefix when unit_scale is on, "?it/s" before the first update).
+# The bar is found from its ``NN%|`` anchor; its desc is the text before it up to a ``:`` (see
+# :func:`_tqdm_bars`), never searched for with a lazy class (quadratic under ``re.search``).
 _TQDM = re.compile(
-    r"(?:(?P<desc>[^\r\n|]*?):\s*)?(?P<pct>\d{1,3})%\|[^|\r\n]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>\?|[\d.]+\s*[kMGT]?)\s*"
+    r"(?P<pct>\d{1,3})%\|[^|\r\n]*+\|\s*+(?P<n>\d+)/(?P<total>\d+)\s*+"
+    r"\[(?P<elapsed>[\d:]++)<(?P<remaining>[\d:?]++),\s*+(?P<rate>\?|[\d.]++\s*+[kMGT]?)\s*+"
     r"(?P<unit>it/s|s/it)"
 )
+#: Terminal escape sequences (ECMA-48): CSI (colours, cursor moves, erase: ``ESC [ ... final``, or
+#: the 8-bit ``\x9b``), OSC (window titles, hyperlinks: ``ESC ] ... BEL`` or ``ESC ] ... ESC \``),
+#: and the other two-byte escapes (``ESC 7``, ``ESC ( B``). Display only: ``rich`` with forced colour
+#: and tqdm write them around numbers (lora-scripts-next PR#94, omnia-protocol PR#233).
+_ESCAPE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*+[ -/]*+[@-~]"
+    r"|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)?+"
+    r"|\x1b[ -/]*+[0-~]"
+    r"|\x1b"
+)
+#: Longest record (one line, or one carriage-return update of a progress bar) read, in characters:
+#: 110x the longest step line in the shared logs and bundled examples (74 characters, measured);
+#: a longer record is cut to this many and the log's notes say so.
+MAX_RECORD_CHARS = 8192
 _HYDRA_EPOCH = re.compile(rf"Epoch:\s*(\d+),\s*Train Loss:\s*({_NUM})")
 
 
@@ -111,10 +129,39 @@ def _read(path: Path) -> str:
     return text
 
 
-def _records(text: str) -> list[tuple[int | None, str]]:
+def strip_escapes(text: str) -> tuple[str, int]:
+    """``text`` without terminal escape sequences (:data:`_ESCAPE`), and how many were removed.
+    Carriage returns are kept (they separate a progress bar's updates: :func:`_records`)."""
+    n = 0
+
+    def cut(_m: re.Match[str]) -> str:
+        nonlocal n
+        n += 1
+        return ""
+
+    return (_ESCAPE.sub(cut, text), n) if ("\x1b" in text or "\x9b" in text) else (text, 0)
+
+
+def _tqdm_bars(seg: str):
+    """Every tqdm bar in ``seg``: ``(groups, desc)`` with the bar's groups (:data:`_TQDM`) and its
+    desc, the text before the bar up to a ``:`` (after the previous bar, or the last ``|``);
+    '' when the bar has none. Linear in ``len(seg)``."""
+    prev = 0
+    for m in _TQDM.finditer(seg):
+        pre = seg[prev:m.start()].rstrip()
+        desc = ""
+        if pre.endswith(":"):
+            desc = pre[:-1].rsplit("|", 1)[-1]
+        prev = m.end()
+        yield m.groupdict(), desc
+
+
+def _records(text: str, notes: list[str] | None = None) -> list[tuple[int | None, str]]:
     """Split a log into ``(srun_label, segment)`` records: lines on ``\\n``, then tqdm's
-    carriage-return updates on ``\\r``; a segment inherits its line's ``srun --label`` rank."""
+    carriage-return updates on ``\\r``; a segment inherits its line's ``srun --label`` rank. A
+    segment longer than :data:`MAX_RECORD_CHARS` is cut to that length (counted in ``notes``)."""
     out: list[tuple[int | None, str]] = []
+    cut, longest = 0, 0
     for line in text.split("\n"):
         label: int | None = None
         m = _LABEL.match(line)
@@ -125,32 +172,50 @@ def _records(text: str) -> list[tuple[int | None, str]]:
             m2 = _LABEL.match(seg) if label is not None else None
             if m2:  # a label repeated after a carriage return (unbuffered srun output)
                 seg = seg[m2.end():]
+            if len(seg) > MAX_RECORD_CHARS:
+                cut, longest = cut + 1, max(longest, len(seg))
+                seg = seg[:MAX_RECORD_CHARS]
             if seg.strip():
                 out.append((label, seg))
+    if cut and notes is not None:
+        notes.append(f"{cut} line(s) longer than {MAX_RECORD_CHARS} characters (the longest {longest}) were cut to "
+                     f"their first {MAX_RECORD_CHARS}")
     return out
 
 
-def _counts(text: str) -> dict[LogFormat, int]:
+def _edm_step(seg: str) -> tuple[re.Match[str], re.Match[str]] | None:
+    """An EDM step line's head match and its ``loss`` match, or None."""
+    h = _EDM_HEAD.search(seg)
+    if not h:
+        return None
+    lm = _EDM_LOSS.search(seg, h.end())
+    return (h, lm) if lm else None
+
+
+def _counts(recs: list[tuple[int | None, str]]) -> dict[LogFormat, int]:
     return {
-        "batch_time": len(_BATCH.findall(text)),
-        "edm_tic": len(_EDM_STEP.findall(text)),
-        "hydragnn_tqdm": sum(
-            1 for m in _TQDM.finditer(text) if (m.group("desc") or "").strip().endswith("Train")
-        ),
+        "batch_time": sum(len(_BATCH.findall(seg)) for _, seg in recs),
+        "edm_tic": sum(1 for _, seg in recs if _edm_step(seg)),
+        "hydragnn_tqdm": sum(1 for _, seg in recs for _, d in _tqdm_bars(seg) if d.strip().endswith("Train")),
     }
 
 
 def detect_format(text: str) -> LogFormat | None:
     """The log format with the most step lines in ``text``, or ``None`` when no step line of any
     known format is present."""
-    counts = _counts(text)
+    return _detect(_records(strip_escapes(text)[0]))
+
+
+def _detect(recs: list[tuple[int | None, str]]) -> LogFormat | None:
+    counts = _counts(recs)
     best = max(counts, key=lambda k: counts[k])
     return best if counts[best] > 0 else None
 
 
-def _filter_rank(recs: list[tuple[int | None, str]], rank: int, pattern: re.Pattern[str]):
-    """Keep the records of ``rank`` when step lines carry srun labels; all records otherwise."""
-    labels = sorted({lab for lab, seg in recs if lab is not None and pattern.search(seg)})
+def _filter_rank(recs: list[tuple[int | None, str]], rank: int, is_step):
+    """Keep the records of ``rank`` when step lines (``is_step(segment)``) carry srun labels; all
+    records otherwise."""
+    labels = sorted({lab for lab, seg in recs if lab is not None and is_step(seg)})
     if not labels:
         return recs, []
     if rank not in labels:
@@ -179,7 +244,7 @@ def _close_epochs(steps: list[Step], marked: set[int]) -> list[int]:
 
 
 def _parse_batch_time(recs, rank: int) -> ParsedLog:
-    recs, labels = _filter_rank(recs, rank, _BATCH)
+    recs, labels = _filter_rank(recs, rank, _BATCH.search)
     steps: list[Step] = []
     marked: set[int] = set()
     epoch = 0
@@ -210,7 +275,7 @@ def _parse_batch_time(recs, rank: int) -> ParsedLog:
 
 
 def _parse_edm(recs, rank: int) -> ParsedLog:
-    recs, labels = _filter_rank(recs, rank, _EDM_STEP)
+    recs, labels = _filter_rank(recs, rank, _edm_step)
     steps: list[Step] = []
     marked: set[int] = set()
     tic_ranks: set[int] = set()
@@ -220,10 +285,11 @@ def _parse_edm(recs, rank: int) -> ParsedLog:
     cur_batch: int | None = None
     orphan_tics = 0
     for _, seg in recs:
-        m = _EDM_STEP.search(seg)
-        if m:
+        hit = _edm_step(seg)
+        if hit:
+            m, lm = hit
             ws = int(m.group(3)) if m.group(3) else 1
-            cur = Step(int(m.group(1)), int(m.group(2)), _float(m.group(4)), None, None, ws)
+            cur = Step(int(m.group(1)), int(m.group(2)), _float(lm.group(1)), None, None, ws)
             steps.append(cur)
             cur_has_tic = False
             cur_batch = pending_batch
@@ -294,11 +360,10 @@ def _parse_tqdm(recs, rank: int, desc: str = "Train") -> ParsedLog:
     bars: list[tuple[int | None, int, dict[str, str]]] = []  # (label, record index, groups)
     epoch_lines: list[tuple[int, int, float]] = []  # (record index, epoch, train loss)
     for i, (lab, seg) in enumerate(recs):
-        for m in _TQDM.finditer(seg):
-            d = (m.group("desc") or "").strip()
-            d = _LABEL.sub("", d)
+        for g, d in _tqdm_bars(seg):
+            d = _LABEL.sub("", d.strip())
             if d == desc or d.endswith(" " + desc):
-                bars.append((lab, i, m.groupdict()))
+                bars.append((lab, i, g))
         m = _HYDRA_EPOCH.search(seg)
         if m:
             epoch_lines.append((i, int(m.group(1)), _float(m.group(2))))
@@ -357,17 +422,21 @@ def read_steps(p: Path, rank: int = 0, fmt: LogFormat | None = None, text: str |
     is given); ``text``: the log's text when the caller already read it (an empty one is read again,
     for the error). Raises :class:`InputError` (one line) for a missing or empty log, a log with no
     recognisable step line, or a HydraGNN log with no completed rank-``rank`` ``Train`` bar."""
-    text = text if text and text.strip() else _read(p)
-    fmt = fmt or detect_format(text)
+    text, n_esc = strip_escapes(text if text and text.strip() else _read(p))
+    notes: list[str] = []
+    if n_esc:
+        notes.append(f"{n_esc} terminal escape sequence(s) stripped (colour, cursor and title codes: display only)")
+    recs = _records(text, notes)
+    fmt = fmt or _detect(recs)
     if fmt is None:
         raise InputError(f"no recognizable step line in {p} (tried formats: {_FORMATS_TRIED})")
-    recs = _records(text)
     if fmt == "batch_time":
         parsed = _parse_batch_time(recs, rank)
     elif fmt == "edm_tic":
         parsed = _parse_edm(recs, rank)
     else:
         parsed = _parse_tqdm(recs, rank)
+    parsed.notes[:0] = notes
     if not parsed.steps and fmt != "hydragnn_tqdm":
         raise InputError(f"no recognizable step line in {p} (tried formats: {_FORMATS_TRIED})")
     if fmt == "hydragnn_tqdm" and not parsed.tqdm_epochs:

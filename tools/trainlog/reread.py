@@ -20,6 +20,8 @@ _TIC = re.compile(r"my rank 0\. tic4-tic1 in ([0-9.eE+-]+) seconds")
 _EPOCH_END = re.compile(r"Epoch (\d+) completed")
 _LOSS = re.compile(r"loss (?:tensor\()?([-+]?(?:nan|inf(?:inity)?)\b|[0-9.eE+-]+)", re.IGNORECASE)
 _EDM_EPOCH = re.compile(r"^epoch: (\d+) batch_idx \d+")
+# terminal escapes (colour, cursor moves, OSC titles) are display only: removed before reading
+_ANSI = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[\x20-\x2f]*[\x30-\x7e]?")
 
 
 def reread_log(path: Path, patterns: dict[str, re.Pattern[str]] | None = None) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def _reread(text: str, patterns: dict[str, re.Pattern[str]]) -> dict[str, Any]:
         if lm:
             cur_loss.append(float(lm.group(1)))
 
-    for line in text.splitlines():
+    for line in _ANSI.sub("", text).splitlines():
         m = _STEP_TIME.search(line) or _TIC.search(line)
         if m:
             steps.append(float(m.group(1)))

@@ -48,14 +48,16 @@ def _manifest_jobid(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     jid = data.get("jobid") if isinstance(data, dict) else None
-    return str(jid).strip() if jid is not None else None
+    return str(jid) if jid is not None else None  # not stripped: "123\n" is refused like a typed one
 
 
 def preflight(req: RunRequest) -> None:
     """Refuse an invocation before anything runs or is written (so an earlier report survives).
 
-    Raises :class:`InputError` (one line) when ``--job`` is not a SLURM job id (``123``, ``123_4``,
-    ``123_[1-3]``, ``123+0``); when the perf-run directory's ``manifest.json`` names another job;
+    Raises :class:`InputError` (one line) when ``--job`` -- or, without ``--job``, the jobid of the
+    perf-run directory's ``manifest.json`` -- is not a SLURM job id (``123``, ``123_4``,
+    ``123_[1-3]``, ``123+0``; the same validator for both, so ``../../x``, ``$(...)``, a newline or
+    5000 digits from a file are refused like typed ones); when that ``manifest.json`` names another job;
     when a perf-run directory has no manifest and no ``--job`` says whose it is (it belongs to no
     job); or when ``--out`` is another job's run directory (its ``manifest.json`` names another
     job). Submit mode checks only the id: its directory does not exist yet."""
@@ -69,6 +71,8 @@ def preflight(req: RunRequest) -> None:
     owner = req.jobid
     if run_dir is not None and run_dir.is_dir():
         found = _manifest_jobid(run_dir / "manifest.json")
+        if found is not None and not req.jobid:
+            _check_file_jobid(found, run_dir / "manifest.json")
         if found is not None and req.jobid and found != str(req.jobid):
             raise InputError(f"--job {req.jobid} does not match manifest.json jobid {found} in {run_dir}: refused, "
                              "nothing written")
@@ -80,6 +84,17 @@ def preflight(req: RunRequest) -> None:
         other = _manifest_jobid(out / "manifest.json")
         if other is not None and owner and other != str(owner):
             raise InputError(f"--out {out} is job {other}'s run directory, not job {owner}'s: refused, nothing written")
+
+
+def _check_file_jobid(jobid: str, path: Path) -> str:
+    """``jobid`` read from ``path`` when it is a SLURM job id, else :class:`InputError` naming the
+    file (the value shown escaped, so it stays one line)."""
+    from ....tools.slurm import client as slurm
+
+    try:
+        return slurm.check_jobid(jobid)
+    except InputError as e:
+        raise InputError(f"{path}: jobid: {e}; refused, nothing written") from None
 
 
 def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
@@ -100,7 +115,8 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
             detail = " ".join(first[1:3]) if len(first) > 1 and "validation error" in first[0] else first[0]
             raise InputError(f"malformed {mpath}: {' '.join(detail.split())[:160]}") from None
         if req.jobid and manifest.jobid != str(req.jobid):
-            raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid} in {run_dir}")
+            raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid!r} in {run_dir}")
+        manifest.jobid = _check_file_jobid(manifest.jobid, mpath)
     else:
         if not req.jobid:
             raise InputError(f"{run_dir} has no manifest.json and no --job was given")

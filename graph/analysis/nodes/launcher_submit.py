@@ -4,9 +4,11 @@ terminal state, handle the mount-health probe's exit 42 with ONE re-submission t
 named node(s), and write ``manifest.json`` with the nodes list from SLURM.
 
 Why two steps: the job id must be in the checkpoint before any waiting, so a run killed while
-the job runs is resumed by waiting on the same job, never by submitting it again. A second guard,
-``<out_dir>/.ai4s-graph/submitted.json`` written the instant sbatch answers, covers a kill between
-sbatch's answer and the checkpoint write.
+the job runs is resumed by waiting on the same job, never by submitting it again. Before sbatch
+runs, an intent record ``<out_dir>/.ai4s-graph/intent-attempt<N>.json`` gives the job a name
+unique to this submission (``ai4s-<model>-<token>``); a run killed during sbatch, or before the
+checkpoint write, is resumed by finding that name in squeue/sacct
+(:mod:`ai4s_graph.tools.slurm.submission`). No intent record, no sbatch.
 
 The lifecycle itself (the wait, the classification of the end -- exit 42 and the other
 infrastructure signatures --, the exclusion by name, the perf-run path, the manifest) is
@@ -29,6 +31,8 @@ from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
 from ....tools.slurm import health, jobs, jobscript, client as slurm
 from ....tools.slurm.executors import SlurmExecutor
+from ....tools.slurm.query import RetryLog
+from ....tools.slurm.submission import submit_once
 from ....tools.errors import InputError
 
 MAX_ATTEMPTS = 2  # the first submission + one re-submission after an infrastructure failure (seed lesson 1)
@@ -89,11 +93,11 @@ def submit_step(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                                                           f"{job.attempt or 1}); adopting it, nothing re-submitted"))
     attempt = job.attempt + 1
     exclude = sorted(set(job.exclude))
-    marker = _submitted_marker(out_dir)
+    marker = _submitted_marker(out_dir)  # written by earlier versions after sbatch answered
     if marker.is_file():
         prev = SubmittedJob.model_validate_json(marker.read_text())
         if prev.attempt == attempt and prev.jobid:
-            prev = prev.model_copy(update={"resubmit": False})
+            prev = prev.model_copy(update={"resubmit": False, "jobid": slurm.check_jobid(prev.jobid)})
             return ({"job": prev}, StatusLine.make(Outcome.ok, f"job {prev.jobid} was submitted before a restart "
                                                                f"(attempt {attempt}); adopting it"))
     if attempt > MAX_ATTEMPTS:
@@ -101,17 +105,22 @@ def submit_step(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
 
     cluster = cluster_for(req)
     spec = job_spec(params, exclude)
-    jobid, script = SlurmExecutor(cluster).submit(spec, out_dir / "jobs" / f"attempt{attempt}")
-    new_job = SubmittedJob(jobid=jobid, attempt=attempt, exclude=exclude, script=str(script),
-                           submitted_at=time.time(), model=spec.model,
-                           run_dir=str(run_dir_for(cluster, spec.model, jobid)),
+    ex = SlurmExecutor(cluster)
+    script_dir = out_dir / "jobs" / f"attempt{attempt}"
+    key = {"out_dir": str(out_dir), "submit_params": params}
+    sub = submit_once(spec, state_dir=out_dir / ".ai4s-graph", key=key, attempt=attempt,
+                      submit=lambda named: ex.submit(named, script_dir))
+    script = sub.script or str(next(iter(sorted(script_dir.glob("*.sbatch"))), "")) or None
+    new_job = SubmittedJob(jobid=sub.jobid, attempt=attempt, exclude=exclude, script=script,
+                           submitted_at=sub.intent.created_at, model=spec.model,
+                           run_dir=str(run_dir_for(cluster, spec.model, sub.jobid)),
                            previous=list(job.previous) + ([job.jobid] if job.jobid else []))
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(new_job.model_dump_json() + "\n")
-    ex = f" --exclude={','.join(exclude)}" if exclude else ""
+    ex_txt = f" --exclude={','.join(exclude)}" if exclude else ""
+    if sub.how == "adopted":
+        return ({"job": new_job}, StatusLine.make(Outcome.ok, f"{sub.note} (attempt {attempt})"))
     return ({"job": new_job},
-            StatusLine.make(Outcome.ok, f"submitted job {jobid} (attempt {attempt}, {spec.template}, "
-                                        f"{spec.nodes} node(s){ex})"))
+            StatusLine.make(Outcome.ok, f"submitted job {sub.jobid} as {sub.intent.job_name} (attempt {attempt}, "
+                                        f"{spec.template}, {spec.nodes} node(s){ex_txt})"))
 
 
 def _poll_s(timeout_s: float) -> float:
@@ -143,8 +152,9 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     run_dir = Path(job.run_dir or run_dir_for(cluster_for(req), job.model or "cpu-toy", jobid))
     model = job.model or "unknown"
 
+    retries = RetryLog()
     try:
-        rec = slurm.wait_for_terminal(jobid, req.wait_timeout_s, poll_s=_poll_s(req.wait_timeout_s))
+        rec = slurm.wait_for_terminal(jobid, req.wait_timeout_s, poll_s=_poll_s(req.wait_timeout_s), log=retries)
     except slurm.WaitTimeout as e:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scontrol_show_job.txt").write_text(e.scontrol or "(scontrol show job: no record)\n")
@@ -159,7 +169,9 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                  "job": job.model_copy(update={"resubmit": False, "done": False}),
                  "missing": [f"wait_for_job: {e}"]},
                 StatusLine.make(Outcome.fail, f"TIMEOUT_WAITING: job {jobid} not terminal after "
-                                              f"{req.wait_timeout_s:g}s (sacct: {slurm_state}); stopped"))
+                                              f"{req.wait_timeout_s:g}s (sacct: {slurm_state}){_said(retries)}; stopped"))
+    retried = _said(retries)
+    slurm_notes = {"slurm_retries": dict(retries.retries)} if retries.total else {}
 
     end = jobs.classify_end(rec, run_dir, SlurmExecutor(cluster_for(req)).output_path(run_dir, jobid))
     attempt = job.attempt or 1
@@ -175,7 +187,7 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                                                    "known_bad_nodes": health.read_known_bad(known_path)})},
                     StatusLine.make(Outcome.partial, f"job {jobid} {what} on {','.join(plan.bad_nodes) or 'no named node'} "
                                                      f"(exit {rec.exit_status}); re-submitting with "
-                                                     f"--exclude={','.join(plan.exclude) or '(none)'}"))
+                                                     f"--exclude={','.join(plan.exclude) or '(none)'}{retried}"))
         if f.signature == "mount_probe_exit_42" and not plan.bad_nodes:
             reason = f"job {jobid} exited 42 but {run_dir / health.PROBE_FILE} names no bad node; not re-submitting"
         elif f.signature == "mount_probe_exit_42":
@@ -184,14 +196,14 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         else:
             reason = f"job {jobid} (attempt {attempt}): {f.describe()}; {plan.why}; stopped"
         m = jobs.build_manifest(end, model, executor="slurm", attempt=attempt, excluded_nodes=list(job.exclude),
-                                previous_jobids=list(job.previous))
+                                previous_jobids=list(job.previous), **slurm_notes)
         _write_manifest(m, run_dir, out_dir)
         return ({"stop": "BAD_NODE", "manifest": m, "job": job.model_copy(update={"resubmit": False})},
-                StatusLine.make(Outcome.fail, reason))
+                StatusLine.make(Outcome.fail, reason + retried))
 
     # a terminal state: the manifest from SLURM first, then what the workload wrote (jobs.build_manifest)
     manifest = jobs.build_manifest(end, model, executor="slurm", attempt=attempt, excluded_nodes=list(job.exclude),
-                                   previous_jobids=list(job.previous))
+                                   previous_jobids=list(job.previous), **slurm_notes)
     _write_manifest(manifest, run_dir, out_dir)
     nodes = ",".join(rec.nodelist) or "no nodes"
     ok = rec.base_state == "COMPLETED"
@@ -202,7 +214,12 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         update["missing"] = [f"wait_for_job: job {jobid} ended {rec.state} (exit {rec.exit_code})"
                              f"{': ' + end.failure.describe() if end.failure else ''}"]
     return (update, StatusLine.make(Outcome.ok if ok else Outcome.fail,
-                                    f"job {jobid} {rec.base_state} (exit {rec.exit_code}) on {nodes}"))
+                                    f"job {jobid} {rec.base_state} (exit {rec.exit_code}) on {nodes}{retried}"))
+
+
+def _said(retries: RetryLog) -> str:
+    """``"; retried sacct 2 times (...)"`` when the wait met transient SLURM failures, else ``""``."""
+    return f"; {retries.summary()}" if retries.total else ""
 
 
 def route_after_wait(state: AnalysisState) -> str:

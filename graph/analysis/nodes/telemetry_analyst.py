@@ -7,7 +7,6 @@ Claims are MADE here; ``telemetry_verifier`` checks them.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import statistics
 from datetime import datetime, timezone
@@ -29,11 +28,15 @@ from ....tools.slurm.scriptparse import parse_job_script
 from ....tools.telemetry import export, metrics, promql, rawstats
 from ....tools.telemetry.victoria import VictoriaMetrics
 from ....tools.trainlog import fom, logtext
+from ....tools.trainlog.fom_fields import extra_foms
 
 ANALYST = "telemetry_analyst"
 # Telemetry statistics the analyst claims: (logical metric, statistic).
 TELEMETRY_STATS = [("gpu_util", "avg"), ("sm_clock", "avg"), ("sm_clock", "max"), ("power", "avg"),
                    ("power", "max"), ("hbm_used", "max")]
+#: Claimed when the exporter writes them (DCGM profiling counters, Omnistat's occupancy collector);
+#: their absence is not reported as missing.
+OPTIONAL_STATS = [("sm_active", "avg"), ("dram_active", "avg")]
 CPU_STATS = [("cpu_util", "avg")]
 PLOT_METRICS = ["gpu_util", "sm_clock", "power", "hbm_used", "cpu_util"]
 
@@ -50,8 +53,10 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None, text: s
                         fom_kind=fom.fom_kind_for_model(manifest.model), text=text)
     if facts is not None:
         facts["step_times_s"] = list(res.step_times_s)
-    if out_dir is not None:
-        fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes)
+    if out_dir is not None:  # lessons 4, 24: HBM total, MFMA FLOP/s (two methods), from the run's telemetry
+        tel = extra_foms(run_dir, manifest)
+        fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes,
+                       hbm_total_bytes=tel.pop("hbm_total_bytes"), extra=tel)
     d = res.model_dump()
     q = f"parse_log({log.name}, global_batch_size={manifest.global_batch_size})"
     bad = [k for k in ("steady_step_time_s", "epoch_time_s") if d.get(k) is not None
@@ -127,31 +132,13 @@ def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tup
     return d, claims
 
 
-def malformed_lines(path: Path) -> list[int]:
-    """1-based numbers of the non-empty lines of a JSON-lines export that are not JSON objects
-    with ``metric``, ``values`` and ``timestamps`` (VictoriaMetrics skips them on import)."""
-    bad = []
-    with path.open("rb") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                ok = isinstance(obj, dict) and {"metric", "values", "timestamps"} <= obj.keys()
-            except ValueError:
-                ok = False
-            if not ok:
-                bad.append(i)
-    return bad
-
-
 @contextlib.contextmanager
 def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
              problems: list[str] | None = None) -> Iterator[tuple[str, str]]:
     """Yield ``(url, source)`` of a TSDB holding the job's telemetry: ``--tsdb-url`` as given, else a
     VictoriaMetrics started on loopback and loaded with the run's ``telemetry/*.jsonl`` (stopped
-    afterwards). Malformed export lines are appended to ``problems``. Raises :class:`InputError`
-    when neither exists."""
+    afterwards). What the import left out (bad lines, stale markers, implausible samples, series
+    that did not arrive) is appended to ``problems``. Raises :class:`InputError` when neither exists."""
     problems = problems if problems is not None else []
     if req.tsdb_url:
         yield req.tsdb_url, "--tsdb-url"
@@ -159,13 +146,9 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
     files = [run_dir / p for p in manifest.artifacts.telemetry]
     if not files:
         raise InputError(f"no telemetry: no --tsdb-url and no telemetry/*.jsonl in {run_dir}")
-    for f in files:
-        bad = malformed_lines(f)
-        if bad:
-            problems.append(f"telemetry: {f.name}: {len(bad)} malformed JSON line(s) skipped (first: line {bad[0]})")
     with VictoriaMetrics() as vm:
-        for f in files:
-            vm.import_jsonl(f)
+        for f in files:  # null values, bad lines, implausible samples: counted; every series counted in the store
+            problems += [f"telemetry: {p}" for p in vm.import_export(f, manifest.gpu).problems()]
         yield vm.url, f"VictoriaMetrics on loopback loaded with {', '.join(f.name for f in files)}"
 
 
@@ -235,7 +218,7 @@ def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
     NaN samples at import, so PromQL alone cannot tell "all NaN" from "no series". ``{}`` when
     the export cannot be read or joined (the PromQL path reports that)."""
     try:
-        series = [x for f in files for x in export.load_export(f)]
+        series = [x for f in files for x in export.load_export(f, manifest.gpu)]
     except Ai4sError:
         return {}
     out = {}
@@ -249,9 +232,21 @@ def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
     return out
 
 
+def _job_gpus(pq: Any, jobid: str, window: tuple[float, float], missing: list[str]) -> Any:
+    """The job's GPUs per host (``promql.PromQL.job_gpus``), its caveats appended to ``missing``;
+    None (and the reason in ``missing``) when its card labels cannot be read."""
+    try:
+        gpus = pq.job_gpus(jobid, window)
+    except InputError as e:
+        missing.append(f"telemetry: {e}")
+        return None
+    missing += [f"telemetry: {p}" for p in gpus.problems()]
+    return gpus
+
+
 def _coverage_notes(manifest: Manifest, cov: Any, vendor: str, nans: dict[str, tuple[int, int]]) -> list[str]:
     """What the join of the job's SLURM nodes to its telemetry hosts leaves out, one line each:
-    nodes without ``rmsjob_info``, a job with none, hosts without GPU series."""
+    nodes without ``rmsjob_info``, a job with none, hosts without GPU series, NaN samples."""
     out = []
     slurm_nodes = list(manifest.nodes_list)
     absent = [n for n in slurm_nodes if not _names_host(n, cov.job_hosts)]
@@ -283,14 +278,22 @@ def _coverage_notes(manifest: Manifest, cov: Any, vendor: str, nans: dict[str, t
 
 def _stat_claims(pq: Any, url: str, manifest: Manifest, findings: dict[str, Any],
                  nans: dict[str, tuple[int, int]]) -> list[Claim]:
-    """One claim per telemetry statistic the vendor has (:data:`TELEMETRY_STATS`, else
-    :data:`CPU_STATS`), its PromQL query as evidence; the statistics go to ``findings["stats"]``,
-    a query that fails to ``findings["errors"]``."""
+    """One claim per telemetry statistic the vendor has (:data:`TELEMETRY_STATS` and
+    :data:`OPTIONAL_STATS`, else :data:`CPU_STATS`), its PromQL query as evidence, naming the cards
+    it joined (:func:`_job_gpus`); the statistics go to ``findings["stats"]``, a query that fails
+    to ``findings["errors"]``, a metric the vendor's series lack to ``findings["missing"]``."""
     window = tuple(findings["window"])
-    stats = TELEMETRY_STATS if findings["vendor"] in ("nvidia", "amd") else CPU_STATS
+    vendor = findings["vendor"]
+    missing = findings["missing"]
+    stats = TELEMETRY_STATS + OPTIONAL_STATS if vendor in ("nvidia", "amd") else CPU_STATS
     span = window[1] - window[0]
     wname = "SLURM" if findings["window_source"].startswith("SLURM") else "rmsjob_info"
     claims = []
+    gpus = _job_gpus(pq, manifest.jobid, window, missing) if vendor in ("nvidia", "amd") else None
+    joined = gpus.describe() if gpus is not None else ""
+    if joined:
+        findings["gpus"] = joined
+    absent: list[str] = []
     for metric, stat in stats:
         try:
             r = pq.job_stat(metric, manifest.jobid, window, stat=stat)
@@ -298,6 +301,11 @@ def _stat_claims(pq: Any, url: str, manifest: Manifest, findings: dict[str, Any]
             findings.setdefault("errors", []).append(f"{metric}.{stat}: {e}")
             continue
         if r.value is None:
+            if metric not in nans and metric not in absent and (metric, stat) not in OPTIONAL_STATS:
+                absent.append(metric)
+                names = " or ".join(src.inputs[0] for src in metrics.METRICS[metric].candidates(vendor)) or metric
+                missing.append(f"telemetry: {metric}: no {names} samples on the job's GPUs in the window "
+                               f"(other {vendor} series are there): no {metric} statistic")
             continue
         findings["stats"][f"{metric}.{stat}"] = {"value": r.value, "unit": r.unit, "query": r.query, "time": r.time,
                                                  "per_instance": r.per_instance, "sample_count": r.sample_count,
@@ -309,10 +317,13 @@ def _stat_claims(pq: Any, url: str, manifest: Manifest, findings: dict[str, Any]
         nan_note = (f"; {nans[metric][1]} NaN sample(s) left out" if metric in nans else "")
         few = (f"; only {r.sample_count} sample(s) in the window, too few for a trend"
                if r.sample_count < MIN_SAMPLES * n_series else f" from {r.sample_count} samples")
+        src_note = f" (from {r.source_label})" if r.source_label else ""
+        gpu_note = f"; {joined}" if joined else ""
         claims.append(claim(f"om.tel.{metric}.{stat}", ANALYST,
                             f"Over the job's {span:.1f} s {wname} window, the {'time-weighted average' if stat == 'avg' else stat} "
-                            f"{metric.replace('_', ' ')} is "
-                            f"{shown}{few}{nan_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6), r.unit, [ev]))
+                            f"{metric.replace('_', ' ')}{src_note} is "
+                            f"{shown}{few}{nan_note}{gpu_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
+                            r.unit, [ev]))
     return claims
 
 
@@ -379,15 +390,16 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
     return findings, claims + ([sc] if sc is not None else [])
 
 
-def cause_claims(state: AnalysisState, findings: dict[str, Any]) -> list[Claim]:
+def cause_claims(state: AnalysisState, findings: dict[str, Any]) -> tuple[list[Claim], list[str]]:
     """The telemetry causes of the registry (``graph/rules/registry.py``) on the telemetry
     statistics, the manifest and the job script's fields. Adds ``triage`` (``[{id, lever, why}]``)
-    to ``findings['telemetry']`` (created when absent); returns the claims."""
+    to ``findings['telemetry']`` (created when absent); returns the claims and the causes' ``not
+    checked: ... needs ...`` lines (issue 28: for the report, never for the agents' inputs)."""
     tel = findings.get("telemetry") or {}
     x = Inputs(telemetry=tel, manifest=state.get("manifest"), job=parse_job_script(job_script(state)))
     found = registry.detect(ANALYST, x)
     findings.setdefault("telemetry", tel)["triage"] = registry.lever_entries(found)
-    return [f.claim for f in found]
+    return [f.claim for f in found], registry.not_checked(ANALYST, x)
 
 
 @node(ANALYST)
@@ -408,8 +420,14 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     try:
         findings["fom"], c = analyze_fom(run_dir, manifest, out_dir, text, findings["log"])
         claims += c
-        parts.append(f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
-                     if findings["fom"].get("primary_fom") is not None else "FOM parsed")
+        notes = findings["fom"].get("notes") or []
+        esc = "".join(f" ({n.split(' (')[0]})" for n in notes if "escape sequence" in n)
+        parts.append((f"FOM {findings['fom']['primary_fom_name']}={findings['fom']['primary_fom']:.4g}"
+                      if findings["fom"].get("primary_fom") is not None else "FOM parsed") + esc)
+        cut = [n for n in notes if "characters (the longest" in n]
+        if cut:  # a cut line may have held a step: said, and the node is partial
+            missing.append(f"{ANALYST}: training log: {cut[0]}")
+            outcomes.append(Outcome.partial)
         if findings["fom"].get("loss_diverged"):
             f = findings["fom"]
             missing.append(f"{ANALYST}: training log: training diverged: {f['n_nonfinite_losses']} of {f['n_losses']} "
@@ -432,7 +450,8 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
             raw_files = None if req.tsdb_url else [run_dir / p for p in manifest.artifacts.telemetry]
             findings["telemetry"], c = analyze_telemetry(url, source, manifest, raw_files)
         claims += c
-        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims")
+        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims"
+                     + (f" ({findings['telemetry']['gpus']})" if findings["telemetry"].get("gpus") else ""))
         problems += findings["telemetry"].pop("missing", [])
         if problems:
             missing += [f"{ANALYST}: {p}" for p in problems]
@@ -440,8 +459,9 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     except Ai4sError as e:
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)
-    claims += cause_claims(state, findings)
-    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing}
+    found, not_checked = cause_claims(state, findings)
+    claims += found
+    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing, "not_checked": not_checked}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
     if req.llm != "none":

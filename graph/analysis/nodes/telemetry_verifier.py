@@ -80,13 +80,14 @@ def _raw_series(state: AnalysisState) -> tuple[list[Any], str]:
     manifest = state["manifest"]
     files = [run_dir(state) / p for p in manifest.artifacts.telemetry]
     if files:
-        series = [s for f in files for s in export.load_export(f)]
+        series = [s for f in files for s in export.load_export(f, manifest.gpu)]
         return series, f"raw samples of {', '.join(f.name for f in files)}"
     tel = (state.get("findings") or {}).get("telemetry") or {}
     url = tel.get("url") or req.tsdb_url
     window = tel.get("window")
     names = ['{__name__=~"DCGM_FI_.*|rocm_.*|node_.*|rmsjob_info"}']
-    series = export.export_raw(url, names, window[0] - 600 if window else None, window[1] + 600 if window else None)
+    series = export.export_raw(url, names, window[0] - 600 if window else None, window[1] + 600 if window else None,
+                               gpu_name=manifest.gpu)
     return series, f"raw samples from {url}/api/v1/export"
 
 
@@ -135,7 +136,9 @@ def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[Verifie
     except Ai4sError as e:
         return [_judge(c, None, Tolerance(), "raw telemetry unavailable", note=str(e)) for c in claims]
     window, wtext = verifier_window(state)
-    method = f"{how}, {wtext}, joined by host through rmsjob_info, plain Python statistics (no PromQL)"
+    cards = any(s.name == "rmsjob_info" and s.metric.get("jobid") == manifest.jobid and "card" in s.metric for s in series)
+    method = (f"{how}, {wtext}, joined by host{' and card' if cards else ''} through rmsjob_info, plain Python "
+              "statistics (no PromQL)")
     note = _window_note(state)
     raw: dict[str, float | None] = {}
     out = []

@@ -40,6 +40,7 @@ from ....tools.trace import ranks as rank_identity
 from ....tools.trace.backends import check_timeline
 from ....tools.trace.hygiene import GraphKernelsNotRecordedError
 from ....tools.trace.models import TimelineRow, TraceAnalysis
+from ....tools.trace.stream_fix import is_clip_warning
 
 ANALYST = "trace_analyst"
 __all__ = ["ANALYST", "trace_class", "claims_for_rank", "fan_out_ranks", "trace_rank", "trace_analyst"]
@@ -47,6 +48,9 @@ __all__ = ["ANALYST", "trace_class", "claims_for_rank", "fan_out_ranks", "trace_
 #: Keys of a rank result that only the verifier reads (the verifier's reader's tables): never part
 #: of the analyst's findings.
 VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation")
+#: Keys of a rank result kept out of the analyst's findings (the LLM's input, report.json): the
+#: verifier's side and the CSV folder (listed under ``tables``).
+NOT_IN_FINDINGS = (*VERIFIER_KEYS, "csv_dir")
 
 
 def provisional_files(state: AnalysisState) -> list[rank_identity.RankFile]:
@@ -84,13 +88,19 @@ def fan_out_ranks(state: AnalysisState) -> list[Send]:
                                         n_ranks=len(files))) for f in files]
 
 
-def as_rank_result(rec: dict[str, Any]) -> RankResult:
+def as_rank_result(rec: dict[str, Any], out_dir: str | None = None) -> RankResult:
     """An ``analyze_rank`` record in the shape the analyst reads: the engine's ``TraceAnalysis``
     fields on top, the per-rank record (timeline, comm kernels, steps, header facts) under
-    ``stream``, plus ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``."""
+    ``stream``, plus ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``. With
+    ``out_dir`` the rank's TraceLens-layout CSVs are written here, into
+    ``<out_dir>/perf_report_csvs/rank<label>/`` (``csv_dir``; its large sheets never enter the
+    graph state)."""
     rec = dict(rec)
+    sheets = rec.pop("tracelens_sheets", None) or {}
     out = dict(rec.pop("analysis"))
     out["tables"] = rec.pop("tables", None)
+    if out_dir is not None and out["tables"] is not None:
+        out["csv_dir"] = _write_rank_csvs(Path(out_dir), out, rec.get("label") or str(rec.get("rank")), sheets)
     out["cross_checks"] = rec.get("cross_checks") or []
     out["stream"] = rec
     out["from_cache"] = rec.get("from_cache", False)
@@ -101,12 +111,28 @@ def as_rank_result(rec: dict[str, Any]) -> RankResult:
     return out
 
 
-def analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> RankResult:
+def _write_rank_csvs(out_dir: Path, res: dict[str, Any], label: str, sheets: dict[str, Any]) -> str | None:
+    """One rank's CSVs (:func:`ai4s_graph.tools.trace.tables.write_tables`, every TraceLens sheet);
+    the folder relative to ``out_dir``, or None when it cannot be written (the report says so under
+    missing)."""
+    d = out_dir / "perf_report_csvs" / f"rank{label}"
+    try:
+        fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
+        trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), {**(res.get("tables") or {}), **sheets})
+    except (OSError, ValueError):
+        return None
+    return str(d.relative_to(out_dir))
+
+
+def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_check: tuple[str, ...] = (),
+                out_dir: str | None = None) -> RankResult:
     """Worker-process body: the ONE read of one rank trace (:func:`ai4s_graph.tools.trace.onepass.read_rank`),
-    counting the event names and raw text the registered causes read, as a :class:`RankResult`."""
+    counting the event names and raw text the registered causes read, with the optional
+    ``cross_check`` tools, as a :class:`RankResult`; with ``out_dir`` the rank's CSVs are written
+    there by this worker (:func:`as_rank_result`)."""
     got = onepass.read_rank(path, rank, cache_dir, label, wanted=registry.event_name_wanted,
-                            raw_patterns=registry.raw_patterns())
-    res = as_rank_result(got["record"])
+                            raw_patterns=registry.raw_patterns(), cross_check=cross_check)
+    res = as_rank_result(got["record"], out_dir)
     res["event_names"] = got["names"]
     res["roofline_totals"] = got["roofline_totals"]
     for k in VERIFIER_KEYS:
@@ -139,9 +165,10 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     label = task.get("label") or str(rank)
     try:
         if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
-            res = analyze_one(path, rank, cache_dir, label)
+            res = analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir)
         else:
-            res = workers.pool(n_workers).submit(analyze_one, path, rank, cache_dir, label).result()
+            res = workers.pool(n_workers).submit(analyze_one, path, rank, cache_dir, label, req.cross_check,
+                                                 req.out_dir).result()
     except NoGpuEventsError as e:
         graphs = isinstance(e, GraphKernelsNotRecordedError)
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
@@ -263,24 +290,28 @@ def _roofline(res: RankResult, gpu: str | None) -> dict[str, Any] | None:
         return None
 
 
-def cause_claims(state: AnalysisState, trace_findings: dict[str, Any], good: list[RankResult]) -> list[Claim]:
+def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
+                 good: list[RankResult]) -> tuple[list[Claim], list[str]]:
     """The trace causes of the registry on the first good rank (its event-name counts, roofline),
     the training log's facts and the telemetry statistics (both in the state already: the telemetry
     analyst ran one superstep earlier), the job's environment. Adds ``triage`` (``[{id, lever,
-    why}]``) and ``roofline`` to ``trace_findings``; returns the claims. Never raises on missing inputs."""
-    if not good:
-        return []
+    why}]``) and ``roofline`` to ``trace_findings`` when a rank was analysed; returns the claims and
+    the causes' ``not checked: ... needs ...`` lines (:func:`ai4s_graph.graph.rules.registry.not_checked`:
+    a cause that needs a rank trace says so when none was analysed). Never raises on missing inputs."""
     manifest = state.get("manifest")
-    res = good[0]
-    if "event_names" not in res:  # no analysis-pass counts (a SLURM-array rank): one read here
+    findings = state.get("findings") or {}
+    res = good[0] if good else None
+    if res is not None and "event_names" not in res:  # no analysis-pass counts (a SLURM-array rank): one read here
         try:
             res = dict(res)
             res["event_names"], res["roofline_totals"] = onepass.read_counts(res["path"], registry.event_name_wanted)
         except Ai4sError:
-            return []
+            res = None
+    if res is None:
+        x = Inputs(telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest)
+        return [], registry.not_checked(ANALYST, x)
     script = job_script(state)
     m = manifest.model_dump(mode="json", by_alias=False) if manifest is not None else {}
-    findings = state.get("findings") or {}
     rf = _roofline(res, m.get("gpu"))
     x = Inputs(rank=res, event_names=res.get("event_names") or {}, roofline=rf,
                telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest,
@@ -288,7 +319,7 @@ def cause_claims(state: AnalysisState, trace_findings: dict[str, Any], good: lis
     found = registry.detect(ANALYST, x)
     trace_findings["triage"] = registry.lever_entries(found)
     trace_findings["roofline"] = rf
-    return [f.claim for f in found]
+    return [f.claim for f in found], registry.not_checked(ANALYST, x)
 
 
 def _no_rank_status(bad: list[RankResult]) -> StatusLine:
@@ -298,8 +329,7 @@ def _no_rank_status(bad: list[RankResult]) -> StatusLine:
     if graphs:
         return StatusLine.make(Outcome.partial, graphs[0]["error"])
     if all(r.get("no_gpu_events") for r in bad):
-        return StatusLine.make(Outcome.partial, "no GPU events and no graph launch in the trace (CPU-only run): "
-                                                "no GPU timeline")
+        return StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
     return StatusLine.make(Outcome.fail, bad[0]["error"])
 
 
@@ -309,10 +339,10 @@ def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[
     missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
                else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
     missing += [f"trace_analyst: {n}" for n in id_notes]
-    for res in good:
-        if (_material_clip(res) or (res.get("window") or {}).get("degenerate")
-                or any("non-finite dur" in w for w in res.get("warnings") or [])):
-            missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
+    for res in good:  # every condition the readers handled; sub-µs clips stay in the findings
+        material = _material_clip(res)
+        missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
+                    if material or not is_clip_warning(w)]
     return missing
 
 
@@ -321,21 +351,25 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
     results, id_notes = identify(state, list(state.get("rank_results") or []))
     if not results:
-        return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None}},
+        return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None},
+                 "not_checked": cause_claims(state, {}, [])[1]},
                 StatusLine.make(Outcome.fail, "no rank trace was analysed"))
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
     missing = _rank_missing(good, bad, id_notes)
     claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)
-    view = [{k: v for k, v in r.items() if k not in VERIFIER_KEYS} for r in good]
+    view = [{k: v for k, v in r.items() if k not in NOT_IN_FINDINGS} for r in good]  # the CSV folders: under "tables"
     findings = {"trace": {"ranks": view, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
-    claims.extend(cause_claims(state, findings["trace"], view))
+    found, not_checked = cause_claims(state, findings["trace"], view)
+    claims.extend(found)
     if len(good) > 1:
         findings["trace"]["multi_rank"] = _multi_rank(good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
-    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
+        missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
+            "notes", []) if n.startswith(collectives.CLOCK_NOTE_PREFIXES)]
+    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing, "not_checked": not_checked}
     if not good:
         return update, _no_rank_status(bad)
     if state["request"].llm != "none":
@@ -372,6 +406,9 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
     out_dir = Path(state["request"].out_dir) / "perf_report_csvs"
     written = []
     for res in good:
+        if res.get("csv_dir"):  # the rank's worker wrote them, with every TraceLens sheet
+            written.append(str(out_dir.parent / res["csv_dir"]))
+            continue
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"

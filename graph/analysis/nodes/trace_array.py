@@ -40,7 +40,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     except slurm.WaitTimeout as e:
         return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
     try:
-        results = [as_rank_result(r) for r in slurm_array.gather_rank_results(work)]
+        results = [as_rank_result(r, req.out_dir) for r in slurm_array.gather_rank_results(work)]
     except Ai4sError as e:
         states = ",".join(sorted({t.base_state for t in tasks}))
         return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},

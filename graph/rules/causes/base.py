@@ -20,7 +20,9 @@ A cause module defines one :class:`Cause` subclass and an instance ``CAUSE`` of 
   rules decide);
 - ``detect(inputs) -> [Finding]``: the check, a pure function of tables;
 - ``rederive(claim, reader) -> Rederived``: the verifier's independent re-derivation of its claim
-  from the verifier's own readers (:class:`~..figures.Reader`).
+  from the verifier's own readers (:class:`~..figures.Reader`);
+- ``not_checked(inputs) -> [str]`` (optional): what it needs, said when its inputs are absent
+  (``not checked: ... needs ...``: the report's "What was missing", never lowering STATUS).
 
 Adding a cause = one module + its test (``tests/causes/test_<module>.py``) + one registry line.
 """
@@ -103,6 +105,12 @@ class Cause:
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         """The claim's value re-derived by a path independent of the analyst's."""
         raise NotImplementedError
+
+    def not_checked(self, x: Inputs) -> list[str]:
+        """``not checked: <check>: needs ...`` lines (issue 28) when the inputs this cause needs are
+        absent, so a check that could not run never reads as a clean bill; [] when it could run
+        (the default: a cause whose inputs are always there)."""
+        return []
 
     @property
     def name(self) -> str:

@@ -20,6 +20,21 @@ CPU_BUSY_PCT = 90.0
 """seed 001 T1: "util consistently >90%" is busy; T3: a worker pegged at ~100% CPU."""
 CPU_IDLE_PCT = 50.0
 """seed 001 T3 "both idle => I/O-bound": under half the allotted cores busy counts as idle."""
+T8 = "T8 (I/O-bound vs CPU-transform-bound data loading)"
+"""The check as the report's "not checked" line names it (seed 001 T8)."""
+
+
+def not_checked_line(cpu_util_pct: float | None, has_trace: bool) -> str | None:
+    """``not checked: T8 ...: needs ...`` naming what T8 lacks: the host CPU busy % over the job
+    (``cpu_util_pct``, percent) and a rank trace (the DataLoader share of the step); None when
+    both are there."""
+    need = []
+    if cpu_util_pct is None:
+        need.append("host CPU busy % over the job window (cpu_util: node-exporter's node_cpu_seconds_total or "
+                    "Omnistat's host collector in the telemetry)")
+    if not has_trace:
+        need.append("a rank trace (the DataLoader share of the step)")
+    return f"not checked: {T8}: needs " + " and ".join(need) if need else None
 
 
 class DataSplit(Cause):
@@ -49,6 +64,10 @@ class DataSplit(Cause):
             return []
         f = self.check(float(x.rank["dataloader_ms_per_step"]) / float(x.rank["step_time_ms"]), cpu)
         return [f] if f is not None else []
+
+    def not_checked(self, x: Inputs) -> list[str]:
+        line = not_checked_line(x.figure("cpu.host_util_pct"), bool(x.rank))
+        return [line] if line else []
 
     def check(self, dataloader_share: float | None, cpu_util_pct: float | None) -> Finding | None:
         """The finding for a data-bound step (``dataloader_share``: DataLoader time / step time)

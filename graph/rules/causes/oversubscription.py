@@ -15,6 +15,8 @@ from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
 CLAIM_ID = "triage.t3.oversubscription"
+T3 = "T3 (CPU oversubscription: DataLoader workers x ranks per node vs the cores the job may use)"
+"""The check as the report's "not checked" line names it (seed 001 T3)."""
 
 
 def manifest_field(x: Inputs | Reader, key: str) -> Any:
@@ -23,6 +25,20 @@ def manifest_field(x: Inputs | Reader, key: str) -> Any:
     if m is None:
         return None
     return m.model_dump(mode="json", by_alias=False).get(key)
+
+
+def not_checked_line(num_workers: int | None, ranks_per_node: int | None, cores: int | None) -> str | None:
+    """``not checked: T3 ...: needs ...`` naming each of the three counts T3 needs that is None
+    (counts of processes / cores); None when all are known, or when ``num_workers`` is 0 (no worker
+    processes: nothing to oversubscribe, T3 is checked)."""
+    need = []
+    if num_workers is None:
+        need.append("the DataLoader workers per rank (num_workers in the manifest or the job script)")
+    if ranks_per_node is None:
+        need.append("the ranks per node (--ntasks-per-node or gpus_per_node)")
+    if cores is None:
+        need.append("the cores the job may use (cpus_per_node in the manifest, or --cpus-per-task in the job script)")
+    return f"not checked: {T3}: needs " + "; ".join(need) if need and num_workers != 0 else None
 
 
 def procs_per_core(num_workers: int | None, ranks_per_node: int | None, cores: int | None) -> float | None:
@@ -46,13 +62,24 @@ class CpuOversubscription(Cause):
                         "to the cgroup quota (lesson 22: 64 workers on 56 CPUs regressed 5.6%)", saving="num_workers"),)
     verifier_needs = ("job",)
 
-    def detect(self, x: Inputs) -> list[Finding]:
+    @staticmethod
+    def counts(x: Inputs) -> tuple[int | None, int | None, int | None]:
+        """``(num_workers, ranks_per_node, cores)`` of the job: the manifest's fields, else the job
+        script's (``num_workers``, ``--ntasks-per-node``, ``--cpus-per-task`` x ranks); None each
+        when neither gives it."""
         js = x.job
         ranks = js.get("ntasks_per_node") or manifest_field(x, "gpus_per_node")
         cores = manifest_field(x, "cpus_per_node") or ((js.get("cpus_per_task") or 0) * (ranks or 0)) or None
         nw = manifest_field(x, "num_workers")
-        f = self.check(nw if nw is not None else js.get("num_workers"), ranks, cores, x.figure("cpu.host_util_pct"))
+        return (nw if nw is not None else js.get("num_workers")), ranks, cores
+
+    def detect(self, x: Inputs) -> list[Finding]:
+        f = self.check(*self.counts(x), x.figure("cpu.host_util_pct"))
         return [f] if f is not None else []
+
+    def not_checked(self, x: Inputs) -> list[str]:
+        line = not_checked_line(*self.counts(x))
+        return [line] if line else []
 
     def check(self, num_workers: int | None, ranks_per_node: int | None, cores: int | None,
               cpu_util_pct: float | None = None, source: str = "manifest") -> Finding | None:
