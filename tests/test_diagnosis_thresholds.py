@@ -1,4 +1,4 @@
-"""Every bottleneck rule of graph/analysis/diagnosis.py at both sides of its threshold, on
+"""Every bottleneck rule of graph/rules/diagnosis.py at both sides of its threshold, on
 hand-built trace figures with known answers (the memory-bound and communication-bound rules
 included), and seed 001 T2's telemetry rule against the datasheet limits."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ai4s_graph.graph.analysis import diagnosis as D
+from ai4s_graph.graph.rules import diagnosis as D
 from ai4s_graph.state import BottleneckClass as B
 
 

@@ -4,7 +4,7 @@ fallback, and the verifier re-derives that same definition)."""
 
 from __future__ import annotations
 
-from ai4s_graph.graph.analysis.nodes.telemetry_verifier import _fom_value
+from ai4s_graph.graph.rules.figures import Reader, fom_value
 from ai4s_graph.tools.trainlog import fom
 from ai4s_graph.tools.trainlog.reread import reread_log
 
@@ -26,7 +26,7 @@ def test_single_epoch_with_warmup_is_confirmed_by_the_same_definition(tmp_path):
     f = fom.parse_log(p, global_batch_size=8)
     assert f.epoch_time_s == sum(steps)  # no epoch free of warm-up: the analyst includes it
     rr = reread_log(p)
-    v = _fom_value("fom.epoch_time_s", {"warmup_steps_skipped": f.warmup_steps_skipped}, rr, 8)
+    v = fom_value("fom.epoch_time_s", Reader(log=rr, warmup=f.warmup_steps_skipped, global_batch_size=8))
     assert abs(v - sum(steps)) < 1e-9
 
 
@@ -34,5 +34,5 @@ def test_steady_epochs_exclude_the_warmup_epoch(tmp_path):
     steps = [0.5, 0.25, 0.25, 0.25]
     p = _log(tmp_path, steps, epochs=3)
     rr = reread_log(p)
-    v = _fom_value("fom.epoch_time_s", {"warmup_steps_skipped": 2}, rr, 8)
+    v = fom_value("fom.epoch_time_s", Reader(log=rr, warmup=2, global_batch_size=8))
     assert abs(v - sum(steps)) < 1e-9  # epochs 1 and 2 are steady; each sums to 1.25 s

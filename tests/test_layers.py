@@ -8,6 +8,13 @@
   ImportError``, or ``hasattr(<project module>, ...)``): a missing module is an error. Third-party
   optional extras (TraceLens, HTA, Postgres, torch) may be guarded.
 - No non-test module over 700 lines: split by concern.
+- The rules room (``graph/rules/``) reads no file and no environment, and imports only modules
+  that do neither (transitively); every registered cause module has its test
+  (``tests/causes/test_<module>.py``); no package cycle between ``graph/agents`` and
+  ``graph/analysis``.
+- End to end: a default ``run`` of the bundled 2-rank example opens each rank trace at most twice
+  and the training log at most twice, across all its processes (an audit hook inherited by the
+  worker processes counts the opens).
 
 Each allow-list below names what is still being changed today and by whom; the lead empties them
 at merge time, and then they must stay empty.
@@ -16,7 +23,10 @@ at merge time, and then they must stay empty.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "ai4s_graph"
@@ -280,3 +290,145 @@ def test_every_allow_list_entry_is_still_needed():
     cycles = set(_cycles())
     stale += [f"CYCLE_ALLOWED: {c}" for c in sorted(CYCLE_ALLOWED) if c not in cycles]
     assert not stale, "remove from the allow-lists:\n" + "\n".join(stale)
+
+
+# ---- the rules room ---------------------------------------------------------------------------
+
+RULES_ROOM = "ai4s_graph.graph.rules"
+#: Calls and names that touch the file system or the environment.
+IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob", "rglob", "exists",
+            "is_file", "is_dir", "stat", "unlink", "mkdir", "getenv", "putenv", "listdir", "scandir", "walk"}
+IO_NAMES = {"environ", "getenv"}
+IO_MODULES = {"os", "io", "gzip", "pathlib", "subprocess", "shutil", "tempfile", "glob", "sqlite3", "socket",
+              "urllib", "requests", "orjson", "ijson", "yaml"}
+
+
+def _io_uses(text: str, label: str) -> list[str]:
+    """``label:line: what`` for every file or environment access in a module's source: a call of
+    :data:`IO_CALLS` (``open(...)``, ``p.read_text()``), a name of :data:`IO_NAMES` (``os.environ``),
+    an import of a module of :data:`IO_MODULES`."""
+    out = []
+    for node in ast.walk(ast.parse(text, filename=label)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in IO_CALLS:
+                out.append(f"{label}:{node.lineno}: calls {name}()")
+        elif isinstance(node, ast.Attribute) and node.attr in IO_NAMES:
+            out.append(f"{label}:{node.lineno}: reads .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in IO_NAMES:
+            out.append(f"{label}:{node.lineno}: reads {node.id}")
+        elif isinstance(node, ast.Import):
+            out += [f"{label}:{node.lineno}: imports {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in IO_MODULES:
+            out.append(f"{label}:{node.lineno}: imports {node.module}")
+    return sorted(out, key=lambda w: int(w.split(":")[1]))
+
+
+def _does_io(mod: str, seen: dict[str, list[str]]) -> list[str]:
+    """Why a project module touches files or the environment, itself or through a project module
+    it imports ([] when it does not)."""
+    if mod in seen:
+        return seen[mod]
+    seen[mod] = []  # a cycle adds nothing
+    p = MODULES[mod]
+    why = _io_uses(p.read_text(), str(p.relative_to(REPO)))
+    for t in GRAPH.get(mod, []):
+        if t in MODULES and not t.startswith(mod + "."):
+            sub = _does_io(t, seen)
+            if sub:
+                why.append(f"{p.relative_to(REPO)}: imports {t} ({sub[0]})")
+    seen[mod] = why
+    return why
+
+
+def test_the_rules_room_reads_no_file_and_no_environment():
+    rules = [m for m in MODULES if m == RULES_ROOM or m.startswith(RULES_ROOM + ".")]
+    assert f"{RULES_ROOM}.registry" in rules and f"{RULES_ROOM}.causes.base" in rules
+    seen: dict[str, list[str]] = {}
+    bad = [w for m in sorted(rules) for w in _does_io(m, seen)[:1]]
+    assert not bad, "the rules room must take tables, not read files or the environment:\n" + "\n".join(bad)
+
+
+def test_the_io_detector_finds_each_kind():
+    src = ("import os\nfrom pathlib import Path\nx = os.environ.get('A')\nt = Path('f').read_text()\n"
+           "with open('f') as fh:\n    pass\ny = len([1])\n")
+    assert _io_uses(src, "m.py") == ["m.py:1: imports os", "m.py:2: imports pathlib", "m.py:3: reads .environ",
+                                     "m.py:4: calls read_text()", "m.py:5: calls open()"]
+    # a module that imports a reader is not pure either (tools/trace/stream.py opens traces)
+    assert _does_io("ai4s_graph.tools.perfmodel.roofline", {})
+    assert _does_io("ai4s_graph.tools.perfmodel.datasheet", {}) == []
+
+
+def _registered_causes() -> list[str]:
+    """The cause modules listed in ``graph/rules/registry.py``'s ``CAUSES`` (``<module>.CAUSE``)."""
+    tree = ast.parse((REPO / "graph" / "rules" / "registry.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "CAUSES":
+            return [e.value.id for e in node.value.elts if isinstance(e, ast.Attribute) and e.attr == "CAUSE"]
+    raise AssertionError("no CAUSES tuple in graph/rules/registry.py")
+
+
+def test_every_cause_module_is_registered_and_has_its_test():
+    modules = sorted(p.stem for p in (REPO / "graph" / "rules" / "causes").glob("*.py")
+                     if p.stem not in ("__init__", "base"))
+    registered = _registered_causes()
+    assert sorted(registered) == modules, "every cause module is listed once in registry.CAUSES"
+    missing = []
+    for m in modules:
+        t = REPO / "tests" / "causes" / f"test_{m}.py"
+        if not t.is_file() or not re.search(rf"causes import {m}\b|causes\.{m}\b", t.read_text()):
+            missing.append(f"graph/rules/causes/{m}.py: no tests/causes/test_{m}.py importing it")
+    assert not missing, "\n".join(missing)
+
+
+def test_no_package_cycle_between_agents_and_analysis():
+    def pkg_imports(a: str, b: str) -> list[str]:
+        return [f"{m} -> {t}" for m in MODULES if m.startswith(a + ".") for t in GRAPH[m] if t.startswith(b + ".")]
+
+    a, b = "ai4s_graph.graph.agents", "ai4s_graph.graph.analysis"
+    assert not (pkg_imports(a, b) and pkg_imports(b, a)), pkg_imports(a, b)
+
+
+# ---- read once: the opens of a whole run -------------------------------------------------------
+
+_AUDIT = """
+import os, sys
+_LOG = os.environ["AI4S_OPEN_LOG"]
+_WATCH = tuple(os.environ["AI4S_OPEN_WATCH"].split(os.pathsep))
+def _hook(event, args):
+    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        p = os.fsdecode(args[0])
+        if any(p.endswith(w) for w in _WATCH):
+            with open(_LOG, "a") as fh:
+                fh.write(f"{os.getpid()} {os.path.basename(p)}\\n")
+sys.addaudithook(_hook)
+"""
+
+
+@pytest.mark.slow
+def test_a_default_run_opens_each_rank_trace_and_the_log_at_most_twice(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    run = REPO / "examples" / "perf-runs" / "93004"
+    watch = ["trace_rank0.json.gz", "trace_rank1.json.gz", "train.log"]
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_AUDIT)
+    log = tmp_path / "opens.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)]), "AI4S_OPEN_LOG": str(log),
+           "AI4S_OPEN_WATCH": os.pathsep.join(watch), "AI4S_STATE_DIR": str(tmp_path / "state")}
+    for k in ("ANTHROPIC_API_KEY", "AI4S_TSDB_URL", "AI4S_TRACE_CACHE"):
+        env.pop(k, None)
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "run", "--job", "93004", "--perf-run", str(run),
+                         "--out", str(tmp_path / "out"), "--llm", "none", "--fresh"],
+                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    assert (tmp_path / "out" / "report.json").is_file()
+    lines = log.read_text().splitlines()
+    counts = {w: sum(1 for x in lines if x.split(" ", 1)[1] == w) for w in watch}
+    assert len({x.split(" ", 1)[0] for x in lines}) >= 2, "the rank traces are read in worker processes"
+    assert counts["trace_rank0.json.gz"] >= 1 and counts["trace_rank1.json.gz"] >= 1 and counts["train.log"] >= 1
+    assert all(n <= 2 for n in counts.values()), counts

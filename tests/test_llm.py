@@ -32,7 +32,7 @@ def test_is_supported_numbers_strings_bools():
     assert not llm.is_supported(_claim(True, {"supports": False, "n": 1}, metric="t.b", unit="bool"))
     assert not llm.is_supported({"value": 1.0, "evidence": []})
     # agrees with the lead's claimkit guard on the same inputs
-    from ai4s_graph.graph.analysis import claimkit
+    from ai4s_graph.state import claimkit
 
     for c in (_claim(8.05, nested), _claim(55.5, nested)):
         assert llm.is_supported(c) == claimkit.is_supported(c)

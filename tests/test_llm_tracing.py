@@ -9,7 +9,7 @@ import random
 import pytest
 
 from ai4s_graph.graph.agents import tracing as T
-from ai4s_graph.graph.analysis import claimkit
+from ai4s_graph.state import claimkit
 
 # two ordinary tool results, as the trace and telemetry tools return them (91003-like values)
 EV1 = {"rank": 0, "gpu_timeline.busy_time.percent": 91.9492, "gpu_timeline.idle_time.percent": 8.0508,

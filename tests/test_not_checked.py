@@ -12,7 +12,17 @@ from typer.testing import CliRunner
 
 from ai4s_graph.cli import app
 from ai4s_graph.state import Report
-from ai4s_graph.tools.report.not_checked import T3, T8, triage_not_checked
+from ai4s_graph.graph.rules.causes import data_split, oversubscription
+
+T3, T8 = oversubscription.T3, data_split.T8
+
+
+def triage_not_checked(num_workers, ranks_per_node, cores, cpu_util_pct, traces):
+    """The T3 and T8 lines for these inputs, as the two cause modules say them (``traces``: the
+    analysed rank traces)."""
+    lines = (oversubscription.not_checked_line(num_workers, ranks_per_node, cores),
+             data_split.not_checked_line(cpu_util_pct, bool(traces)))
+    return [x for x in lines if x]
 
 
 def test_t3_and_t8_inputs():

@@ -378,8 +378,8 @@ def test_cli_trace_steps(tmp_path):
     assert r.stdout.strip().splitlines()[-1].startswith("STATUS=ok")
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
-    r = CliRunner().invoke(app, ["trace", "steps", str(bad)])
-    assert r.exit_code == 1 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")
+    r = CliRunner().invoke(app, ["trace", "steps", str(bad)])  # a refused input: exit 2 (cli/trace.py EXIT_INPUT)
+    assert r.exit_code == 2 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")
 
 
 def test_lead_sentence_has_the_numbers(tmp_path):

@@ -39,7 +39,8 @@ def test_analyze_rank_served_from_cache_and_modified_trace_misses(shared_data, t
     cache_dir = str(tmp_path / "cache")
     scans = []
     real_scan = R.ts_mod.scan_trace
-    monkeypatch.setattr(R.ts_mod, "scan_trace", lambda p, progress=None, also=(): scans.append(p) or real_scan(p, progress, also))
+    monkeypatch.setattr(R.ts_mod, "scan_trace", lambda p, progress=None, also=(), **kw: scans.append(p)
+                        or real_scan(p, progress, also, **kw))
 
     first = R.analyze_rank(str(trace), 0, cache_dir, cross_check=False)
     again = R.analyze_rank(str(trace), 0, cache_dir, cross_check=False)

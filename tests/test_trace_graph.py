@@ -142,11 +142,11 @@ def test_a_path_that_cannot_read_the_trace_is_inconclusive_never_refuted(shared_
 
     p = tmp_path / "trace_rank0.json"
     shutil.copy(shared_data / "cases" / "partial-ac2g" / "traces" / "trace_rank0.json", p)
-    res = TA._as_rank_result(rank_analysis.analyze_rank(str(p), 0, str(tmp_path / "c"), cross_check=False))
+    res = TA.as_rank_result(rank_analysis.analyze_rank(str(p), 0, str(tmp_path / "c"), cross_check=False))
     claims = TA.claims_for_rank(res)
     p.write_text(p.read_text()[:200])  # truncated
     verdicts = TV.verify_trace_claims(claims, [res])
     assert verdicts and all(v.verdict.value == "inconclusive" for v in verdicts)
     assert all("could not read the trace" in v.note and "truncated" in v.note for v in verdicts)
-    res["rederive_error"] = "trace_rank0.json: truncated or not valid JSON (x)"
+    res["reader_error"] = "trace_rank0.json: truncated or not valid JSON (x)"
     assert all(v.verdict.value == "inconclusive" for v in TV.verify_trace_claims(claims, [res]))

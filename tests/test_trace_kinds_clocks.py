@@ -47,8 +47,8 @@ def _analyse(tmp: Path, docs: dict[int, dict]):
     """The analyst's cross-rank report and claims, and the verifier's verdict on the straggler claim."""
     paths = {r: str(tb.write(tmp / f"trace_rank{r}.json", d)) for r, d in docs.items()}
     recs = rank_analysis.analyze_ranks(paths, cache_dir=str(tmp / "cache"), workers=1)
-    good = [dict(TA._as_rank_result(r), path=paths[r["rank"]]) for r in recs]
-    multi = TA._multi_rank({"request": {}}, good)
+    good = [dict(TA.as_rank_result(r), path=paths[r["rank"]]) for r in recs]
+    multi = TA._multi_rank(good)
     claims = [c for c in multi.pop("claims") if c.metric == "collectives.straggler_rank"]
     verdicts = verify_trace_claims(claims, good)
     return multi["collectives"], claims, verdicts, crossrank_check.arrival_straggler(paths)

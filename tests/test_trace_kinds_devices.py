@@ -18,7 +18,7 @@ from ai4s_graph.cli import app  # noqa: E402
 
 
 def _rows(res: dict, reader: str) -> dict:
-    return res["timeline"] if reader == "engine" else res["rederived"]["timeline"]
+    return res["timeline"] if reader == "engine" else res["reader"]["timeline"]
 
 
 # ---------------------------------------------------------------------------------- several GPUs
@@ -55,7 +55,7 @@ def test_several_gpus_in_one_file_get_figures_per_device(tmp_path, member):
         tl = _rows(res, reader)
         assert tl["busy_time"]["percent"] == pytest.approx(busy_pct, abs=1e-9), reader
         assert tl["total_time"]["time_ms"] * 1e3 == pytest.approx(len(busy) * window), reader
-        per = res["per_device"] if reader == "engine" else res["rederived"]["per_device"]
+        per = res["per_device"] if reader == "engine" else res["reader"]["per_device"]
         assert [round(d["busy_pct"], 9) for d in per] == [round(100 * (t1 - t0) / window, 9) for t0, t1 in busy]
     note = next(w for w in res["warnings"] if "GPUs in one trace file" in w)
     assert note.startswith(f"{len(busy)} GPUs in one trace file") and f"device {top} is the busiest" in note
@@ -75,7 +75,7 @@ def test_kernel_gaps_are_taken_within_each_gpu(tmp_path):
           + tb.launched("b0", 300.0, 100.0, 2, device=0, pid=0)
           + tb.launched("a1", 100.0, 50.0, 3, device=1, pid=1) + tb.launched("b1", 160.0, 40.0, 4, device=1, pid=1))
     res, v = tb.both(tb.write(tmp_path / "t.json", ev))
-    assert res["launch"]["median_gap_us"] == res["rederived"]["launch"]["median_gap_us"] == pytest.approx(105.0)
+    assert res["launch"]["median_gap_us"] == res["reader"]["launch"]["median_gap_us"] == pytest.approx(105.0)
     assert not tb.all_confirmed(v)
 
 
@@ -129,7 +129,7 @@ def test_partly_recorded_graph_replays_are_left_out_of_idle(tmp_path, member):
     assert note.startswith(f"{n_missing} of 8 graph launches ({kw.get('api', 'cudaGraphLaunch')})")
     # every step launched GPU work: the window is a steady state (not "3 of 8 steps")
     assert res["window"]["steps_with_gpu"] == 8 and not res["window"]["degenerate"]
-    assert res["rederived"]["window"]["steps_with_gpu"] == 8
+    assert res["reader"]["window"]["steps_with_gpu"] == 8
     assert sum(s["graph_launches_unrecorded"] for s in res["per_step"]) == n_missing
     assert not tb.all_confirmed(v), tb.all_confirmed(v)
 

@@ -23,11 +23,11 @@ def _agree(path: Path, idle_pct: float, busy_us: float, total_us: float, kernels
     res, v = tb.both(path)
     for reader in ("engine", "reader"):
         assert tb.pct(res, "idle_time", reader) == pytest.approx(idle_pct, abs=1e-9), reader
-        tl = res["timeline"] if reader == "engine" else res["rederived"]["timeline"]
+        tl = res["timeline"] if reader == "engine" else res["reader"]["timeline"]
         assert tl["busy_time"]["time_ms"] * 1e3 == pytest.approx(busy_us, abs=1e-6), reader
         assert tl["total_time"]["time_ms"] * 1e3 == pytest.approx(total_us, abs=1e-6), reader
     if kernels is not None:
-        assert res["kernel_count"] == res["rederived"]["kernel_count"] == kernels
+        assert res["kernel_count"] == res["reader"]["kernel_count"] == kernels
     assert not tb.all_confirmed(v), tb.all_confirmed(v)
     return res
 
@@ -160,7 +160,7 @@ def test_nested_cpu_pairs_keep_the_launcher(tmp_path):
           tb.kernel("gemm_A", 100.0, 300.0, 1000)]
     res = _agree(tb.write(tmp_path / "t.json", ev), 0.0, 300.0, 300.0, 1)
     assert [r["category"] for r in res["ops_by_category"]] == ["GEMM"]
-    assert [r["category"] for r in res["rederived"]["ops_by_category"]] == ["GEMM"]
+    assert [r["category"] for r in res["reader"]["ops_by_category"]] == ["GEMM"]
     assert res["launch"]["launch_calls"] == 1 and res["launch"]["mean_launch_cpu_us"] == pytest.approx(5.0)
 
 

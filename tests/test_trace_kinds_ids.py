@@ -108,7 +108,7 @@ def test_category_spellings_are_read_by_both_readers(tmp_path, member):
     for reader in ("engine", "reader"):
         for row, p in want.items():
             assert tb.pct(res, row, reader) == pytest.approx(p, abs=1e-9), (reader, row)
-    assert res["kernel_count"] == res["rederived"]["kernel_count"] == 2  # gemm + the unlinked one
+    assert res["kernel_count"] == res["reader"]["kernel_count"] == 2  # gemm + the unlinked one
     assert any(w.startswith("categories normalised to kineto's names: ") for w in res["warnings"])
     assert not tb.all_confirmed(v), tb.all_confirmed(v)
 
@@ -144,7 +144,7 @@ def test_the_public_hta_trace_with_legacy_categories(tmp_path):
     assert hand == {"n": 4, "busy_us": 30.0, "total_us": 1629.0}
     res, v = tb.both(Path(shutil.copy(p, tmp_path / "inference_rank_1.json.gz")))
     for reader in ("engine", "reader"):
-        tl = res["timeline"] if reader == "engine" else res["rederived"]["timeline"]
+        tl = res["timeline"] if reader == "engine" else res["reader"]["timeline"]
         assert tl["busy_time"]["time_ms"] * 1e3 == pytest.approx(hand["busy_us"], abs=1e-6)
         assert tl["computation_time"]["time_ms"] * 1e3 == pytest.approx(hand["busy_us"], abs=1e-6)
         assert tl["total_time"]["time_ms"] * 1e3 == pytest.approx(hand["total_us"], abs=1e-6)

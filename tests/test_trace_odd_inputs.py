@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.graph.analysis import triage
 from ai4s_graph.graph.analysis.nodes import trace_analyst as TA
+from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims
-from ai4s_graph.tools.trace import kineto, ranks, stream
+from ai4s_graph.tools.trace import kineto, onepass, ranks, stream
 
 
 def _events(n=4, corr=lambda i: 100 + i, stream_id=7, dur=10.0, step_name="ProfilerStep#{i}", ph="X",
@@ -50,7 +50,7 @@ def _write(path: Path, events, tail=None, compact=False, gz=True):
 
 def _both(path: Path):
     """The rank result of the one read, and the verifier's verdicts on its claims."""
-    res = TA._analyze_one(str(path), 0, str(path.parent / "cache"), "0")
+    res = TA.analyze_one(str(path), 0, str(path.parent / "cache"), "0")
     claims = TA.claims_for_rank(res)
     return res, {v.claim.metric: v for v in verify_trace_claims(claims, [res])}
 
@@ -84,7 +84,7 @@ def test_odd_values_never_crash_and_both_readers_agree(tmp_path, kind, kw):
             if e["cat"] == "user_annotation":
                 del e["ph"]
     res, v = _both(_write(tmp_path / "t.json.gz", ev))
-    assert "error" not in res and "rederive_error" not in res, kind
+    assert "error" not in res and "reader_error" not in res, kind
     _no_disagreement(v)
 
 
@@ -93,7 +93,7 @@ def test_a_negative_kernel_dur_is_dropped_by_both_readers(tmp_path):
            "args": {"correlation": 101, "device": 0, "stream": 7}}
     res, v = _both(_write(tmp_path / "t.json.gz", _events(extra_kernel=bad)))
     assert res["timeline"]["computation_time"]["percent"] == pytest.approx(100 * 40 / 160)
-    assert res["rederived"]["timeline"]["computation_time"]["percent"] == pytest.approx(100 * 40 / 160)
+    assert res["reader"]["timeline"]["computation_time"]["percent"] == pytest.approx(100 * 40 / 160)
     _no_disagreement(v)
 
 
@@ -125,10 +125,12 @@ def test_raw_counts_read_gzip_by_content_and_spaced_keys(tmp_path):
     ev = _events() + [{"ph": "X", "cat": "cpu_op", "name": "aten::_scaled_dot_product_attention_math",
                        "pid": 1, "tid": 1, "ts": 1200.0 + i, "dur": 0.5} for i in range(3)]
     p = _write(tmp_path / "trace_rank0.json", ev)  # gzip bytes under a .json name
-    assert triage.rederive_sdpa_fallback(p) == 3 == triage.trace_names(p)[triage._MATH_SDPA]
+    res = TA.analyze_one(str(p), 0, str(tmp_path / "cache"), "0")
+    math = "aten::_scaled_dot_product_attention_math"
+    assert res["raw_counts"]["sdpa_math"] == 3 == res["event_names"][math]
     spaced = tmp_path / "spaced.json"
     spaced.write_text(json.dumps({"traceEvents": ev}).replace('"name": ', '"name" : '))
-    assert triage.rederive_sdpa_fallback(spaced) == 3
+    assert onepass.raw_counts(str(spaced), registry.raw_patterns())["sdpa_math"] == 3
 
 
 def test_compact_one_line_trace_keeps_its_trailing_rank(tmp_path):

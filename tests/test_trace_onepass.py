@@ -1,7 +1,8 @@
-"""One read per rank trace (issue 12): the engine, the verifier's own reader, the trace checks'
-name counts and the roofline collector are fed by the same pass, and each must give what its
-standalone read of the file gives. Also: keys written after ``traceEvents`` (deviceProperties,
-distributedInfo) are read, and the raw-text count streams in chunks with the same answer."""
+"""One read per rank trace (issues 12, 23): the engine, the verifier's own reader, the causes'
+name counts and raw-text counts and the roofline collector are fed by the same pass, and each must
+give what its standalone read of the file gives. Also: keys written after ``traceEvents``
+(deviceProperties, distributedInfo) are read, and the raw-text count streams in chunks with the
+same answer as a regular expression over the whole text."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ai4s_graph.graph.analysis import triage
 from ai4s_graph.graph.analysis.nodes import trace_analyst
+from ai4s_graph.graph.rules import registry
 from ai4s_graph.tools.errors import InputError
 from ai4s_graph.tools.perfmodel.roofline import RooflineCollector, roofline, roofline_of
-from ai4s_graph.tools.trace import kineto, ranks, stream
+from ai4s_graph.tools.trace import crossrank_check, kineto, onepass, ranks, stream
 from ai4s_graph.tools.trace.trailer import read_trailer, trailer_keys
 
 
@@ -25,31 +26,39 @@ def bert(shared_data):
     return shared_data / "traces/tracelens-h100/gaunernst_bert-small-uncased__1016001.json.gz"
 
 
+def _names(path):
+    c = onepass.NameCounter(registry.event_name_wanted)
+    stream.feed_events(path, (c.feed,))
+    return c.counts
+
+
 def test_one_pass_gives_what_each_standalone_read_gives(bert, tmp_path):
-    res = trace_analyst._analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+    res = trace_analyst.analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
     assert res["from_cache"] is False
     # the verifier's reader, fed by the engine's read, equals its own read of the file
     alone = kineto.rederive_figures(bert)
-    fed = dict(res["rederived"])
-    corr = fed.pop("roofline_correlation")
+    fed = dict(res["reader"])
+    comm = fed.pop("comm")
     assert fed == alone
-    # the checks' name counts equal a separate streamed count
-    assert res["triage_names"] == triage.trace_names(bert)
-    assert res["triage_names"]["aten::_scaled_dot_product_flash_attention"] == 4  # a fused SDPA, 4 layers
-    assert "aten::_scaled_dot_product_attention_math" not in res["triage_names"]
-    assert triage.rederive_sdpa_fallback(bert) == 0
+    assert comm == crossrank_check.comm_kernels(bert)
+    # the causes' name counts and raw-text counts equal a separate streamed count
+    assert res["event_names"] == _names(bert)
+    assert res["event_names"]["aten::_scaled_dot_product_flash_attention"] == 4  # a fused SDPA, 4 layers
+    assert "aten::_scaled_dot_product_attention_math" not in res["event_names"]
+    assert res["raw_counts"] == onepass.raw_counts(str(bert), registry.raw_patterns())
+    assert res["raw_counts"]["sdpa_math"] == 0
     # the roofline totals of the pass give the roofline of a separate read, by both links
     dev = res["device_name"]
     assert dev.startswith("NVIDIA H100")
-    for link, totals in (("external_id", res["roofline_totals"]), ("correlation", corr)):
+    for link, totals in (("external_id", res["roofline_totals"]), ("correlation", res["roofline_correlation"])):
         assert roofline_of(totals, dev) == roofline(bert, link=link)
     assert roofline(bert)["categories"]["GEMM"]["kernel_us"] > 0
 
-    # second run: the engine's result comes from the cache; the others read the file themselves
-    again = trace_analyst._analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+    # second run: the engine's result comes from the cache; the others are fed by the same open file
+    again = trace_analyst.analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
     assert again["from_cache"] is True
-    assert again["rederived"] == res["rederived"] and again["triage_names"] == res["triage_names"]
-    assert again["roofline_totals"] == res["roofline_totals"]
+    for k in ("reader", "event_names", "raw_counts", "roofline_totals", "roofline_correlation"):
+        assert again[k] == res[k], k
 
 
 def test_a_failing_consumer_never_fails_the_engine(bert):
@@ -110,13 +119,16 @@ def test_rank_identity_reads_distributed_info_written_after_the_events(tmp_path)
 
 
 @pytest.mark.parametrize("chunk", [97, 1024, 1 << 23])
-def test_raw_count_streams_in_chunks_with_the_whole_text_answer(tmp_path, monkeypatch, chunk):
+def test_raw_count_streams_in_chunks_with_the_whole_text_answer(tmp_path, chunk):
     names = ["aten::isnan", "autograd::engine::evaluate_function: MulBackward0", "aten::add"] * 700
     evs = [{"ph": "X", "cat": "cpu_op", "name": n, "ts": float(i), "dur": 1.0} for i, n in enumerate(names)]
+    text = json.dumps({"traceEvents": evs}, indent=1).encode()
+    rc = onepass.RawCounter({"isnan": 'aten::isnan"', "backward": "autograd::engine::evaluate_function",
+                             "add": "aten::add"}, overlap=200)
+    for i in range(0, len(text), chunk):
+        rc.feed(text[i:i + chunk])
+    assert rc.counts() == {"isnan": 700, "backward": 700, "add": 700}
+    assert len(re.findall(rb'"name":\s*"aten::add', text)) == 700
     p = tmp_path / "t.json.gz"
-    text = json.dumps({"traceEvents": evs}, indent=1)
-    p.write_bytes(gzip.compress(text.encode()))
-    monkeypatch.setattr(triage, "_RAW_CHUNK", chunk)
-    monkeypatch.setattr(triage, "_RAW_OVERLAP", min(triage._RAW_OVERLAP, 200))
-    assert triage.rederive_anomaly(p) == (700, 700)
-    assert triage._raw_count(p, "aten::add") == len(re.findall(r'"name":\s*"aten::add', text)) == 700
+    p.write_bytes(gzip.compress(text))
+    assert onepass.raw_counts(str(p), {"add": "aten::add"}) == {"add": 700}  # the pass's own chunks

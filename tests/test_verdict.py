@@ -12,12 +12,14 @@ import pytest
 from typer.testing import CliRunner
 
 from ai4s_graph.cli import app
-from ai4s_graph.graph.analysis import claimkit, context as ctx, diagnosis as dg
-from ai4s_graph.graph.analysis.claimkit import claim, verdict
+from ai4s_graph.graph.rules import context as ctx, diagnosis as dg
+from ai4s_graph.state import claimkit
+from ai4s_graph.state.claimkit import claim, verdict
+from ai4s_graph.tools.cluster.baseline import load_baseline
 from ai4s_graph.graph.analysis.nodes import trace_analyst as ta
 from ai4s_graph.graph.analysis.nodes.synthesizer import levers_for as recommend_levers
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims
-from ai4s_graph.graph.analysis.verdict import decide
+from ai4s_graph.graph.rules.verdict import decide
 from ai4s_graph.state import (BottleneckClass as C, Evidence, Manifest, Report, Tolerance, Verdict,
                               VerifiedClaim)
 from ai4s_graph.tools.trace import rank_analysis
@@ -33,9 +35,9 @@ import verdict_traces as vt  # noqa: E402
 def _analyse(run: Path, tmp: Path) -> tuple[list[VerifiedClaim], dict]:
     traces = {r: str(next((run / "traces").glob(f"trace_rank{r}.json*"))) for r in (0, 1)}
     recs = rank_analysis.analyze_ranks(traces, cache_dir=str(tmp / "cache"), workers=1)
-    good = [dict(ta._as_rank_result(r), path=traces[r["rank"]]) for r in recs]
+    good = [dict(ta.as_rank_result(r), path=traces[r["rank"]]) for r in recs]
     claims = [c for g in good for c in ta.claims_for_rank(g)]
-    multi = ta._multi_rank({"request": {}}, good)
+    multi = ta._multi_rank(good)
     claims += multi.pop("claims")
     vs = list(verify_trace_claims(claims, good))
     return vs, {"trace": {"ranks": good, "multi_rank": multi}}
@@ -218,7 +220,7 @@ def test_telemetry_contradiction_is_reported(tmp_path):
 
 
 def test_telemetry_contradiction_resolved_by_the_profiled_window(tmp_path):
-    from ai4s_graph.graph.analysis.verdict import reconcile_with_window
+    from ai4s_graph.graph.rules.verdict import reconcile_with_window
 
     vs, findings = _busy_rank(tmp_path)
     vs.append(_v("om.tel.supports_compute", "telemetry.supports_compute", False,
@@ -288,7 +290,7 @@ def test_confidence_from_margins_and_borderline():
 def test_profiler_inflated_steps_are_flagged(tmp_path):
     steps = {0: [[("gemm", 0.0, 1.0), ("gemm", 10.0, 1.0), ("gemm", 20.0, 1.0)] for _ in range(3)]}
     run = vt.write_run(tmp_path / "run", "95004", steps, 30.0, log_step_s=0.020)   # log says 20 ms a step
-    rec = ta._as_rank_result(rank_analysis.analyze_rank(str(run / "traces/trace_rank0.json"), 0, str(tmp_path / "c")))
+    rec = ta.as_rank_result(rank_analysis.analyze_rank(str(run / "traces/trace_rank0.json"), 0, str(tmp_path / "c")))
     rec["path"] = str(run / "traces/trace_rank0.json")
     win = ctx.profiled_window(rec)
     assert win[0] == pytest.approx(vt.BASE_NS / 1e9 + 5.0) and win[1] - win[0] == pytest.approx(0.09)
@@ -380,22 +382,25 @@ def test_busbw_against_an_eval_cluster_baseline(tmp_path):
                  '{"bytes": 1048576, "busbw_gbps": 40.0, "correct": true},'
                  '{"bytes": 268435456, "busbw_gbps": 285.0, "correct": true}]}}}')
     g = [{"collective": "allreduce", "msg_bytes": 268435456.0, "busbw_gbps": 142.5}]
-    rows, probs = ctx.busbw_context(g, j, "NVIDIA H200")
-    assert not probs and rows[0]["reference_gbps"] == 285.0 and rows[0]["ratio"] == 0.5
+    rows = ctx.busbw_context(g, load_baseline(j), "NVIDIA H200")
+    assert rows[0]["reference_gbps"] == 285.0 and rows[0]["ratio"] == 0.5
     assert "eval-cluster all-reduce at 256 MiB" in rows[0]["reference"]
     md = tmp_path / "REPORT.md"
     md.write_text("| payload | time (µs) | algbw (GB/s) | busbw (GB/s) |\n|---|---|---|---|\n"
                   "| 1 MiB | 26.2 | 40.0 | 40.0 |\n| 256 MiB | 941.9 | 285.0 | 285.0 |\n")
-    assert ctx.busbw_context(g, md, None)[0][0]["ratio"] == 0.5
-    rows, _ = ctx.busbw_context([{**g[0], "msg_bytes": 2e6}], j, None)
+    assert ctx.busbw_context(g, load_baseline(md), None)[0]["ratio"] == 0.5
+    rows = ctx.busbw_context([{**g[0], "msg_bytes": 2e6}], load_baseline(j), None)
     assert rows[0]["reference_gbps"] == 40.0                                # nearest payload
-    rows, probs = ctx.busbw_context(g, tmp_path / "missing.json", "NVIDIA H200")
-    assert probs and rows[0]["reference_gbps"] == 450.0                      # datasheet fallback
+    with pytest.raises(Exception, match="missing.json"):
+        load_baseline(tmp_path / "missing.json")
+    rows = ctx.busbw_context(g, None, "NVIDIA H200")
+    assert rows[0]["reference_gbps"] == 450.0                                # datasheet fallback
+    assert "NVIDIA H200 SXM datasheet" in rows[0]["reference"]
 
 
 def test_real_one_gpu_eval_report_has_no_allreduce(repo_root):
     with pytest.raises(Exception, match="no all-reduce busbw"):
-        ctx.load_baseline(repo_root / "reports/raw-2026-11-29/eval-vm.json")
+        load_baseline(repo_root / "reports/raw-2026-11-29/eval-vm.json")
 
 
 # ------------------------------------------------------------------------------------------

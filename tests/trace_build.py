@@ -71,17 +71,17 @@ def write(path: Path, events_or_doc, gz: bool = False) -> Path:
 
 
 def both(path: Path) -> tuple[dict, dict]:
-    """The one-read rank result (engine, with the verifier's reader's figures under ``rederived``)
+    """The one-read rank result (engine, with the verifier's reader's figures under ``reader``)
     and the verifier's verdicts on the analyst's claims, by metric."""
-    res = TA._analyze_one(str(path), 0, str(path.parent / "cache"), "0")
-    assert "error" not in res and "rederive_error" not in res, res.get("rederive_error")
+    res = TA.analyze_one(str(path), 0, str(path.parent / "cache"), "0")
+    assert "error" not in res and "reader_error" not in res, res.get("reader_error")
     claims = TA.claims_for_rank(res)
     return res, {v.claim.metric: v for v in verify_trace_claims(claims, [res])}
 
 
 def pct(res: dict, row: str, reader: str = "engine") -> float:
     """A timeline row's percent by the engine (``res["timeline"]``) or the verifier's reader."""
-    tl = res["timeline"] if reader == "engine" else res["rederived"]["timeline"]
+    tl = res["timeline"] if reader == "engine" else res["reader"]["timeline"]
     return float(tl[row]["percent"])
 
 

@@ -22,7 +22,7 @@ points the nodes import.
 
 from __future__ import annotations
 
-from ..analysis.claimkit import SUPPORT_TOL, is_supported, numbers_in  # noqa: F401
+from ...state.claimkit import SUPPORT_TOL, is_supported, numbers_in  # noqa: F401
 from .merge import merge_verdicts  # noqa: F401
 from .passes import analyst_pass, synthesizer_pass, verifier_pass  # noqa: F401
 from .render import agent_notes_markdown  # noqa: F401

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.claimkit import SUPPORT_TOL, is_supported
+from ...state.claimkit import SUPPORT_TOL, as_float, is_supported
 from ...state.claims import Evidence, Tolerance, Verdict, VerifiedClaim
 from ...tools.telemetry.subwindow import subwindow_of
-from .tracing import _as_float, canon_unit, convert, field_unit, lookup
+from .tracing import canon_unit, convert, field_unit, lookup
 
 __all__ = ["merge_verdicts", "window_of", "independent", "reader_of", "to_evidence"]
 
@@ -79,7 +79,7 @@ def _rederived(vc: VerifiedClaim, ref: str | None, records: dict[str, dict[str, 
         return None, None, f"{eid} has no field {path!r}"
     if isinstance(vc.claim.value, (bool, str)) or isinstance(val, (bool, str)):
         return val, rec, None
-    v = _as_float(val)
+    v = as_float(val)
     if v is None:
         return None, None, f"{ref} is not a number"
     conv = convert(v, field_unit(key, container), vc.claim.unit)
@@ -110,7 +110,7 @@ def merge_verdicts(
     (:func:`reader_of`). Rules:
 
     - ``unsupported`` and ``refuted`` stay as they are (only a note is added); a claim failing
-      :func:`~ai4s_graph.graph.analysis.claimkit.is_supported` becomes ``unsupported``;
+      :func:`~ai4s_graph.state.claimkit.is_supported` becomes ``unsupported``;
     - ``confirmed`` (upgrading ``inconclusive``) and ``refuted`` are accepted only with a
       ``rederived_ref`` into one of the verifier's own results that is independent of the claim's
       evidence, over the claim's window, in its unit (:func:`_rederived`), and that agrees

@@ -19,11 +19,13 @@ from pydantic import BaseModel
 
 from ...state.claims import BottleneckClass, Claim, VerifiedClaim
 from ...state.status import Outcome, StatusLine
+from ...tools import llm_tools as agent_tools
 from ...tools.errors import Ai4sError
 from .merge import merge_verdicts, to_evidence
 from .runner import AgentOutcome, compact, dumps, run_agent, scrub
 from .schemas import AnalystAnswer, LlmResult, SynthAnswer, VerifierAnswer
 from .tracing import NumberRef, check_text, claim_sources, report_sources, trace_value
+from .verifier_tools import verifier_toolset
 
 __all__ = ["analyst_pass", "verifier_pass", "synthesizer_pass", "notes_dir", "write_notes"]
 
@@ -85,8 +87,6 @@ def analyst_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
     and dispute reasons must trace (:func:`check_text`). Returns ``claims`` = the deterministic
     claims (unchanged) + the new ones (ids ``llm.<domain>.<name>``), ``prose``,
     ``endorsed``/``disputed``; on failure ``claims=None`` and ``STATUS=partial``."""
-    from ...tools import llm_tools as agent_tools
-
     if agent not in ("trace_analyst", "telemetry_analyst"):
         raise ValueError(f"unknown analyst {agent!r}")
     det = [Claim.model_validate(_dump(c)).model_dump(mode="json") for c in claims]
@@ -156,9 +156,6 @@ def verifier_pass(agent: str, request: dict[str, Any], context: dict[str, Any],
     change only with an independent, field-specific re-derivation over the claim's window. Notes
     and prose must have every number traced. Returns ``verdicts`` (merged), ``prose``, and in
     ``disputed`` the refused changes; on failure ``verdicts=None`` and ``STATUS=partial``."""
-    from ...tools import llm_tools as agent_tools
-    from .verifier_tools import verifier_toolset
-
     if agent not in ("trace_verifier", "telemetry_verifier"):
         raise ValueError(f"unknown verifier {agent!r}")
     det = [VerifiedClaim.model_validate(_dump(v)).model_dump(mode="json") for v in verdicts]

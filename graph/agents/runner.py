@@ -65,6 +65,7 @@ def make_chat_model(model: str, max_tokens: int) -> Any:
     ``langchain.chat_models.init_chat_model``: temperature 0, the provider SDK's own retries off
     (``max_retries=0``; 429/529 are retried here), 120 s timeout. Raises what the provider's
     integration raises for an unknown provider or a missing package."""
+    # lazy: +183 ms import time (python -X importtime after the analysis graph), paid by LLM runs only
     from langchain.chat_models import init_chat_model
 
     provider, name = split_model(model)
@@ -109,7 +110,7 @@ class AgentOutcome:
 
 
 def _finish_tool(name: str, schema: type[BaseModel], description: str) -> Any:
-    from langchain_core.tools import StructuredTool
+    from langchain_core.tools import StructuredTool  # lazy: +22 ms import time, LLM runs only
 
     def _noop(**kwargs: Any) -> str:  # never executed: the loop intercepts the final tool
         return "ok"
@@ -136,6 +137,7 @@ def run_agent(
     :data:`MAX_MALFORMED_RETRIES` times. 429/529 are retried with tenacity (:data:`RETRY_WAIT`).
     Never raises for API, budget or answer problems: the outcome's ``status`` is ``partial`` with
     the reason, and ``answer`` is ``None``."""
+    # lazy: +500 ms import time (python -X importtime after the analysis graph), paid by LLM runs only
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
     model_string = request.get("llm_model") or DEFAULT_MODEL

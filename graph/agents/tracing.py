@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..analysis.claimkit import _as_float
+from ...state.claimkit import as_float
 
 __all__ = ["NumberRef", "numbers_in_prose", "lookup", "field_unit", "canon_unit", "convert",
            "trace_ref", "trace_value", "check_text", "claim_sources", "report_sources"]
@@ -67,7 +67,7 @@ def _numbers_with_units(text: str) -> list[tuple[str, float, str | None]]:
         s = m.group(1)
         if "," in s and not re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
             s = s.split(",")[0]
-        f = _as_float(s)
+        f = as_float(s)
         if f is None:
             continue
         u = _UNIT_AFTER.match(text, m.start(1) + len(s))
@@ -188,7 +188,7 @@ def _last_digit(written: str) -> float:
 
 
 def _rounds_to(written: str, value: float) -> bool:
-    w = _as_float(written)
+    w = as_float(written)
     if w is None:
         return False
     half = 0.5 * _last_digit(written)
@@ -206,7 +206,7 @@ def trace_ref(text: str, unit: str, ref: str, sources: dict[str, Any]) -> str | 
     found, val, container, key = lookup(sources[src], path)
     if not found:
         return f"{text}: {src} has no field {path!r}"
-    v = _as_float(val) if not isinstance(val, str) else None
+    v = as_float(val) if not isinstance(val, str) else None
     if v is None:
         return f"{text}: {ref} is not a number ({val!r})"
     fu = field_unit(key, container)
@@ -268,6 +268,6 @@ def report_sources(report: dict[str, Any]) -> dict[str, Any]:
     """Sources for text about a report: its claims (:func:`claim_sources`) and ``report``
     (``jobid``)."""
     out = claim_sources(report.get("claims") or [])
-    jid = _as_float(report.get("jobid"))
+    jid = as_float(report.get("jobid"))
     out["report"] = {"jobid": int(jid) if jid is not None and jid.is_integer() else report.get("jobid")}
     return out

@@ -30,8 +30,15 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..rules.figures import dataloader_share_pct, short_kernel_pct
 from ...tools.errors import InputError
 from ...tools.llm_tools import Recorder, ToolContext, make_tool
+from ...tools.slurm import probe as P
+from ...tools.telemetry import export
+from ...tools.telemetry.metrics import METRICS
+from ...tools.telemetry.subwindow import raw_subwindow_stat
+from ...tools.trace import kineto, stream
+from ...tools.trainlog.reread import reread_log
 
 __all__ = ["verifier_toolset", "TRACE_VERIFIER_TOOLS", "TELEMETRY_VERIFIER_TOOLS"]
 
@@ -84,8 +91,6 @@ class ProbeArgs(BaseModel):
 
 def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
     def rederive(rank: int | None = None) -> tuple[str, str, Any]:
-        from ...tools.trace import kineto
-
         r, p = ctx.path_for(rank)
         tr = kineto.load_events(p)  # the file itself, every time: never the analyst's cached analysis
         out: dict[str, Any] = {"rank": r}
@@ -100,7 +105,8 @@ def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
         for c in ks["kernels_by_category"]:
             out[f"kernels_by_category.{c['category']}.percent_of_kernel_time"] = c["percent"]
         out["kernel_count"] = ks["kernel_count"]
-        out["short_kernels.count_pct"] = 100.0 * ks["short_kernels"]["count"] / ks["kernel_count"] if ks["kernel_count"] else 0.0
+        # the figures' own definitions (graph/rules/figures.py), on this reader's tables
+        out["short_kernels.count_pct"] = short_kernel_pct(ks) or 0.0
         st = kineto.step_stats(tr)
         out["n_steps"] = st["n_steps"]
         if st["n_steps"]:
@@ -108,12 +114,10 @@ def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
         if st.get("step_time_ms"):
             out["step_time_ms"] = st["step_time_ms"]
             out["dataloader_ms_per_step"] = st["dataloader_ms_per_step"]
-            out["dataloader_step_share_pct"] = 100.0 * st["dataloader_ms_per_step"] / st["step_time_ms"]
+            out["dataloader_step_share_pct"] = dataloader_share_pct(st)
         return "kineto.rederive", f"{ctx.rel(p)}: full-load kineto re-read (timeline, launch, categories, steps)", out
 
     def stream_kernels(name_substring: str | None = None, n: int = 5, rank: int | None = None) -> tuple[str, str, Any]:
-        from ...tools.trace import stream
-
         r, p = ctx.path_for(rank)
         scan = stream.scan_trace(p)
         rows = [x for x in stream.kernel_counts(scan) if x["count"]]
@@ -147,8 +151,6 @@ def _trace_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
 
 
 def _raw_series(ctx: ToolContext) -> tuple[list[Any], str]:
-    from ...tools.telemetry import export
-
     files = [ctx.run_dir / p for p in (ctx.manifest.get("artifacts") or {}).get("telemetry") or []]
     if not files:
         files = sorted((ctx.run_dir / "telemetry").glob("*.jsonl"))
@@ -167,9 +169,6 @@ def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
 
     def raw_stat(metric: str, stat: str = "avg", start_offset_s: float | None = None,
                  end_offset_s: float | None = None) -> tuple[str, str, Any]:
-        from ...tools.telemetry.metrics import METRICS
-        from ...tools.telemetry.subwindow import raw_subwindow_stat
-
         with lock:
             if "series" not in cache:
                 cache["series"], cache["how"] = _raw_series(ctx)
@@ -187,8 +186,6 @@ def _telemetry_tools(ctx: ToolContext, rec: Recorder) -> list[Any]:
         return "telemetry.raw_samples", q, out
 
     def reread() -> tuple[str, str, Any]:
-        from ...tools.trainlog.reread import reread_log
-
         log = ctx.run_dir / ((ctx.manifest.get("artifacts") or {}).get("train_log") or "train.log")
         if not log.is_file():
             raise InputError(f"no training log {ctx.rel(log)}")
@@ -220,8 +217,6 @@ def _probe_tool(ctx: ToolContext, rec: Recorder) -> Any:
     used: list[str] = []
 
     def probe(check: str) -> tuple[str, str, Any]:
-        from ...tools.slurm import probe as P
-
         if used:
             raise InputError(f"one probe per verifier pass (already ran {used[0]})")
         used.append(check)

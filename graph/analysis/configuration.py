@@ -86,6 +86,13 @@ def run_dir(state: Mapping[str, Any]) -> Path:
     return Path(req.perf_run or ".")
 
 
+def trace_paths(state: Mapping[str, Any]) -> list[Path]:
+    """The rank traces the manifest lists (``artifacts.traces``) under :func:`run_dir`, in its order."""
+    manifest = state.get("manifest")
+    base = run_dir(state)
+    return [base / p for p in (manifest.artifacts.traces if manifest is not None else [])]
+
+
 def llm_request(state: Mapping[str, Any]) -> dict[str, Any]:
     """The request as the LLM agents read it (a JSON-able dict, :mod:`ai4s_graph.graph.agents.llm`):
     the user's request with the launcher's resolved ``perf_run`` and ``jobid`` in place."""

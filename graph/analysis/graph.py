@@ -26,7 +26,8 @@ from .nodes.launcher import launcher
 from .nodes.telemetry_analyst import telemetry_analyst
 from .nodes.telemetry_verifier import telemetry_verifier
 from .nodes.synthesizer import synthesizer
-from .nodes.trace_analyst import fan_out_ranks, trace_array, trace_rank, trace_analyst
+from .nodes.trace_analyst import fan_out_ranks, trace_rank, trace_analyst
+from .nodes.trace_array import trace_array
 from .nodes.trace_verifier import trace_verifier
 from .schema import AnalysisState
 

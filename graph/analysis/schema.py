@@ -61,11 +61,15 @@ class RankResult(TypedDict, total=False):
     from_cache: bool
     error: str
     no_gpu_events: bool
-    rederived: dict[str, Any]  # the verifier's reader's figures, fed by the same read (kineto.figures_of)
-    rederive_error: str  # why that reader could not read the trace (the verifier says inconclusive)
-    triage_names: dict[str, int]  # event-name counts the trace checks read (triage.EventNameCounter)
+    label: str  # unique among the run's traces ("0", "0-dup1": tools/trace/ranks.py)
+    event_names: dict[str, int]  # event-name counts the causes read (tools/trace/onepass.NameCounter)
     roofline_totals: dict[str, Any] | None  # RooflineCollector.totals("external_id")
     device_name: str  # deviceProperties[0].name of the trace ("" when absent)
+    # the verifier's side, fed by the same read (never read by the analyst):
+    reader: dict[str, Any]  # the full-load reader's tables (kineto.figures_of, comm kernels)
+    reader_error: str  # why that reader could not read the trace (the verifier says inconclusive)
+    raw_counts: dict[str, int]  # raw-text counts of the causes' patterns (tools/trace/onepass.RawCounter)
+    roofline_correlation: dict[str, Any] | None  # RooflineCollector.totals("correlation")
     csv_dir: str | None  # the rank's TraceLens-layout CSVs, relative to the out dir (written by its worker)
 
 
@@ -81,12 +85,15 @@ class RankTask(TypedDict):
 
 class Findings(TypedDict, total=False):
     """Raw figures by source, each key written by one analyst: ``trace`` (``ranks``, ``errors``,
-    ``multi_rank``, ``prose``), ``telemetry`` (``url``, ``window``, ``vendor``, ``stats``, ``series``),
-    ``fom`` (``FomResult`` fields), ``compare`` (the precision discriminator), ``omnistat_prose``."""
+    ``multi_rank``, ``triage``, ``roofline``, ``prose``), ``telemetry`` (``url``, ``window``,
+    ``vendor``, ``stats``, ``series``, ``triage``), ``fom`` (``FomResult`` fields), ``log`` (the facts
+    of the one read of the training log: ``path``, ``counts``, ``last_step_unix``,
+    ``step_times_s``), ``compare`` (the precision discriminator), ``omnistat_prose``."""
 
     trace: dict[str, Any] | None
     telemetry: dict[str, Any]
     fom: dict[str, Any]
+    log: dict[str, Any]
     compare: dict[str, Any]
     omnistat_prose: str
 

@@ -152,21 +152,26 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
 
 
 def rank_levers(levers: list[str], trace: dict[str, Any] | None, roofline: dict[str, Any] | None = None,
-                sdpa_math_ms: float | None = None) -> list[LeverImpact]:
-    """:func:`estimate` for each lever, ordered by the midpoint of the estimated saving
-    (largest first); levers without an estimate keep their given (cost) order at the end."""
-    est = [estimate(lv, trace, roofline, sdpa_math_ms) for lv in levers]
+                sdpa_math_ms: float | None = None, models: dict[str, Any] | None = None) -> list[LeverImpact]:
+    """:func:`estimate` for each lever (or its own model in ``models``: lever name ->
+    ``(trace, roofline) -> LeverImpact``), ordered by the midpoint of the estimated saving (largest
+    first); levers without an estimate keep their given (cost) order at the end."""
+    models = models or {}
+    est = [models[lv](trace, roofline) if lv in models else estimate(lv, trace, roofline, sdpa_math_ms)
+           for lv in levers]
     known = sorted([e for e in est if e.saving_ms_high is not None], key=lambda e: -e.mid)
     return known + [e for e in est if e.saving_ms_high is None]
 
 
-def annotate(recommendations: list[Any], trace: dict[str, Any] | None, roofline: dict[str, Any] | None = None) -> list[Any]:
-    """The synthesizer's one call: ``recommendations`` (objects with ``name`` and ``why``, e.g.
-    ``LeverRecommendation``) reordered by estimated saving, each ``why`` extended with its
-    estimate and arithmetic. Returns new objects (``model_copy``) when they are pydantic models."""
+def annotate(recommendations: list[Any], trace: dict[str, Any] | None, roofline: dict[str, Any] | None = None,
+             models: dict[str, Any] | None = None) -> list[Any]:
+    """The lever choice's one call: ``recommendations`` (objects with ``name`` and ``why``, e.g.
+    ``LeverRecommendation``) reordered by estimated saving (:func:`rank_levers`; ``models``: a
+    lever's own saving model), each ``why`` extended with its estimate and arithmetic. Returns new
+    objects (``model_copy``) when they are pydantic models."""
     by = {r.name: r for r in recommendations}
     out = []
-    for e in rank_levers([r.name for r in recommendations], trace, roofline):
+    for e in rank_levers([r.name for r in recommendations], trace, roofline, models=models):
         r = by[e.lever]
         why = f"{r.why}; {e.text()}"
         out.append(r.model_copy(update={"why": why}) if hasattr(r, "model_copy") else r)

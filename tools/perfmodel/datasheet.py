@@ -19,7 +19,9 @@ class GPUSpec:
     """One GPU's datasheet row. ``tflops``: dense peak per precision (TFLOP/s); ``hbm_tbps``:
     peak HBM bandwidth (TB/s); ``hbm_gib``: capacity (GiB as the vendor's GB/1.074); ``link_gbps_uni``:
     GPU-to-GPU link bandwidth per GPU, one direction (GB/s); ``tdp_w``: board power (W); ``boost_mhz``:
-    maximum SM/GFX clock (MHz; the H200's 1980 MHz was read by NVML on the device, reports/raw-2026-11-29)."""
+    maximum SM/GFX clock (MHz; the H200's 1980 MHz was read by NVML on the device, reports/raw-2026-11-29);
+    ``link_source``: the sentence citing ``link_gbps_uni`` (the reference a report prints beside an
+    achieved all-reduce busbw)."""
 
     name: str
     tflops: dict[str, float]
@@ -32,6 +34,7 @@ class GPUSpec:
     notes: str = ""
     boost_mhz: float | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    link_source: str = ""
 
 
 GPUS: dict[str, GPUSpec] = {
@@ -39,43 +42,51 @@ GPUS: dict[str, GPUSpec] = {
         "NVIDIA A100 SXM4", {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
         hbm_tbps=2.039, hbm_gb=80, link="NVLink 3", link_gbps_uni=300.0, boost_mhz=1410, tdp_w=400,
         source="NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), dense figures; "
-               "NVLink 600 GB/s bidirectional"),
+               "NVLink 600 GB/s bidirectional",
+        link_source="NVIDIA A100 SXM datasheet: NVLink 600 GB/s bidirectional, 300 GB/s per direction"),
     "H100": GPUSpec(
         "NVIDIA H100 SXM5", {"fp64": 67.0, "fp32": 67.0, "tf32": 494.5, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
         hbm_tbps=3.35, hbm_gb=80, link="NVLink 4", link_gbps_uni=450.0, boost_mhz=1980, tdp_w=700,
         source="NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), SXM column; the sheet prints "
-               "tensor figures with sparsity, halved here (989 bf16 as in the ml-engineering TFLOPS comparison table); NVLink 900 GB/s bidirectional"),
+               "tensor figures with sparsity, halved here (989 bf16 as in the ml-engineering TFLOPS comparison table); NVLink 900 GB/s bidirectional",
+        link_source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s bidirectional, 450 GB/s per direction"),
     "H200": GPUSpec(
         "NVIDIA H200 SXM", {"fp64": 67.0, "fp32": 67.0, "tf32": 494.5, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
         hbm_tbps=4.8, hbm_gb=141, link="NVLink 4", link_gbps_uni=450.0, boost_mhz=1980, tdp_w=700,
         source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), SXM column, sparse "
-               "figures halved (dense BF16 989, 1979 with sparsity); NVLink 900 GB/s bidirectional"),
+               "figures halved (dense BF16 989, 1979 with sparsity); NVLink 900 GB/s bidirectional",
+        link_source="NVIDIA H200 SXM datasheet: NVLink 900 GB/s bidirectional, 450 GB/s per direction"),
     "B200": GPUSpec(
         "NVIDIA B200 SXM", {"fp64": 40.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
         hbm_tbps=8.0, hbm_gb=180, link="NVLink 5", link_gbps_uni=900.0, tdp_w=1000,
         source="NVIDIA DGX/HGX B200 datasheet (nvidia.com/en-us/data-center/hgx), per-GPU, sparse figures halved; "
-               "NVLink 5 1.8 TB/s bidirectional; bf16 2250 as in the ml-engineering TFLOPS comparison table"),
+               "NVLink 5 1.8 TB/s bidirectional; bf16 2250 as in the ml-engineering TFLOPS comparison table",
+        link_source="NVIDIA HGX B200 datasheet: NVLink 5 1.8 TB/s bidirectional, 900 GB/s per direction"),
     "MI250X": GPUSpec(
         "AMD Instinct MI250X", {"fp64": 95.7, "fp32": 95.7, "bf16": 383.0, "fp16": 383.0},
         hbm_tbps=3.2768, hbm_gb=128, link="Infinity Fabric", link_gbps_uni=400.0, boost_mhz=1700, tdp_w=560,
         source="AMD Instinct MI250X datasheet (amd.com/en/products/accelerators/instinct/mi200/mi250x), matrix "
                "figures; Infinity Fabric up to 800 GB/s aggregate bidirectional",
-        notes="one MI250X package is two GCDs, each visible as a device; per-device peaks are half"),
+        notes="one MI250X package is two GCDs, each visible as a device; per-device peaks are half",
+        link_source="AMD Instinct MI250X datasheet: Infinity Fabric up to 800 GB/s aggregate bidirectional, 400 GB/s per direction"),
     "MI300X": GPUSpec(
         "AMD Instinct MI300X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
         hbm_tbps=5.3, hbm_gb=192, link="Infinity Fabric", link_gbps_uni=448.0, boost_mhz=2100, tdp_w=750,
         source="AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x), dense "
-               "figures; 7 Infinity Fabric links x 64 GB/s per direction"),
+               "figures; 7 Infinity Fabric links x 64 GB/s per direction",
+        link_source="AMD Instinct MI300X datasheet: Infinity Fabric 896 GB/s peak aggregate, 448 GB/s per direction"),
     "MI325X": GPUSpec(
         "AMD Instinct MI325X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
         hbm_tbps=6.0, hbm_gb=256, link="Infinity Fabric", link_gbps_uni=448.0, boost_mhz=2100, tdp_w=1000,
         source="AMD Instinct MI325X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi325x), dense "
-               "figures; 7 Infinity Fabric links x 64 GB/s per direction"),
+               "figures; 7 Infinity Fabric links x 64 GB/s per direction",
+        link_source="AMD Instinct MI325X datasheet: 7 Infinity Fabric links x 64 GB/s, 448 GB/s per direction"),
     "MI355X": GPUSpec(
         "AMD Instinct MI355X", {"fp64": 78.6, "fp32": 157.3, "tf32": 1257.9, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2},
         hbm_tbps=8.0, hbm_gb=288, link="Infinity Fabric", link_gbps_uni=537.6, boost_mhz=2400, tdp_w=1400,
         source="AMD Instinct MI355X datasheet (amd.com/en/products/accelerators/instinct/mi350/mi355x), dense "
-               "figures; 7 Infinity Fabric links x 76.8 GB/s per direction; 288 GB HBM3E as in seed 000 lesson 23"),
+               "figures; 7 Infinity Fabric links x 76.8 GB/s per direction; 288 GB HBM3E as in seed 000 lesson 23",
+        link_source="AMD Instinct MI355X datasheet: 7 Infinity Fabric links x 76.8 GB/s, 537.6 GB/s per direction"),
 }
 """The GPUs the project meets (seed 000: MI355X clusters; the H200 device; TraceLens's H100 traces)."""
 

@@ -194,7 +194,7 @@ def probe_verdicts(verdicts: list[Any], job_nodes: Sequence[str], cluster: clien
     check on one of the job's nodes, attached to the verdicts on :data:`PROBED_METRICS` (the job's
     observed maximum SM clock and power) as evidence and a note with the node's own maximum SM clock
     and power cap. An observed maximum above the node's capability (by more than 2 %, the verifiers'
-    relative tolerance, graph/analysis/claimkit.REL_TOL) is noted as a contradiction between sources;
+    relative tolerance, state/claimkit.REL_TOL) is noted as a contradiction between sources;
     the verdict itself is not changed. Verdicts are :class:`~ai4s_graph.state.VerifiedClaim`;
     returns new ones (same order). Never raises: a probe that cannot run is noted as such."""
     from ...state import Evidence

@@ -329,7 +329,7 @@ def _union_length(starts, ends) -> float:
     return float(np.sum(seg_end - s[idx]))
 
 
-def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
+def _analyze_hta(path: Path, short_kernel_us: float, rank: int | None = None) -> TraceAnalysis:
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"  # HTA rounds to whole µs otherwise (see notes)
     try:
         from hta.trace_analysis import TraceAnalysis as HtaTraceAnalysis
@@ -339,9 +339,10 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
 
     import numpy as np
 
-    # Validate first: HTA's own errors on bad files are long tracebacks.
-    tr = kineto.load_events(path)
-    rank = tr.rank if tr.rank is not None else 0
+    tr = None  # the kineto reader's view: kernels_by_category and gpu_ids (not when the caller validated the file)
+    if rank is None:  # validate first (HTA's own errors on bad files are long tracebacks), unless the caller did
+        tr = kineto.load_events(path)
+        rank = tr.rank if tr.rank is not None else 0
     logging.getLogger("hta").setLevel(logging.ERROR)
     with quiet_this_thread():
         try:
@@ -452,10 +453,11 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
     ex = {"kstats": {"kernel_count": kcount, "kernel_time_us": ktime, "short_kernels": None},
           "steps": {"n_steps": n_steps, "step_time_ms": step_ms,
                     "dataloader_ms_per_step": dl_ms / n_steps if n_steps else dl_ms},
-          "launch": launch.model_dump(), "gpu_ids": kineto.gpu_ids(tr), "rank": tr.rank}
+          "launch": launch.model_dump(), "gpu_ids": kineto.gpu_ids(tr) if tr else [], "rank": tr.rank if tr else rank}
     short = _short(short_kernel_us, int(short_mask.sum()), float(kdur[short_mask].sum()), ktime,
                    total, n_steps)
-    kcat = [CategoryRow(**r) for r in kineto.kernel_stats(tr, short_kernel_us=short_kernel_us)["kernels_by_category"]]
+    kcat = [CategoryRow(**r) for r in kineto.kernel_stats(tr, short_kernel_us=short_kernel_us)["kernels_by_category"]] \
+        if tr else []
     return _assemble(path, "hta", timeline, ex, ops_by_category=ops, kernel_count=kcount,
                      top_kernels=top, short=short, kernels_by_category=kcat,
                      sources={"all but kernels_by_category, gpu_ids": "hta (TraceLens definitions on HTA's frame)",
@@ -468,13 +470,15 @@ def _analyze_hta(path: Path, short_kernel_us: float) -> TraceAnalysis:
 
 
 def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: float = SHORT_KERNEL_US,
-                  progress: Callable[[int, int], None] | None = None) -> TraceAnalysis:
+                  progress: Callable[[int, int], None] | None = None, rank: int | None = None) -> TraceAnalysis:
     """Analyze one kineto trace (``*.json`` / ``*.json.gz``).
 
     ``backend``: ``auto`` = ``stream`` (the engine), or a cross-check backend: ``tracelens``,
     ``tracelens-csv``, ``hta`` or ``kineto``. ``progress(bytes_read, file_size)``: optional callback
     of the engine's pass. ``short_kernel_us``: kernels
-    shorter than this count as short (default 10 µs, TraceLens's default threshold).
+    shorter than this count as short (default 10 µs, TraceLens's default threshold). ``rank``: the
+    trace's ``distributedInfo.rank`` when the caller's own pass already read and validated the file
+    (HTA then skips its validating read).
 
     Raises :class:`InputError` (missing, empty, truncated, non-JSON or non-kineto file; bad
     backend name), :class:`NoGpuEventsError` (CPU-only trace) and
@@ -487,7 +491,7 @@ def analyze_trace(path: str | Path, *, backend: str = "auto", short_kernel_us: f
         elif chosen == "kineto":
             res = _analyze_kineto(p, short_kernel_us)
         elif chosen == "hta":
-            res = _analyze_hta(p, short_kernel_us)
+            res = _analyze_hta(p, short_kernel_us, rank)
         elif chosen == "tracelens-csv":
             kineto.read_trace_json(p)
             res = _analyze_tracelens_csv(p, short_kernel_us)
@@ -536,13 +540,13 @@ def analyze_traces(paths, workers: int = 0, *, backend: str = "auto",
 
 def cross_checks(path: str | Path, analysis: TraceAnalysis, *, tools: tuple[str, ...] = CROSS_CHECK_TOOLS,
                  max_bytes: int = CROSS_CHECK_MAX_BYTES, n_events: int | None = None,
-                 max_events: int = CROSS_CHECK_MAX_EVENTS) -> list[dict[str, Any]]:
+                 max_events: int = CROSS_CHECK_MAX_EVENTS, rank: int | None = None) -> list[dict[str, Any]]:
     """Run the optional cross-checks available for one trace and compare their GPU timeline with
     the engine's ``analysis``. Never raises: each entry is ``{"tool", "status", "note"}`` with
     status ``agrees`` / ``differs`` (plus ``max_row_diff_ms`` and ``rows_ms``), ``failed`` (the
     tool raised: its one-line error, e.g. HTA's int16 TypeError on traces of > ~32k events),
     ``unavailable`` (not installed) or ``skipped`` (file larger than ``max_bytes`` or more than
-    ``max_events`` events, when ``n_events`` is given). TraceLens
+    ``max_events`` events, when ``n_events`` is given); ``rank``: as :func:`analyze_trace`. TraceLens
     CSVs are only checked when a ``<stem>_perf_report_csvs/`` folder sits beside the trace."""
     p = Path(path)
     size = p.stat().st_size if p.is_file() else 0
@@ -560,7 +564,7 @@ def cross_checks(path: str | Path, analysis: TraceAnalysis, *, tools: tuple[str,
                                 f"MiB, {max_events} events): {tool} loads every event"})
             continue
         try:
-            other = analyze_trace(p, backend=tool, short_kernel_us=analysis.short_kernels.threshold_us)
+            other = analyze_trace(p, backend=tool, short_kernel_us=analysis.short_kernels.threshold_us, rank=rank)
         except Exception as e:  # noqa: BLE001 - a third-party tool's failure is a note, never the rank's
             msg = " ".join(str(e).split())[:240]
             out.append({"tool": tool, "status": "failed", "note": f"{type(e).__name__}: {msg}"})

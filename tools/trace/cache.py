@@ -17,9 +17,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 from ..errors import InputError
+from .rawfile import raw_of
 
 _CHUNK = 1 << 20  # 1 MiB: the hash streams the file, memory stays constant
 
@@ -35,8 +36,9 @@ def default_cache_dir() -> Path:
 _digest_memo: dict[tuple[str, int, int], str] = {}
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of the file's bytes, read in 1 MiB chunks (constant memory, ~1 GB/s).
+def file_sha256(path: str | os.PathLike, raw: BinaryIO | None = None) -> str:
+    """Hex sha256 of the file's bytes, read in 1 MiB chunks (constant memory, ~1 GB/s); ``raw``:
+    the file already open (read from its start, not reopened).
 
     Memoized per process on (path, size, mtime_ns). Raises InputError if the file is missing."""
     p = Path(path)
@@ -49,7 +51,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     if hit:
         return hit
     h = hashlib.sha256()
-    with open(p, "rb") as fh:
+    with raw_of(p, raw) as fh:
         while chunk := fh.read(_CHUNK):
             h.update(chunk)
     digest = h.hexdigest()
@@ -105,10 +107,12 @@ class TraceCache:
         return p
 
     def get_or_compute(self, kind: str, path: str | os.PathLike, version: str,
-                       compute: Callable[[], dict], params: dict[str, Any] | None = None) -> tuple[dict, bool]:
+                       compute: Callable[[], dict], params: dict[str, Any] | None = None,
+                       raw: BinaryIO | None = None) -> tuple[dict, bool]:
         """``(result, from_cache)``: the cached result for this trace's content, or ``compute()``
-        stored and returned. The trace is hashed, never parsed, on a hit."""
-        digest = file_sha256(path)
+        stored and returned. The trace is hashed, never parsed, on a hit; ``raw``: the file
+        already open (hashed from it)."""
+        digest = file_sha256(path, raw)
         cached = self.get(kind, digest, version, params)
         if cached is not None:
             return cached, True

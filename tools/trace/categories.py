@@ -19,6 +19,11 @@ TIMELINE_ROWS: tuple[str, ...] = (
 """Row names of TraceLens's gpu_timeline.csv, in its order."""
 
 MAIN_TIMELINE_ROWS: tuple[str, ...] = TIMELINE_ROWS[:6]
+LAUNCH_KERNEL_NAMES = frozenset(
+    {"cudaLaunchKernel", "hipLaunchKernel", "cudaLaunchKernelExC", "hipExtLaunchKernel",
+     "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
+)
+"""The runtime / driver calls that launch one kernel (CUDA and HIP names)."""
 
 # Communication kernels: TraceLens util.COMMUNICATION_KEYS + DEFAULT_CUSTOM_COLLECTIVE_PATTERNS.
 _COMM_RE = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)

@@ -425,15 +425,3 @@ def comm_kernel_stats(result: dict[str, Any], *, hta_window: bool = True) -> lis
                         "mean_us": g.mean(), "std_us": g.std()}).reset_index()
     out = out.sort_values("sum_us", ascending=False)
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in out.to_dict("records")]
-
-
-
-
-def rederive_claim(metric: str, rank_results: list[dict[str, Any]]):
-    """Re-derive a cross-rank claim (straggler rank, busbw) by the verifier's independent path,
-    :func:`ai4s_graph.tools.trace.crossrank_check.rederive_claim` (the full-load reader, its own
-    arrival-order and bandwidth arithmetic): ``(value, tolerance, method)``; value None with the
-    reason when that path cannot re-derive it."""
-    from .crossrank_check import rederive_claim as independent
-
-    return independent(metric, rank_results)

@@ -66,18 +66,25 @@ def _bus_factor(ctype: str, n: int) -> float | None:
     return None
 
 
-def comm_kernels(path: str | Path) -> dict[str, list[kineto.GpuEvent]]:
-    """``{collective type: [communication kernels in start order]}`` of one trace (linked kernels,
-    as the timeline counts them; every communication kernel when nothing links)."""
-    tr = kineto.load_events(path)
-    out: dict[str, list[kineto.GpuEvent]] = defaultdict(list)
+def comm_table(tr: kineto.KinetoTrace) -> dict[str, list[dict[str, Any]]]:
+    """``{collective type: [{"ts", "end", "dur", "args"}, ...] in start order}`` (µs, ``end`` and
+    ``dur`` clipped at the next start on the kernel's stream as the reader clips them): the
+    communication kernels of one trace loaded by the full-load reader (linked kernels, as the
+    timeline counts them; every communication kernel when nothing links), JSON-able so the analysis
+    pass can hand it to the verifier (the reader is fed by that pass; nothing is read again)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for g in sorted(tr.gpu, key=lambda g: g.ts):
         if g.kind != kineto.COMM or (tr.linked_only and not g.linked):
             continue
         t = _type_of(g.name, g.comm_args)
         if t:
-            out[t].append(g)
-    return out
+            out[t].append({"ts": g.ts, "end": g.end, "dur": g.dur, "args": dict(g.comm_args or {})})
+    return dict(out)
+
+
+def comm_kernels(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """:func:`comm_table` of a trace file read now (for a rank whose pass did not feed the reader)."""
+    return comm_table(kineto.load_events(path))
 
 
 def _ranks(rank_results: list[dict[str, Any]]) -> dict[int, str]:
@@ -91,24 +98,28 @@ def _ranks(rank_results: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def arrival_straggler(rank_paths: dict[int, str]) -> dict[str, Any]:
+    """:func:`arrival_order` of the rank traces ``rank_paths`` (rank -> path) read now with the
+    full-load reader. Raises InputError (a trace that cannot be read)."""
+    return arrival_order({r: comm_kernels(p) for r, p in rank_paths.items()})
+
+
+def arrival_order(kernels: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """The rank that arrives last most often at collectives every rank ran (module docstring), on
-    clocks aligned on the collectives' ends.
+    clocks aligned on the collectives' ends. ``kernels``: rank -> its :func:`comm_table`.
 
     Returns ``{"rank", "times_last", "n_collectives", "n_resolved", "last_counts": {rank: n},
-    "offsets_us": {rank: µs}}``; ``rank`` is None without a collective common to all ranks. Raises
-    InputError (a trace that cannot be read)."""
-    kernels = {r: comm_kernels(p) for r, p in rank_paths.items()}
+    "offsets_us": {rank: µs}}``; ``rank`` is None without a collective common to all ranks."""
     counts = {r: 0 for r in kernels}
     matched = []  # one {rank: kernel} per collective common to all ranks
     for t in _SYNC:
         k_common = min((len(v.get(t, [])) for v in kernels.values()), default=0)
         matched += [{r: v[t][k] for r, v in kernels.items()} for k in range(k_common)]
     ref = min(kernels) if kernels else 0
-    offsets = {r: statistics.median(m[r].end - m[ref].end for m in matched) if matched else 0.0 for r in kernels}
+    offsets = {r: statistics.median(m[r]["end"] - m[ref]["end"] for m in matched) if matched else 0.0 for r in kernels}
     resolved = 0
     for m in matched:
-        starts = {r: g.ts - offsets[r] for r, g in m.items()}
-        ends = [g.end - offsets[r] for r, g in m.items()]
+        starts = {r: g["ts"] - offsets[r] for r, g in m.items()}
+        ends = [g["end"] - offsets[r] for r, g in m.items()]
         if max(starts.values()) - min(starts.values()) <= max(ends) - min(ends):
             continue  # the clocks cannot tell which rank came last
         resolved += 1
@@ -122,16 +133,17 @@ def arrival_straggler(rank_paths: dict[int, str]) -> dict[str, Any]:
     return dict(out, rank=top, times_last=counts[top])
 
 
-def busbw(rank_paths: dict[int, str], ctype: str, msg_bytes: float) -> dict[str, Any]:
+def busbw(tables: dict[int, dict[str, list[dict[str, Any]]]], ctype: str, msg_bytes: float) -> dict[str, Any]:
     """Mean bus bandwidth (GB/s) of the collectives of type ``ctype`` and size ``msg_bytes``, from
-    the kernels' own sizes and durations (module docstring). Returns ``{"busbw_gbps", "count"}``;
-    ``busbw_gbps`` None when no kernel of that type and size carries its size."""
-    kernels = {r: comm_kernels(p).get(ctype, []) for r, p in rank_paths.items()}
+    the kernels' own sizes and durations (module docstring); ``tables``: rank -> its
+    :func:`comm_table`. Returns ``{"busbw_gbps", "count"}``; ``busbw_gbps`` None when no kernel of
+    that type and size carries its size."""
+    kernels = {r: t.get(ctype, []) for r, t in tables.items()}
     sized: dict[int, list[tuple[float, int, float]]] = {}
     for r, ks in kernels.items():
         rows = []
         for g in ks:
-            a = g.comm_args or {}
+            a = g["args"]
             b = _BYTES.get(a.get("dtype"))
             nel = a.get("Out msg nelems") if ctype == "allgather" else a.get("In msg nelems")
             if b is None or not isinstance(nel, (int, float)):
@@ -139,7 +151,7 @@ def busbw(rank_paths: dict[int, str], ctype: str, msg_bytes: float) -> dict[str,
             size = float(nel) * b
             if abs(size - msg_bytes) <= 1e-6 * max(1.0, msg_bytes):
                 gs = a.get("Group size")
-                rows.append((g.dur, int(gs) if isinstance(gs, (int, float)) else len(rank_paths), size))
+                rows.append((g["dur"], int(gs) if isinstance(gs, (int, float)) else len(tables), size))
         sized[r] = rows
     k_common = min((len(v) for v in sized.values()), default=0)
     vals = []
@@ -152,26 +164,38 @@ def busbw(rank_paths: dict[int, str], ctype: str, msg_bytes: float) -> dict[str,
     return {"busbw_gbps": (sum(vals) / len(vals)) if vals else None, "count": len(vals)}
 
 
+def rank_tables(rank_results: list[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Rank -> :func:`comm_table` of the first file of each rank: the one the analysis pass fed to
+    the reader (``reader.comm``), else the trace read now. Raises InputError (a trace it cannot read)."""
+    by_path = {str(r.get("path")): r for r in rank_results}
+    out = {}
+    for rank, path in _ranks(rank_results).items():
+        comm = ((by_path.get(path) or {}).get("reader") or {}).get("comm")
+        out[rank] = comm if comm is not None else comm_kernels(path)
+    return out
+
+
 def rederive_claim(metric: str, rank_results: list[dict[str, Any]]) -> tuple[Any, Tolerance, str]:
     """``(value, tolerance, method)`` for a cross-rank claim's ``metric`` (``collectives.straggler_rank``,
-    ``collectives.<type>.<bytes>.busbw_gbps``); value None (-> inconclusive) with the reason in
-    ``method`` when this path cannot re-derive it (a trace it cannot read, an unknown metric)."""
-    paths = _ranks(rank_results)
+    ``collectives.<type>.<bytes>.busbw_gbps``) from every rank's :func:`rank_tables`; value None
+    (-> inconclusive) with the reason in ``method`` when this path cannot re-derive it (a trace it
+    cannot read, an unknown metric)."""
+    m = re.match(r"^collectives\.([a-z_]+)\.([0-9.eE+-]+)\.busbw_gbps$", metric)
+    if metric != "collectives.straggler_rank" and not m:
+        return None, Tolerance(), f"no independent path for metric {metric}"
     try:
-        if metric == "collectives.straggler_rank":
-            s = arrival_straggler(paths)
-            shift = ", ".join(f"rank {r} {v:+.1f} us" for r, v in sorted(s["offsets_us"].items()) if v)
-            return (s["rank"], Tolerance(abs=0.0),
-                    f"arrival order re-derived from each rank's kernels by the full-load reader on clocks aligned on "
-                    f"the collectives' ends ({shift or 'no offset'}): rank {s['rank']} starts last at "
-                    f"{s['times_last']} of {s['n_collectives']} collectives common to all ranks "
-                    f"({s['n_resolved']} resolved)")
-        m = re.match(r"^collectives\.([a-z_]+)\.([0-9.eE+-]+)\.busbw_gbps$", metric)
-        if m:
-            b = busbw(paths, m.group(1), float(m.group(2)))
-            return (round(b["busbw_gbps"], 6) if b["busbw_gbps"] is not None else None, Tolerance(rel=0.02),
-                    f"busbw from the kernels' own message sizes and durations over {b['count']} matched instances "
-                    "(nccl-tests doc/PERFORMANCE.md factors), full-load reader")
+        tables = rank_tables(rank_results)
     except Ai4sError as e:
         return None, Tolerance(), f"the full-load reader could not read a rank trace: {e}"
-    return None, Tolerance(), f"no independent path for metric {metric}"
+    if m is None:
+        s = arrival_order(tables)
+        shift = ", ".join(f"rank {r} {v:+.1f} us" for r, v in sorted(s["offsets_us"].items()) if v)
+        return (s["rank"], Tolerance(abs=0.0),
+                f"arrival order re-derived from each rank's kernels by the full-load reader on clocks aligned on "
+                f"the collectives' ends ({shift or 'no offset'}): rank {s['rank']} starts last at "
+                f"{s['times_last']} of {s['n_collectives']} collectives common to all ranks "
+                f"({s['n_resolved']} resolved)")
+    b = busbw(tables, m.group(1), float(m.group(2)))
+    return (round(b["busbw_gbps"], 6) if b["busbw_gbps"] is not None else None, Tolerance(rel=0.02),
+            f"busbw from the kernels' own message sizes and durations over {b['count']} matched instances "
+            "(nccl-tests doc/PERFORMANCE.md factors), full-load reader")

@@ -31,11 +31,11 @@ from array import array
 
 import numpy as np
 
-from .categories import categorize_op
+from .categories import LAUNCH_KERNEL_NAMES, categorize_op
 from .engine_window import launch_index, rank_timeline, step_unrecorded  # noqa: F401 (launch_index re-exported)
-from .kineto import LAUNCH_KERNEL_NAMES, TimelineRow
 from .hygiene import window_flags
-from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
+from .tables import kernel_tables
+from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TimelineRow, TraceAnalysis
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
                      tracelens_classes, union_length, window_mask)
 
@@ -353,8 +353,6 @@ def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHO
                         progress: Callable[[int, int], None] | None = None) -> tuple[TraceAnalysis, dict[str, list]]:
     """:func:`analyze` plus the kernel_summary / short_kernels_summary rows of
     :func:`~ai4s_graph.tools.trace.tables.kernel_tables`, from the same single pass."""
-    from .tables import kernel_tables
-
     scan = scan_trace(path, progress)
     keep: dict[str, Any] = {}
     analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)

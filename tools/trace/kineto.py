@@ -43,12 +43,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel
 
 from ..errors import InputError, NoGpuEventsError
 from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
                          categorize_op)
 from .hygiene import window_flags
+from .models import TimelineRow  # noqa: F401 (re-exported)
 from .intervals import merge_intervals, subtract_intervals, total_length  # noqa: F401 (re-exported)
 from .kineto_reader import (  # noqa: F401 (re-exported: the reader and its constants)
     _COMM_ARG_KEYS, _CPU_SIDE_CATS, _DATALOADER_RE, _ROCM_LEGACY_MEMCPY_RE, _STEP_RE, COMM, COMPUTE, GPU_CATS,
@@ -60,12 +60,6 @@ from .kineto_reader import (  # noqa: F401 (re-exported: the reader and its cons
 # --------------------------------------------------------------------------------------
 
 
-class TimelineRow(BaseModel):
-    """One row of TraceLens's ``gpu_timeline`` sheet: time in milliseconds and percent of
-    ``total_time``."""
-
-    time_ms: float
-    percent: float
 
 
 

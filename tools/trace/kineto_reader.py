@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
-from .categories import _COMM_RE, OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,  # noqa: F401 (re-exported)
+                         canonical_category, no_gpu_events_message)
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
 from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id,
@@ -25,10 +26,6 @@ from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedErro
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-LAUNCH_KERNEL_NAMES = frozenset(
-    {"cudaLaunchKernel", "hipLaunchKernel", "cudaLaunchKernelExC", "hipExtLaunchKernel",
-     "hipModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel"}
-)
 
 # ROCm 7.1 rocclr copy kernels count as memcpy (TraceLens util._ROCM_LEGACY_MEMCPY_NAMES).
 _ROCM_LEGACY_MEMCPY_RE = re.compile(

@@ -6,9 +6,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .kineto import MAIN_TIMELINE_ROWS, TIMELINE_ROWS, TimelineRow
+from .categories import MAIN_TIMELINE_ROWS, TIMELINE_ROWS
 
 __all__ = ["CategoryRow", "KernelRow", "ShortKernels", "LaunchStats", "TraceAnalysis", "TimelineRow"]
+
+
+class TimelineRow(BaseModel):
+    """One row of TraceLens's ``gpu_timeline`` sheet: time in milliseconds and percent of
+    ``total_time``."""
+
+    time_ms: float
+    percent: float
 
 
 class CategoryRow(BaseModel):

@@ -28,7 +28,7 @@ from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-3.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-5.s{ts_mod.STREAM_VERSION}"
 #: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
 #: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
 SHEETS_VERSION = 1
@@ -110,6 +110,7 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     props = scan.header.get("deviceProperties") or []
     return {
         "device_name": str(props[0].get("name", "")) if props and isinstance(props[0], dict) else "",
+        "base_time_ns": scan.header.get("baseTimeNanoseconds"),
         "rank": int(rank),
         "path": scan.path,
         "analysis_version": ANALYSIS_VERSION,
@@ -175,7 +176,7 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
 
 
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
-                 label: str | None = None, progress=None, also: tuple = ()) -> dict[str, Any]:
+                 label: str | None = None, progress=None, also: tuple = (), taps: tuple = ()) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
@@ -189,7 +190,9 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     it was served from there. Picklable arguments and result: safe to run in a ProcessPoolExecutor or
     a SLURM array task. ``label``: the rank's unique label (``"0-dup1"`` for a second file claiming
     rank 0, see :mod:`.ranks`). ``also``: other event consumers fed during the engine's read
-    (:func:`.stream.scan_trace`); they see no event when the result comes from the cache.
+    (:func:`.stream.scan_trace`), ``taps``: consumers of its bytes; on a cache hit both are fed by a
+    read of the same open file. The trace is opened once for the hash, the header, the events and
+    the consumers (the optional cross-checks open it themselves).
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
@@ -203,7 +206,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
 
     def compute() -> dict[str, Any]:
         args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
-        scan = ts_mod.scan_trace(p, progress, (*also, args.feed))
+        scan = ts_mod.scan_trace(p, progress, (*also, args.feed), taps=taps, raw=raw)
         rec = rank_record(scan, rank)
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)
@@ -216,10 +219,22 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
         if params["cross_check"]:
             from .backends import cross_checks  # noqa: PLC0415
 
-            rec["cross_checks"] = cross_checks(p, analysis, tools=tuple(params["cross_check"]), n_events=n_events)
+            tr = rec.get("trace_rank")
+            rec["cross_checks"] = cross_checks(p, analysis, tools=tuple(params["cross_check"]), n_events=n_events,
+                                               rank=tr if isinstance(tr, int) else 0)
         return rec
 
-    rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params)
+    try:
+        raw = open(p, "rb")  # noqa: SIM115 - one open: hash, header, events, consumers
+    except OSError:
+        raw = None  # the hash reports the missing or unreadable file
+    try:
+        rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params, raw=raw)
+        if hit and (also or taps):
+            ts_mod.feed_events(p, also, taps=taps, raw=raw)
+    finally:
+        if raw is not None:
+            raw.close()
     return _label(rec, p, rank, hit, label)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Ai4sError, InputError
+from .stream import read_header
 
 #: ``rank3``, ``rank_3``, ``rank-03``, ``RANK3`` as a word part: preceded by the start or a non-letter
 #: (``trace_rank3.json``, ``worker-rank_3.pt.trace.json``, HTA's ``sampled_rank-0.json.gz``), followed
@@ -42,28 +43,35 @@ def rank_from_name(name: str) -> int | None:
 
 def _header_rank(path: Path, trailer: bool = False) -> int | None:
     """``distributedInfo.rank`` of a trace; with ``trailer`` also when it is written after the events."""
-    from .stream import read_header
-
     try:
         info = read_header(path, ("distributedInfo",), trailer=trailer).get("distributedInfo")
     except Ai4sError:
         return None  # the analysis of that file reports the error
+    return header_rank(info)
+
+
+def header_rank(info: object) -> int | None:
+    """The rank a ``distributedInfo`` value gives (a non-negative integer ``rank``), else None."""
     r = info.get("rank") if isinstance(info, dict) else None
     if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
         return None
     return int(r)
 
 
-def identify_ranks(paths: list[str | Path]) -> tuple[list[RankFile], list[str]]:
+def identify_ranks(paths: list[str | Path], header_ranks: list[int | None] | None = None,
+                   ) -> tuple[list[RankFile], list[str]]:
     """Rank identity of each trace file (see the module docstring), in the order given.
 
-    Returns ``(files, notes)``; ``notes`` says which files got their rank from the file order and
-    which files claim a rank another file already claimed (both are kept, apart)."""
+    ``header_ranks``: each file's ``distributedInfo.rank`` (None where absent) when the caller's
+    one pass over the files already read it; else each file's header is read here (the trailer
+    too when there are several files). Returns ``(files, notes)``; ``notes`` says which files got
+    their rank from the file order and which files claim a rank another file already claimed
+    (both are kept, apart)."""
     ps = [Path(p) for p in paths]
     found: list[tuple[int | None, str]] = []
-    for p in ps:
+    for i, p in enumerate(ps):
         # one file alone needs no identity: the trailer (a full read of a gzip file) only when several
-        r = _header_rank(p, trailer=len(ps) > 1)
+        r = header_ranks[i] if header_ranks is not None else _header_rank(p, trailer=len(ps) > 1)
         if r is not None:
             found.append((r, "distributedInfo"))
             continue
@@ -109,3 +117,26 @@ def find_rank_traces(perf_run_dir: str | Path) -> list[Path]:
         raise InputError(f"{tdir}: no *.json or *.json.gz trace files")
     ident, _ = identify_ranks(files)
     return [f.path for f in sorted(ident, key=lambda f: (f.rank, f.label, f.path.name))]
+
+
+def assign_identity(paths: list[str], results: list[dict]) -> tuple[list[dict], list[str]]:
+    """Per-rank analysis results (dicts with ``path``, and ``stream.trace_rank`` = the
+    ``distributedInfo.rank`` their pass read) given their final identity: :func:`identify_ranks`
+    over ``paths`` (the run's traces in manifest order; a result's path not among them is added)
+    with those header ranks, so no file is read. Returns (copies of the results with ``rank`` and
+    ``label`` set, also in ``stream``, sorted by rank; the identity notes)."""
+    by_path = {str(r.get("path")): r for r in results}
+    ps = [str(p) for p in paths]
+    ps += [p for p in by_path if p not in ps]
+    header = [header_rank({"rank": ((by_path.get(p) or {}).get("stream") or {}).get("trace_rank")}) for p in ps]
+    files, notes = identify_ranks(ps, header_ranks=header)
+    out = []
+    for f in files:
+        r = by_path.get(str(f.path))
+        if r is None:
+            continue
+        r = dict(r, rank=f.rank, label=f.label)
+        if isinstance(r.get("stream"), dict):
+            r["stream"] = dict(r["stream"], rank=f.rank, label=f.label)
+        out.append(r)
+    return sorted(out, key=lambda r: r.get("rank", 0)), notes

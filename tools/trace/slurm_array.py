@@ -128,3 +128,17 @@ def _main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def submitted_jobid(work_dir: str | os.PathLike) -> str | None:
+    """The array job id recorded by :func:`record_submission` in ``<work_dir>/submitted.json``
+    (a resumed run waits for it instead of submitting another), or None."""
+    marker = Path(work_dir) / "submitted.json"
+    return json.loads(marker.read_text())["jobid"] if marker.exists() else None
+
+
+def record_submission(work_dir: str | os.PathLike, jobid: str, script: str | os.PathLike) -> None:
+    """Record the array job id and its script as soon as sbatch answers (``submitted.json``)."""
+    wd = Path(work_dir)
+    wd.mkdir(parents=True, exist_ok=True)
+    (wd / "submitted.json").write_text(json.dumps({"jobid": jobid, "script": str(script)}))

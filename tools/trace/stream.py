@@ -49,19 +49,19 @@ events; total = last end - first start; idle = total - busy. All times are µs.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
                    LaunchWindow, TraceScan)
@@ -87,10 +87,6 @@ _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 #: CPU-side categories that are never launches, even when they carry a correlation id.
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
 
-def _open(path: Path):
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _check_path(path: str | os.PathLike) -> Path:
@@ -104,27 +100,27 @@ def _check_path(path: str | os.PathLike) -> Path:
 
 def read_header(path: str | os.PathLike, keys: tuple[str, ...] = ("distributedInfo", "deviceProperties",
                                                                   "schemaVersion"),
-                *, trailer: bool = False) -> dict[str, Any]:
+                *, trailer: bool = False, raw: BinaryIO | None = None) -> dict[str, Any]:
     """Top-level ``keys`` that precede ``traceEvents`` (kineto writes ``distributedInfo`` first).
 
     Reads only the head of the file; keys that come after the events are left out, unless
     ``trailer``: then those missing are looked up after the events too (:func:`.trailer.read_trailer`:
-    a gzip file is decompressed to its end). Raises InputError on a file that is not JSON."""
-    out = _read_head(path, keys)
+    a gzip file is decompressed to its end); ``raw``: the file already open. Raises InputError on non-JSON."""
+    out = _read_head(path, keys, raw)
     if trailer and any(k not in out for k in keys):
         tail = read_trailer(path)
         out.update({k: tail[k] for k in keys if k not in out and k in tail})
     return out
 
 
-def _read_head(path: str | os.PathLike, keys: tuple[str, ...]) -> dict[str, Any]:
+def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | None = None) -> dict[str, Any]:
     p = _check_path(path)
     out: dict[str, Any] = {}
     builder: ObjectBuilder | None = None
     key: str | None = None
     try:
-        with _open(p) as fh:
-            for prefix, event, value in ijson.parse(fh, use_float=True):
+        with _raw_of(p, raw) as r:
+            for prefix, event, value in ijson.parse(_decoded(r), use_float=True):
                 if builder is not None:
                     if prefix == "" and event in ("map_key", "end_map"):
                         out[key] = builder.value  # type: ignore[index]
@@ -145,21 +141,21 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...]) -> dict[str, Any]
 
 def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+                trailer: dict[str, Any] | None = None, *, taps: Taps = (),
+                raw: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
-    stream's last bytes, :mod:`.trailer`) once the events are exhausted.
+    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``taps``, ``raw``: as
+    :func:`scan_trace`.
     Memory: one event at a time plus ijson's 64 KiB buffer (and the kept tail with ``trailer``).
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
     p = _check_path(path)
     size = p.stat().st_size
     try:
-        with open(p, "rb") as raw:
-            magic = raw.read(2)
-            raw.seek(0)
-            fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        with _raw_of(p, raw) as raw:
+            fh = ByteTap(_decoded(raw), taps) if taps else _decoded(raw)
             if trailer is not None:
                 keeper = fh = TailKeeper(fh)
                 yield from _events(fh, raw, size, progress)
@@ -191,11 +187,13 @@ def _events(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> 
     progress(size, size)
 
 
-def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...]) -> int:
+def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
+                taps: Taps = (), raw: BinaryIO | None = None) -> int:
     """Feed every event of one trace to each consumer, in file order (one read; memory: one event at
-    a time). Returns the number of events. Raises InputError like :func:`iter_events`."""
+    a time), and its bytes to ``taps`` (``raw``: the file already open). Returns the number of
+    events. Raises InputError like :func:`iter_events`."""
     n = 0
-    for ev in iter_events(path):
+    for ev in iter_events(path, taps=taps, raw=raw):
         n += 1
         for f in consumers:
             f(ev)
@@ -238,19 +236,21 @@ def _name_mark(nm: str) -> int | None:
 
 
 def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
-               also: tuple[Callable[[dict[str, Any]], None], ...] = ()) -> TraceScan:
+               also: tuple[Callable[[dict[str, Any]], None], ...] = (), *,
+               taps: Taps = (), raw: BinaryIO | None = None) -> TraceScan:
     """One streaming pass over a trace; see the module docstring for what is kept and the bound.
 
     ``progress(bytes_read, file_size)``: optional callback (the CLI's progress bar). ``also``:
     other consumers fed every event of the same read, before the engine looks at it (the
-    verifier's reader, triage's name counts, the roofline's collector: each keeps its own data and
-    applies its own rules; only the bytes are read and parsed once).
+    verifier's reader, the causes' name counts, the roofline's collector: each keeps its own data and
+    applies its own rules; only the bytes are read and parsed once); ``taps``: byte consumers of the
+    same read (:class:`ByteTap`); ``raw``: the file already open (rewound for header and events).
     Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
     launches but no GPU event: the replayed kernels were not recorded) and NoGpuEventsError (no
     kernel, memcpy or memset event and no graph launch; the message names device activity of other
     kinds the trace holds, :func:`.categories.no_gpu_events_message`)."""
     p = _check_path(path)
-    header = read_header(p)
+    header = read_header(p, HEADER_KEYS, raw=raw)
     ts, dur = array("d"), array("d")
     name_id, stream, device = array("i"), array("i"), array("i")
     kind = array("b")
@@ -278,21 +278,21 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     n = 0
     bad_dur = bad_num = instants = 0
     trailer: dict[str, Any] = {}
-    for ev in iter_events(p, progress, trailer):
+    for ev in iter_events(p, progress, trailer, taps=taps, raw=raw):
         n += 1
         for f in also:
             f(ev)
         if type(ev) is not dict:
             continue
-        raw = ev.get("cat")
+        cat_w = ev.get("cat")  # the category as written
         try:
-            cat, k = cat_of[raw]
+            cat, k = cat_of[cat_w]
         except KeyError:
-            c_ = canonical_category(raw)
-            cat, k = cat_of[raw] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
+            c_ = canonical_category(cat_w)
+            cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
         except TypeError:  # an unhashable category is no category
-            raw = cat = k = None
-        cat_counts[raw] = cat_counts.get(raw, 0) + 1
+            cat_w = cat = k = None
+        cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
         ph = ev.get("ph")
         order = n
         if ph != "X" and type(ph) is str:

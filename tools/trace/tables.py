@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .kineto import TIMELINE_ROWS
+from .categories import TIMELINE_ROWS
 from .models import TraceAnalysis
 from .stream import KIND_KERNEL, TraceScan
 

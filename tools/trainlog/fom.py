@@ -15,6 +15,7 @@ import math
 import os
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,6 +64,7 @@ def parse_log(
     warmup_steps: int | None = None,
     fom_kind: FomKind = "auto",
     fmt: LogFormat | None = None,
+    text: str | None = None,
 ) -> FomResult:
     """Parse a training log and extract its figures of merit.
 
@@ -75,25 +77,31 @@ def parse_log(
     (lesson 31), ``auto`` -> latency for HydraGNN tqdm logs or when no batch size is known,
     throughput otherwise (use :func:`fom_kind_for_model` when the model is known).
 
-    Returns a :class:`FomResult` (seconds, samples/s). Raises :class:`InputError` (one line) for a
-    missing or empty log, or a log with no recognisable step line.
+    ``text``: the log's text when the caller already read it (:func:`.logtext.read_log`: the one
+    read of the log per run). Returns a :class:`FomResult` (seconds, samples/s). Raises
+    :class:`InputError` (one line) for a missing or empty log, or a log with no recognisable step line.
     """
     p = Path(path)
-    parsed = read_steps(p, rank, fmt)
+    parsed = read_steps(p, rank, fmt, text)
     return _summarise(p, parsed, global_batch_size, rank, warmup_steps, fom_kind)
 
 
-def _summarise(
-    p: Path,
-    parsed: ParsedLog,
-    global_batch_size: int | None,
-    rank: int,
-    warmup_steps: int | None,
-    fom_kind: FomKind,
-) -> FomResult:
-    notes = list(parsed.notes)
-    steps = parsed.steps
-    timed = [s for s in steps if s.time_s is not None and math.isfinite(s.time_s)]
+@dataclass
+class _Warmup:
+    """The warm-up rule's outcome: steps skipped (``n_skip``; whole epochs ``n_ep_skip`` for tqdm
+    logs), the rule in words, the steady step times and where they come from, and the ids of the
+    warm-up steps (for the epochs that hold one)."""
+
+    n_skip: int
+    rule: str
+    n_ep_skip: int
+    steady_times: list[float]
+    step_src: str
+    warm_ids: set[int]
+
+
+def _epochs(steps: list[Step]) -> tuple[list[int], dict[int, list[Step]], int | None]:
+    """(epochs in log order, steps per epoch, batches per epoch: the largest epoch, None if empty)."""
     epochs_in_order: list[int] = []
     for s in steps:
         if s.epoch not in epochs_in_order:
@@ -101,9 +109,15 @@ def _summarise(
     per_epoch: dict[int, list[Step]] = {e: [] for e in epochs_in_order}
     for s in steps:
         per_epoch[s.epoch].append(s)
-    bpe = max((len(v) for v in per_epoch.values()), default=0) or None
+    return epochs_in_order, per_epoch, max((len(v) for v in per_epoch.values()), default=0) or None
 
-    # --- warm-up
+
+def _warmup(parsed: ParsedLog, timed: list[Step], epochs_in_order: list[int], bpe: int | None,
+            warmup_steps: int | None, rank: int) -> _Warmup:
+    """The warm-up steps to skip (module docstring): ``warmup_steps`` when given, else the first
+    epoch of a log with two or more, else the first :data:`SINGLE_EPOCH_WARMUP_FRACTION` of the
+    steps; tqdm logs skip whole epochs (one mean step time each). Raises InputError for a negative
+    ``warmup_steps``."""
     if warmup_steps is not None:
         if warmup_steps < 0:
             raise InputError(f"warmup_steps must be >= 0, got {warmup_steps}")
@@ -116,46 +130,36 @@ def _summarise(
     else:
         n_skip = max(1, math.ceil(SINGLE_EPOCH_WARMUP_FRACTION * len(timed))) if len(timed) >= 2 else 0
         rule = "first 10% of steps skipped (single epoch)"
-    fmt_is_tqdm = parsed.fmt == "hydragnn_tqdm"
+    if parsed.fmt != "hydragnn_tqdm":
+        return _Warmup(n_skip, rule, 0, [s.time_s for s in timed[n_skip:]],  # type: ignore[misc]
+                       "per-step log lines", {id(s) for s in timed[:n_skip]})
+    # whole epochs only: a tqdm epoch has one (mean) step time
+    assert parsed.tqdm_epochs is not None
     n_ep_skip = 0
-    if fmt_is_tqdm:
-        # whole epochs only: a tqdm epoch has one (mean) step time
-        assert parsed.tqdm_epochs is not None
-        if warmup_steps is not None:
-            n_ep_skip = math.ceil(warmup_steps / bpe) if bpe else 0
-        elif len(parsed.tqdm_epochs) >= 2:
-            n_ep_skip = 1
-        n_ep_skip = min(n_ep_skip, len(parsed.tqdm_epochs))
-        steady_epochs = parsed.tqdm_epochs[n_ep_skip:]
-        n_skip = sum(n for _, n, _, _ in parsed.tqdm_epochs[:n_ep_skip])
-        if warmup_steps is None:
-            rule = "first epoch skipped (log has >= 2 epochs)" if n_ep_skip else "no warm-up skipped (single epoch)"
-        else:
-            rule = f"explicit: {warmup_steps} steps, rounded up to {n_ep_skip} whole epochs (tqdm)"
-        steady_times = [spi for _, _, spi, _ in steady_epochs]
-        step_src = f"rank-{rank} tqdm s/it of each steady epoch (one value per epoch)"
+    if warmup_steps is not None:
+        n_ep_skip = math.ceil(warmup_steps / bpe) if bpe else 0
+    elif len(parsed.tqdm_epochs) >= 2:
+        n_ep_skip = 1
+    n_ep_skip = min(n_ep_skip, len(parsed.tqdm_epochs))
+    n_skip = sum(n for _, n, _, _ in parsed.tqdm_epochs[:n_ep_skip])
+    if warmup_steps is None:
+        rule = "first epoch skipped (log has >= 2 epochs)" if n_ep_skip else "no warm-up skipped (single epoch)"
     else:
-        steady = timed[n_skip:]
-        steady_times = [s.time_s for s in steady]  # type: ignore[misc]
-        step_src = "per-step log lines"
-    warm_ids = {id(s) for s in timed[:n_skip]} if not fmt_is_tqdm else set()
+        rule = f"explicit: {warmup_steps} steps, rounded up to {n_ep_skip} whole epochs (tqdm)"
+    return _Warmup(n_skip, rule, n_ep_skip, [spi for _, _, spi, _ in parsed.tqdm_epochs[n_ep_skip:]],
+                   f"rank-{rank} tqdm s/it of each steady epoch (one value per epoch)", set())
 
-    if not steady_times:
-        notes.append("no steady timed step: the run never reached steady state")
-    med = float(statistics.median(steady_times)) if steady_times else None
-    p10 = _pct(steady_times, 10) if steady_times else None
-    p90 = _pct(steady_times, 90) if steady_times else None
-    mean = _mean(steady_times) if steady_times else None
 
-    # --- epochs
-    complete = [e for e in epochs_in_order if e in set(parsed.complete_epochs)]
+def _epoch_times(parsed: ParsedLog, complete: list[int], per_epoch: dict[int, list[Step]], w: _Warmup,
+                 notes: list[str]) -> tuple[list[float], float | None, str]:
+    """(every epoch's time, the median steady epoch: complete epochs free of warm-up steps, else
+    all of them with a note; how they were measured). tqdm: s/it x batches of each epoch."""
     epoch_times: list[float] = []
     steady_epoch_times: list[float] = []
-    if fmt_is_tqdm:
+    if parsed.fmt == "hydragnn_tqdm":
         assert parsed.tqdm_epochs is not None
-        for e, n, spi, _ in parsed.tqdm_epochs:
-            epoch_times.append(spi * n)
-        steady_epoch_times = epoch_times[n_ep_skip:]
+        epoch_times = [spi * n for _, n, spi, _ in parsed.tqdm_epochs]
+        steady_epoch_times = epoch_times[w.n_ep_skip:]
         method = "rank-0 tqdm s/it x batches per epoch (lesson 3)"
     else:
         for e in complete:
@@ -165,34 +169,46 @@ def _summarise(
                 continue
             et = float(sum(ts))  # type: ignore[arg-type]
             epoch_times.append(et)
-            if not any(id(s) in warm_ids for s in per_epoch[e]):
+            if not any(id(s) in w.warm_ids for s in per_epoch[e]):
                 steady_epoch_times.append(et)
         method = "sum of step times of each complete epoch (no wall clock in the log)"
     if not steady_epoch_times and epoch_times:
         steady_epoch_times = epoch_times
         notes.append("no complete epoch free of warm-up steps: epoch_time_s includes warm-up")
-    epoch_time = float(statistics.median(steady_epoch_times)) if steady_epoch_times else None
+    return epoch_times, float(statistics.median(steady_epoch_times)) if steady_epoch_times else None, method
 
-    # --- throughput
+
+def _throughput(timed: list[Step], w: _Warmup, tqdm: bool, global_batch_size: int | None, med: float | None,
+                notes: list[str]) -> dict[str, Any]:
+    """Nominal throughput (global batch / median step) and, when the steps logged their realized
+    batch, the realized one (lesson 31): ``throughput_samples_per_s``,
+    ``throughput_realized_samples_per_s``, ``realized_batch``, ``partial_step_fraction``,
+    ``throughput_method``."""
     thr = global_batch_size / med if (global_batch_size and med) else None
-    realized = [s for s in (timed[n_skip:] if not fmt_is_tqdm else []) if s.samples is not None]
-    thr_real = None
-    realized_batch = None
-    partial = None
-    thr_method = "nominal: global_batch_size / steady_step_time_s" if thr is not None else None
+    out: dict[str, Any] = {"throughput_samples_per_s": thr, "throughput_realized_samples_per_s": None,
+                           "realized_batch": None, "partial_step_fraction": None,
+                           "throughput_method": "nominal: global_batch_size / steady_step_time_s" if thr is not None
+                           else None}
+    realized = [s for s in (timed[w.n_skip:] if not tqdm else []) if s.samples is not None]
     if realized:
         tot_t = sum(s.time_s for s in realized)  # type: ignore[misc]
         tot_n = sum(s.samples for s in realized)  # type: ignore[misc]
-        thr_real = tot_n / tot_t if tot_t > 0 else None
         sizes = [s.samples for s in realized]
-        realized_batch = float(statistics.median(sizes))  # type: ignore[type-var]
         full = float(global_batch_size) if global_batch_size else max(sizes)  # type: ignore[type-var]
-        partial = sum(1 for b in sizes if b < full) / len(sizes)  # type: ignore[operator]
-        thr_method = "real_per_step_batch: sum(realized samples x ranks) / sum(step time) (lesson 31)"
-        if len(realized) < len(timed) - n_skip:
-            notes.append(f"{len(timed) - n_skip - len(realized)} steady steps logged no realized batch")
+        out.update(throughput_realized_samples_per_s=tot_n / tot_t if tot_t > 0 else None,
+                   realized_batch=float(statistics.median(sizes)),  # type: ignore[type-var]
+                   partial_step_fraction=sum(1 for b in sizes if b < full) / len(sizes),  # type: ignore[operator]
+                   throughput_method="real_per_step_batch: sum(realized samples x ranks) / sum(step time) (lesson 31)")
+        if len(realized) < len(timed) - w.n_skip:
+            notes.append(f"{len(timed) - w.n_skip - len(realized)} steady steps logged no realized batch")
+    return out
 
-    # --- losses (NaN/inf ones are a diverged run: counted, named, and kept out of the means)
+
+def _losses(parsed: ParsedLog, steps: list[Step], complete: list[int], per_epoch: dict[int, list[Step]],
+            notes: list[str]) -> dict[str, Any]:
+    """The loss figures: per-epoch means (finite values; the log's own epoch losses when it has
+    them), strictly decreasing / fell first to last, and the NaN/inf ones (a diverged run: counted,
+    named, kept out of the means)."""
     logged = [(f"step {s.index} of epoch {s.epoch}", s.loss) for s in steps if s.loss is not None]
     if parsed.logged_epoch_losses is not None:
         logged += [(f"epoch {k}'s train loss", parsed.logged_epoch_losses[k]) for k in sorted(parsed.logged_epoch_losses)]
@@ -204,77 +220,76 @@ def _summarise(
             ls = [s.loss for s in per_epoch[e] if s.loss is not None and math.isfinite(s.loss)]
             if ls:
                 epoch_losses.append(_mean(ls))
-    bad_losses = [where for where, v in logged if not math.isfinite(v)]
-    if bad_losses:
-        notes.append(f"{len(bad_losses)} of {len(logged)} logged loss values are NaN/inf (first: {bad_losses[0]}): "
+    bad = [where for where, v in logged if not math.isfinite(v)]
+    if bad:
+        notes.append(f"{len(bad)} of {len(logged)} logged loss values are NaN/inf (first: {bad[0]}): "
                      "training diverged")
-    if len(epoch_losses) >= 2:
-        sanity = all(b < a for a, b in zip(epoch_losses, epoch_losses[1:]))
-        decreased = epoch_losses[-1] < epoch_losses[0]
-    else:
-        sanity = decreased = None
+    two = len(epoch_losses) >= 2
+    return {"epoch_losses": epoch_losses,
+            "loss_sanity_pass": all(b < a for a, b in zip(epoch_losses, epoch_losses[1:])) if two else None,
+            "loss_decreased": epoch_losses[-1] < epoch_losses[0] if two else None,
+            "n_losses": len(logged), "n_nonfinite_losses": len(bad), "first_nonfinite_loss": bad[0] if bad else None,
+            "loss_diverged": (bool(bad) if logged else None)}
 
-    # --- primary FOM
-    if fom_kind == "auto":
-        kind: Literal["latency", "throughput"] = (
-            "latency" if fmt_is_tqdm or not (thr or thr_real) else "throughput"
-        )
-    else:
-        kind = fom_kind
+
+def _primary(fom_kind: FomKind, tqdm: bool, thr: float | None, thr_real: float | None, epoch_time: float | None,
+             med: float | None, notes: list[str]) -> dict[str, Any]:
+    """The primary figure of merit (``fom_kind``, ``primary_fom``, ``primary_fom_name``,
+    ``fom_higher_is_better``): latency -> the epoch time (else the step time), throughput -> the
+    realized throughput (else the nominal one); ``auto`` -> latency for tqdm logs or without a
+    batch size (lesson 5), throughput otherwise (lesson 31)."""
+    kind: Literal["latency", "throughput"] = (("latency" if tqdm or not (thr or thr_real) else "throughput")
+                                             if fom_kind == "auto" else fom_kind)
     if kind == "latency":
         if epoch_time is not None:
             primary, pname = epoch_time, "epoch_time_s"
         else:
             primary, pname = med, ("steady_step_time_s" if med is not None else None)
-        higher = False
+        return {"fom_kind": kind, "primary_fom": primary, "primary_fom_name": pname, "fom_higher_is_better": False}
+    if thr_real is not None:
+        primary, pname = thr_real, "throughput_realized_samples_per_s"
+    elif thr is not None:
+        primary, pname = thr, "throughput_samples_per_s"
     else:
-        if thr_real is not None:
-            primary, pname = thr_real, "throughput_realized_samples_per_s"
-        elif thr is not None:
-            primary, pname = thr, "throughput_samples_per_s"
-        else:
-            primary, pname = None, None
-            notes.append("throughput FOM asked for but no global_batch_size nor realized batch known")
-        higher = True
+        primary, pname = None, None
+        notes.append("throughput FOM asked for but no global_batch_size nor realized batch known")
+    return {"fom_kind": kind, "primary_fom": primary, "primary_fom_name": pname, "fom_higher_is_better": True}
 
+
+def _summarise(
+    p: Path,
+    parsed: ParsedLog,
+    global_batch_size: int | None,
+    rank: int,
+    warmup_steps: int | None,
+    fom_kind: FomKind,
+) -> FomResult:
+    """The figures of merit of a parsed log: warm-up, step statistics, epochs, throughput, losses,
+    the primary FOM (each in its function above; the notes keep that order)."""
+    notes = list(parsed.notes)
+    steps = parsed.steps
+    tqdm = parsed.fmt == "hydragnn_tqdm"
+    timed = [s for s in steps if s.time_s is not None and math.isfinite(s.time_s)]
+    epochs_in_order, per_epoch, bpe = _epochs(steps)
+    w = _warmup(parsed, timed, epochs_in_order, bpe, warmup_steps, rank)
+    st = w.steady_times
+    if not st:
+        notes.append("no steady timed step: the run never reached steady state")
+    med = float(statistics.median(st)) if st else None
+    complete = [e for e in epochs_in_order if e in set(parsed.complete_epochs)]
+    epoch_times, epoch_time, method = _epoch_times(parsed, complete, per_epoch, w, notes)
+    thr = _throughput(timed, w, tqdm, global_batch_size, med, notes)
+    losses = _losses(parsed, steps, complete, per_epoch, notes)
+    primary = _primary(fom_kind, tqdm, thr["throughput_samples_per_s"], thr["throughput_realized_samples_per_s"],
+                       epoch_time, med, notes)
     return FomResult(
-        source=str(p),
-        format=parsed.fmt,
-        rank=rank,
-        ranks_seen=parsed.ranks_seen,
-        n_steps=len(steps),
-        n_timed_steps=len(timed),
-        n_epochs=len(epoch_times) if fmt_is_tqdm else len(complete),
-        batches_per_epoch=bpe,
-        warmup_steps_skipped=n_skip,
-        warmup_rule=rule,
-        step_time_source=step_src,
-        steady_step_time_s=med,
-        step_time_p10_s=p10,
-        step_time_p90_s=p90,
-        step_time_mean_s=mean,
-        epoch_times_s=epoch_times,
-        epoch_time_s=epoch_time,
-        epoch_time_method=method,
-        global_batch_size=global_batch_size,
-        throughput_samples_per_s=thr,
-        throughput_realized_samples_per_s=thr_real,
-        throughput_method=thr_method,
-        realized_batch=realized_batch,
-        partial_step_fraction=partial,
-        epoch_losses=epoch_losses,
-        loss_sanity_pass=sanity,
-        loss_decreased=decreased,
-        n_losses=len(logged),
-        n_nonfinite_losses=len(bad_losses),
-        first_nonfinite_loss=bad_losses[0] if bad_losses else None,
-        loss_diverged=(bool(bad_losses) if logged else None),
-        fom_kind=kind,
-        primary_fom=primary,
-        primary_fom_name=pname,
-        fom_higher_is_better=higher,
-        notes=notes,
-        step_times_s=[float(t) for t in steady_times],
+        source=str(p), format=parsed.fmt, rank=rank, ranks_seen=parsed.ranks_seen, n_steps=len(steps),
+        n_timed_steps=len(timed), n_epochs=len(epoch_times) if tqdm else len(complete), batches_per_epoch=bpe,
+        warmup_steps_skipped=w.n_skip, warmup_rule=w.rule, step_time_source=w.step_src, steady_step_time_s=med,
+        step_time_p10_s=_pct(st, 10) if st else None, step_time_p90_s=_pct(st, 90) if st else None,
+        step_time_mean_s=_mean(st) if st else None, epoch_times_s=epoch_times,
+        epoch_time_s=epoch_time, epoch_time_method=method, global_batch_size=global_batch_size,
+        **thr, **losses, **primary, notes=notes, step_times_s=[float(t) for t in st],
     )
 
 

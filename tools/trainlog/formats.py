@@ -417,11 +417,12 @@ def _parse_tqdm(recs, rank: int, desc: str = "Train") -> ParsedLog:
     )
 
 
-def read_steps(p: Path, rank: int = 0, fmt: LogFormat | None = None) -> ParsedLog:
+def read_steps(p: Path, rank: int = 0, fmt: LogFormat | None = None, text: str | None = None) -> ParsedLog:
     """Read the log at ``p`` into steps and epochs of ``rank`` (format auto-detected unless ``fmt``
-    is given). Raises :class:`InputError` (one line) for a missing or empty log, a log with no
+    is given); ``text``: the log's text when the caller already read it (an empty one is read again,
+    for the error). Raises :class:`InputError` (one line) for a missing or empty log, a log with no
     recognisable step line, or a HydraGNN log with no completed rank-``rank`` ``Train`` bar."""
-    text, n_esc = strip_escapes(_read(p))
+    text, n_esc = strip_escapes(text if text and text.strip() else _read(p))
     notes: list[str] = []
     if n_esc:
         notes.append(f"{n_esc} terminal escape sequence(s) stripped (colour, cursor and title codes: display only)")

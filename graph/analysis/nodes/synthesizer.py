@@ -10,17 +10,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..claimkit import verdict
-from .. import context as ctx
-from .. import triage
-from ..configuration import llm_request, run_dir
-from ..verdict import decide, reconcile_with_window
+from ..configuration import llm_request
 from ..schema import AnalysisState
+from ...agents import llm
 from ...agents.render import agent_notes_markdown
+from ...rules import context as ctx
+from ...rules import levers as lever_rules
+from ...rules import registry
+from ...rules.verdict import decide, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
                               Tolerance, Verdict, VerifiedClaim)
-from ....tools.errors import Ai4sError
+from ....tools.cluster.baseline import load_baseline
+from ....tools.errors import Ai4sError, InputError
 from ....tools.levers.recommend import recommend_levers
 
 SYNTH = "synthesizer"
@@ -28,7 +30,7 @@ SYNTH = "synthesizer"
 
 def decide_bottleneck(verdicts: list[VerifiedClaim], findings: dict[str, Any] | None = None) -> Bottleneck:
     """The bottleneck class from CONFIRMED claims only, over all ranks and all sources:
-    :func:`ai4s_graph.graph.analysis.verdict.decide` (direct measurements decide, indirect tests
+    :func:`ai4s_graph.graph.rules.verdict.decide` (direct measurements decide, indirect tests
     support or contradict; the straggler's class when the other ranks wait for it)."""
     return decide(verdicts, findings)
 
@@ -39,14 +41,8 @@ def levers_for(b: Bottleneck, manifest: Manifest, vendor: str | None,
     ``balance_straggler_rank`` when the verdict is on a straggler the other ranks wait for: the
     first lever follows the cause (the slow rank), not the symptom (their exposed communication)."""
     recs, cat = recommend_levers(b, manifest, vendor, ranks)
-    if b.straggler is not None:
-        recs.insert(0, LeverRecommendation(
-            name="balance_straggler_rank",
-            why=(f"rank {b.straggler} is the straggler the other ranks wait for: give it less work (check its data "
-                 "shard and per-rank batch) or fix its node (probe its GPU and mounts with `ai4s-graph probe`, "
-                 "lesson 19) before tuning communication; then its own class's levers below"),
-            claims=b.supporting_claims[:3]))
-    return recs, cat
+    first = lever_rules.straggler_lever(b)
+    return ([first] if first else []) + recs, cat
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -211,6 +207,7 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
 
 def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
     """GPU time breakdown and telemetry PNGs; returns (paths, problems)."""
+    # lazy: matplotlib costs +1.3 s import time (python -X importtime), paid only when a report is written
     from ....tools.report import plots
 
     paths, problems = [], []
@@ -237,42 +234,76 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
     return paths, problems
 
 
+def _util_series(findings: dict[str, Any]) -> list[tuple[float, float]]:
+    """GPU utilization ``[(unix s, %)]`` of the first instance the telemetry analyst queried."""
+    per_inst = (((findings.get("telemetry") or {}).get("series") or {}).get("gpu_util")) or {}
+    return [(float(t), float(v)) for t, v in next(iter(per_inst.values()), [])] if per_inst else []
+
+
+def _busbw(req: Any, manifest: Manifest, trace: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+    """Achieved all-reduce busbw against ``--baseline`` (read only when there is an all-reduce to
+    compare; an unreadable one is a problem, and the datasheet stands in) or the datasheet."""
+    groups = (((trace.get("multi_rank") or {}).get("collectives")) or {}).get("groups") or []
+    baseline = None
+    if req.baseline and ctx.allreduce_groups(groups):
+        try:
+            baseline = load_baseline(req.baseline)
+        except InputError as e:
+            problems.append(f"synthesizer: {e}")
+    return ctx.busbw_context(groups, baseline, manifest.gpu, manifest.num_nodes)
+
+
 def context_of(state: AnalysisState, manifest: Manifest, b: Bottleneck, verdicts: list[VerifiedClaim],
                problems: list[str]) -> dict[str, Any]:
     """Report fields that put the verdict in context: the per-rank table, representativeness of
-    the critical rank's profile, progress of a job that did not complete, and busbw against the
-    ``--baseline`` eval-cluster measurement or the datasheet. Problems are appended to
-    ``problems``."""
-    from ..verdict import rank_views
-    from ....tools.trainlog import fom as fom_tool
-
-    req = state["request"]
+    the critical rank's profile, progress of a job that did not complete (from the facts of the one
+    read of the log), and busbw against the ``--baseline`` eval-cluster measurement or the
+    datasheet. Problems are appended to ``problems``."""
     findings = state.get("findings") or {}
-    tel = findings.get("telemetry") or {}
-    per_inst = (tel.get("series") or {}).get("gpu_util") or {}
-    util = [(float(t), float(v)) for t, v in next(iter(per_inst.values()), [])] if per_inst else []
+    util = _util_series(findings)
     out: dict[str, Any] = {"ranks": [v.row() for v in rank_views(verdicts, findings)]}
     trace = findings.get("trace") or {}
     ranks = {r.get("rank"): r for r in trace.get("ranks") or []}
     crit = ranks.get(b.critical_rank if b.critical_rank is not None else 0) or next(iter(ranks.values()), None)
     if crit:
         out["representativeness"] = ctx.representativeness(crit, findings.get("fom"), util, ctx.profiled_window(crit))
-    log = run_dir(state) / (manifest.artifacts.train_log or "train.log")
+    log = findings.get("log") or {}
     if manifest.state.split()[0].upper() != "COMPLETED" and manifest.start and manifest.end:
-        steps: list[float] = []
-        try:
-            steps = fom_tool.parse_log(log, global_batch_size=manifest.global_batch_size).step_times_s
-        except (Ai4sError, OSError):
-            pass
         planned = (manifest.model_extra or {}).get("steps")
-        out["progress"] = ctx.progress(manifest.state, manifest.start, manifest.end, steps,
+        out["progress"] = ctx.progress(manifest.state, manifest.start, manifest.end, list(log.get("step_times_s") or []),
                                        int(planned) if isinstance(planned, (int, float)) else None, util,
-                                       ctx.last_step_timestamp(log, ctx.STEP_LINE) if log.exists() else None)
-    groups = (((trace.get("multi_rank") or {}).get("collectives")) or {}).get("groups") or []
-    rows, probs = ctx.busbw_context(groups, req.baseline, manifest.gpu, manifest.num_nodes)
-    out["busbw_context"] = rows
-    problems.extend(f"synthesizer: {p}" for p in probs)
+                                       log.get("last_step_unix"))
+    out["busbw_context"] = _busbw(state["request"], manifest, trace, problems)
     return out
+
+
+def _verdicts(state: AnalysisState) -> list[VerifiedClaim]:
+    """Every verdict, plus a claim that no verifier reached as inconclusive (it stays in the report)."""
+    verdicts = list(state.get("verdicts") or [])
+    verified_ids = {v.claim.id for v in verdicts}
+    for c in state.get("claims") or []:
+        if c.id not in verified_ids:
+            verdicts.append(registry.judge(c, SYNTH, None, Tolerance(), "not reached by a verifier"))
+    return verdicts
+
+
+def _vendor(findings: dict[str, Any], manifest: Manifest) -> str | None:
+    """The GPU vendor telemetry saw, else the manifest's GPU name's (``amd``, ``nvidia``, None)."""
+    vendor = (findings.get("telemetry") or {}).get("vendor")
+    if vendor in (None, "none"):
+        g = (manifest.gpu or "").upper()
+        vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
+    return vendor
+
+
+def _plot_window(findings: dict[str, Any], manifest: Manifest) -> tuple[float, float] | None:
+    """The telemetry window, else the manifest's SLURM start and end, else None."""
+    tel = findings.get("telemetry") or {}
+    if tel.get("window"):
+        return tuple(tel["window"])
+    if manifest.start and manifest.end:
+        return (manifest.start, manifest.end)
+    return None
 
 
 @node(SYNTH)
@@ -282,30 +313,13 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
-    verdicts = list(state.get("verdicts") or [])
-    verified_ids = {v.claim.id for v in verdicts}
-    # a claim that no verifier reached stays in the report as inconclusive
-    for c in state.get("claims") or []:
-        if c.id not in verified_ids:
-            verdicts.append(verdict(c, SYNTH, None, Tolerance(), "not reached by a verifier"))
+    verdicts = _verdicts(state)
     findings = state.get("findings") or {}
     b = decide_bottleneck(verdicts, findings)
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
-    vendor = (findings.get("telemetry") or {}).get("vendor")
-    if vendor in (None, "none"):
-        g = (manifest.gpu or "").upper()
-        vendor = "amd" if ("AMD" in g or "MI3" in g or "INSTINCT" in g) else ("nvidia" if g else None)
-    ranks = max(1, len(manifest.artifacts.traces))
-    levers, catalog = levers_for(b, manifest, vendor, ranks)
-    levers = triage.recommend(levers, findings, verdicts)
-    levers.sort(key=lambda lv: lv.name != "balance_straggler_rank")  # the cause first, whatever the estimates
-    window = None
-    tel = (state.get("findings") or {}).get("telemetry") or {}
-    if tel.get("window"):
-        window = tuple(tel["window"])
-    elif manifest.start and manifest.end:
-        window = (manifest.start, manifest.end)
-    plots_, plot_problems = make_plots(state, out_dir, window)
+    levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
+    levers = lever_rules.choose(levers, findings, verdicts)
+    plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -317,8 +331,6 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     outcome = Outcome.ok
     reason_extra = ""
     if req.llm != "none":
-        from ...agents import llm
-
         res = llm.synthesizer_pass(llm_request(state), rep.model_dump(mode="json"))  # the LLM reads JSON
         rep.usage[SYNTH] = res.usage
         if res.prose:

@@ -8,16 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..claimkit import claim
-from .. import triage
 from ..configuration import RunRequest, llm_manifest, llm_request, run_dir as resolved_run_dir
+from ..inputs import job_script, log_path
 from ..schema import AnalysisState
+from ...agents import llm
+from ...rules import registry
+from ...rules.diagnosis import board_limits, telemetry_supports_compute
+from ...rules.figures import Inputs
 from ...runtime import node
 from ....state import Claim, Evidence, Manifest, Outcome, StatusLine, worst
+from ....state.claimkit import claim
 from ....tools.errors import Ai4sError, InputError
+from ....tools.slurm.scriptparse import parse_job_script
+from ....tools.telemetry import export, metrics, promql, rawstats
+from ....tools.telemetry.victoria import VictoriaMetrics
+from ....tools.trainlog import fom, logtext
+from ....tools.trainlog.fom_fields import extra_foms
 
 ANALYST = "telemetry_analyst"
 # Telemetry statistics the analyst claims: (logical metric, statistic).
@@ -30,23 +41,19 @@ CPU_STATS = [("cpu_util", "avg")]
 PLOT_METRICS = ["gpu_util", "sm_clock", "power", "hbm_used", "cpu_util"]
 
 
-def _fom_kind(model: str | None) -> str:
-    from ....tools.trainlog import fom
-
-    return fom.fom_kind_for_model(model)
-
-
-def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tuple[dict[str, Any], list[Claim]]:
-    """Parse ``train.log`` into figures of merit (writes ``foms.json`` into ``out_dir``) and claims.
+def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None, text: str | None = None,
+                facts: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Claim]]:
+    """Parse ``train.log`` into figures of merit (writes ``foms.json`` into ``out_dir``) and claims;
+    ``text``: the log's text when the node already read it (the one read of the log); ``facts``:
+    receives the parsed steady step times (``step_times_s``, s) as soon as the log parses.
 
     Raises :class:`InputError` (one line) for a missing, empty or unrecognisable log."""
-    from ....tools.trainlog import fom
-
     log = run_dir / (manifest.artifacts.train_log or "train.log")
-    res = fom.parse_log(log, global_batch_size=manifest.global_batch_size, fom_kind=_fom_kind(manifest.model))
-    if out_dir is not None:
-        from ....tools.trainlog.fom_fields import extra_foms  # lessons 4, 24: HBM total, MFMA FLOP/s (two methods)
-
+    res = fom.parse_log(log, global_batch_size=manifest.global_batch_size,
+                        fom_kind=fom.fom_kind_for_model(manifest.model), text=text)
+    if facts is not None:
+        facts["step_times_s"] = list(res.step_times_s)
+    if out_dir is not None:  # lessons 4, 24: HBM total, MFMA FLOP/s (two methods), from the run's telemetry
         tel = extra_foms(run_dir, manifest)
         fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes,
                        hbm_total_bytes=tel.pop("hbm_total_bytes"), extra=tel)
@@ -95,8 +102,6 @@ def analyze_compare(run_dir: Path, manifest: Manifest, compare_dir: Path) -> tup
     """The precision discriminator between this run and ``compare_dir`` (same model, another
     precision), seed 000 lessons 13 and 22. Raises :class:`InputError` when the runs cannot be
     compared (same precision, different model, missing log)."""
-    from ....tools.trainlog import fom
-
     other = Manifest.read(compare_dir / "manifest.json")
     if other.model != manifest.model:
         raise InputError(f"--compare run {other.jobid} is model {other.model}, not {manifest.model}")
@@ -141,8 +146,6 @@ def tsdb_for(req: RunRequest, run_dir: Path, manifest: Manifest,
     files = [run_dir / p for p in manifest.artifacts.telemetry]
     if not files:
         raise InputError(f"no telemetry: no --tsdb-url and no telemetry/*.jsonl in {run_dir}")
-    from ....tools.telemetry.victoria import VictoriaMetrics
-
     with VictoriaMetrics() as vm:
         for f in files:  # null values, bad lines, implausible samples: counted; every series counted in the store
             problems += [f"telemetry: {p}" for p in vm.import_export(f, manifest.gpu).problems()]
@@ -155,8 +158,6 @@ MIN_SAMPLES = 2
 
 def _iso(t: float) -> str:
     """Unix seconds as ``2026-11-30T12:00:00.000Z`` (UTC), or the number when out of range."""
-    from datetime import datetime, timezone
-
     try:
         return datetime.fromtimestamp(float(t), tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, OSError, ValueError):
@@ -194,8 +195,6 @@ def window_check(pq: Any, jobid: str, window: tuple[float, float]) -> dict[str, 
     "after_s", "interval_s"}`` (how far it starts before / ends after the job, and its median
     scrape interval), or None when it has no samples within an hour of the job. A series that
     outlives the job by more than two scrape intervals is Omnistat's stale-series fault."""
-    import statistics
-
     series = pq.export(f'rmsjob_info{{jobid="{jobid}"}}', window[0] - 3600, window[1] + 3600)
     ts = sorted({t for s in series for t, v in zip(s.timestamps, s.values) if v > 0})
     if not ts:
@@ -218,8 +217,6 @@ def nan_counts(files: list[Path], manifest: Manifest, metrics: list[str],
     the raw export ``files``, for the metrics that have NaN samples there. VictoriaMetrics drops
     NaN samples at import, so PromQL alone cannot tell "all NaN" from "no series". ``{}`` when
     the export cannot be read or joined (the PromQL path reports that)."""
-    from ....tools.telemetry import export, rawstats
-
     try:
         series = [x for f in files for x in export.load_export(f, manifest.gpu)]
     except Ai4sError:
@@ -247,63 +244,51 @@ def _job_gpus(pq: Any, jobid: str, window: tuple[float, float], missing: list[st
     return gpus
 
 
-def analyze_telemetry(url: str, source: str, manifest: Manifest,
-                      raw_files: list[Path] | None = None) -> tuple[dict[str, Any], list[Claim]]:
-    """Telemetry statistics over the job's SLURM window, each with its PromQL query as evidence;
-    ``findings["missing"]`` lists what could not be joined (job hosts with no GPU series, a job
-    with no ``rmsjob_info``, a metric whose samples are all NaN), so telemetry is never dropped
-    silently. ``raw_files``: the JSON-lines exports the TSDB was loaded from, read to count NaN
-    samples (VictoriaMetrics drops them): statistics are over the finite samples, and each NaN
-    count is recorded in the statistic, its claim and ``missing``.
-
-    Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
-    :class:`InputError` when the job window is unknown."""
-    from ....tools.telemetry import metrics, promql
-
-    pq = promql.PromQL(url)
-    window, wsource, missing = job_window(pq, manifest)
-    cov = pq.coverage(manifest.jobid, window)
-    vendor = pq.detect_vendor(manifest.jobid, window)
-    gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
+def _coverage_notes(manifest: Manifest, cov: Any, vendor: str, nans: dict[str, tuple[int, int]]) -> list[str]:
+    """What the join of the job's SLURM nodes to its telemetry hosts leaves out, one line each:
+    nodes without ``rmsjob_info``, a job with none, hosts without GPU series, NaN samples."""
+    out = []
     slurm_nodes = list(manifest.nodes_list)
-    # VictoriaMetrics drops NaN samples at import: count them in the raw export, so a series of NaN
-    # is reported as such, not as an absent one
-    nans = (nan_counts(raw_files, manifest, [m for m, _ in TELEMETRY_STATS + CPU_STATS], window)
-            if raw_files and cov.job_hosts else {})
     absent = [n for n in slurm_nodes if not _names_host(n, cov.job_hosts)]
     if cov.job_hosts and absent and len(absent) == len(slurm_nodes):
         # no SLURM node matches: the statistics are of whatever hosts rmsjob_info names
-        missing.append(f"telemetry: none of the job's SLURM node(s) {', '.join(slurm_nodes)} has GPU series joined to "
-                       f"the job: rmsjob_info{{jobid=\"{manifest.jobid}\"}} names host(s) "
-                       f"{', '.join(sorted(cov.job_hosts))} instead, so the statistics are of those hosts")
+        out.append(f"telemetry: none of the job's SLURM node(s) {', '.join(slurm_nodes)} has GPU series joined to "
+                   f"the job: rmsjob_info{{jobid=\"{manifest.jobid}\"}} names host(s) "
+                   f"{', '.join(sorted(cov.job_hosts))} instead, so the statistics are of those hosts")
     elif cov.job_hosts and absent:
         # the exporters name hosts as SLURM does (some match), but not all of the job's nodes report
-        missing.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(absent)}"
-                       ": their telemetry is not in the statistics")
+        out.append(f"telemetry: no rmsjob_info for SLURM node(s) {', '.join(absent)}"
+                   ": their telemetry is not in the statistics")
+    gpu_job = bool(manifest.gpus_per_node) or bool(manifest.gpu)
     if not cov.job_hosts:
-        missing.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
-                       f"{promql.JOIN_MARGIN_S:.0f} s of the job window: its telemetry cannot be joined to it")
+        out.append(f"telemetry: no rmsjob_info{{jobid=\"{manifest.jobid}\"}} within "
+                   f"{promql.JOIN_MARGIN_S:.0f} s of the job window: its telemetry cannot be joined to it")
     elif vendor == "none" and (gpu_job or cov.gpu_hosts) and not nans:
-        missing.append(f"telemetry: no GPU series matches the job's host(s) {', '.join(sorted(cov.job_hosts))}"
-                       + (f" (GPU series in the window come from {', '.join(cov.gpu_hosts)})" if cov.gpu_hosts else ""))
+        out.append(f"telemetry: no GPU series matches the job's host(s) {', '.join(sorted(cov.job_hosts))}"
+                   + (f" (GPU series in the window come from {', '.join(cov.gpu_hosts)})" if cov.gpu_hosts else ""))
     elif vendor != "none" and cov.unmatched:
-        missing.append(f"telemetry: no GPU series for job host(s) {', '.join(cov.unmatched)}: statistics cover "
-                       f"{', '.join(h for h in sorted(cov.job_hosts) if h not in cov.unmatched)} only")
-    stats = TELEMETRY_STATS + OPTIONAL_STATS if vendor in ("nvidia", "amd") else CPU_STATS
-    findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "window_source": wsource,
-                                "job_hosts": cov.job_hosts, "gpu_hosts": cov.gpu_hosts, "vendor": vendor,
-                                "stats": {}, "series": {}, "units": {}, "missing": missing}
-    chk = window_check(pq, manifest.jobid, window)
-    if chk is not None:
-        findings["window_check"] = chk
-    claims: list[Claim] = []
-    span = window[1] - window[0]
+        out.append(f"telemetry: no GPU series for job host(s) {', '.join(cov.unmatched)}: statistics cover "
+                   f"{', '.join(h for h in sorted(cov.job_hosts) if h not in cov.unmatched)} only")
     for metric, (fin, nan) in nans.items():
-        missing.append(f"telemetry: {metric}: {fin + nan} sample(s) in the job window, all NaN: no statistic"
-                       if not fin else f"telemetry: {metric}: {nan} of {fin + nan} sample(s) in the job window are "
-                       f"NaN: statistics over the {fin} finite one(s)")
-    findings["nan_samples"] = {m: {"finite": f, "nan": n} for m, (f, n) in nans.items()}
-    wname = "SLURM" if wsource.startswith("SLURM") else "rmsjob_info"
+        out.append(f"telemetry: {metric}: {fin + nan} sample(s) in the job window, all NaN: no statistic"
+                   if not fin else f"telemetry: {metric}: {nan} of {fin + nan} sample(s) in the job window are "
+                   f"NaN: statistics over the {fin} finite one(s)")
+    return out
+
+
+def _stat_claims(pq: Any, url: str, manifest: Manifest, findings: dict[str, Any],
+                 nans: dict[str, tuple[int, int]]) -> list[Claim]:
+    """One claim per telemetry statistic the vendor has (:data:`TELEMETRY_STATS` and
+    :data:`OPTIONAL_STATS`, else :data:`CPU_STATS`), its PromQL query as evidence, naming the cards
+    it joined (:func:`_job_gpus`); the statistics go to ``findings["stats"]``, a query that fails
+    to ``findings["errors"]``, a metric the vendor's series lack to ``findings["missing"]``."""
+    window = tuple(findings["window"])
+    vendor = findings["vendor"]
+    missing = findings["missing"]
+    stats = TELEMETRY_STATS + OPTIONAL_STATS if vendor in ("nvidia", "amd") else CPU_STATS
+    span = window[1] - window[0]
+    wname = "SLURM" if findings["window_source"].startswith("SLURM") else "rmsjob_info"
+    claims = []
     gpus = _job_gpus(pq, manifest.jobid, window, missing) if vendor in ("nvidia", "amd") else None
     joined = gpus.describe() if gpus is not None else ""
     if joined:
@@ -339,6 +324,60 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
                             f"{metric.replace('_', ' ')}{src_note} is "
                             f"{shown}{few}{nan_note}{gpu_note}.", f"telemetry.{metric}.{stat}", round(float(r.value), 6),
                             r.unit, [ev]))
+    return claims
+
+
+def _supports_compute_claim(findings: dict[str, Any], manifest: Manifest) -> Claim | None:
+    """Seed 001 T2's reading of the statistics (:func:`~...rules.diagnosis.telemetry_supports_compute`)
+    as a claim, or None when its inputs are missing; sets ``findings["supports_compute"]``."""
+    st = findings["stats"]
+    util, clk, clk_max = (st.get(k, {}).get("value") for k in ("gpu_util.avg", "sm_clock.avg", "sm_clock.max"))
+    pw, pw_max = (st.get(k, {}).get("value") for k in ("power.avg", "power.max"))
+    sup = telemetry_supports_compute(util, clk, clk_max, pw, pw_max, gpu_name=manifest.gpu)
+    if sup is None:
+        return None
+    findings["supports_compute"] = sup
+    lim = board_limits(manifest.gpu)
+    ref = (f"the {manifest.gpu}'s {lim[1]:.0f} MHz boost clock and {lim[0]:.0f} W limit (datasheet)" if lim and lim[1]
+           else f"the job's own maxima ({clk_max:.0f} MHz, {pw_max or 0:.0f} W): the board limits are unknown")
+    ev = Evidence(tool="diagnosis.telemetry_supports_compute", query="gpu_util.avg, sm_clock.avg/max, power.avg/max",
+                  returned=sup, args={"gpu_util": util, "sm_clock": clk, "sm_clock_max": clk_max,
+                                      "power": pw, "power_max": pw_max, "gpu": manifest.gpu})
+    return claim("om.tel.supports_compute", ANALYST,
+                 f"Telemetry {'supports' if sup else 'does not support'} a compute-bound reading: utilization "
+                 f"{util:.1f}%, SM clock {clk:.0f} MHz" + (f", power {pw:.0f} W" if pw is not None else "")
+                 + f", against {ref} (utilization alone lies: seed 001 T2).", "telemetry.supports_compute",
+                 sup, "bool", [ev], confidence=0.7)
+
+
+def analyze_telemetry(url: str, source: str, manifest: Manifest,
+                      raw_files: list[Path] | None = None) -> tuple[dict[str, Any], list[Claim]]:
+    """Telemetry statistics over the job's SLURM window, each with its PromQL query as evidence;
+    ``findings["missing"]`` lists what could not be joined (job hosts with no GPU series, a job
+    with no ``rmsjob_info``, a metric whose samples are all NaN), so telemetry is never dropped
+    silently. ``raw_files``: the JSON-lines exports the TSDB was loaded from, read to count NaN
+    samples (VictoriaMetrics drops them): statistics are over the finite samples, and each NaN
+    count is recorded in the statistic, its claim and ``missing``.
+
+    Raises :class:`~ai4s_graph.tools.errors.ToolUnavailableError` when the TSDB is unreachable and
+    :class:`InputError` when the job window is unknown."""
+    pq = promql.PromQL(url)
+    window, wsource, missing = job_window(pq, manifest)
+    cov = pq.coverage(manifest.jobid, window)
+    vendor = pq.detect_vendor(manifest.jobid, window)
+    # VictoriaMetrics drops NaN samples at import: count them in the raw export, so a series of NaN
+    # is reported as such, not as an absent one
+    nans = (nan_counts(raw_files, manifest, [m for m, _ in TELEMETRY_STATS + CPU_STATS], window)
+            if raw_files and cov.job_hosts else {})
+    missing += _coverage_notes(manifest, cov, vendor, nans)
+    findings: dict[str, Any] = {"url": url, "source": source, "window": list(window), "window_source": wsource,
+                                "job_hosts": cov.job_hosts, "gpu_hosts": cov.gpu_hosts, "vendor": vendor,
+                                "stats": {}, "series": {}, "units": {}, "missing": missing}
+    chk = window_check(pq, manifest.jobid, window)
+    if chk is not None:
+        findings["window_check"] = chk
+    findings["nan_samples"] = {m: {"finite": f, "nan": n} for m, (f, n) in nans.items()}
+    claims = _stat_claims(pq, url, manifest, findings, nans)
     for metric in PLOT_METRICS:
         try:
             s = pq.job_series(metric, manifest.jobid, window, step_s=1.0)
@@ -347,28 +386,20 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
         if s:
             findings["series"][metric] = s
             findings["units"][metric] = metrics.METRICS[metric].unit
-    st = findings["stats"]
-    util, clk, clk_max = (st.get(k, {}).get("value") for k in ("gpu_util.avg", "sm_clock.avg", "sm_clock.max"))
-    pw, pw_max = (st.get(k, {}).get("value") for k in ("power.avg", "power.max"))
-    from ..diagnosis import telemetry_supports_compute
+    sc = _supports_compute_claim(findings, manifest)
+    return findings, claims + ([sc] if sc is not None else [])
 
-    from ..diagnosis import board_limits
 
-    sup = telemetry_supports_compute(util, clk, clk_max, pw, pw_max, gpu_name=manifest.gpu)
-    if sup is not None:
-        findings["supports_compute"] = sup
-        lim = board_limits(manifest.gpu)
-        ref = (f"the {manifest.gpu}'s {lim[1]:.0f} MHz boost clock and {lim[0]:.0f} W limit (datasheet)" if lim
-               else f"the job's own maxima ({clk_max:.0f} MHz, {pw_max or 0:.0f} W): the board limits are unknown")
-        ev = Evidence(tool="diagnosis.telemetry_supports_compute", query="gpu_util.avg, sm_clock.avg/max, power.avg/max",
-                      returned=sup, args={"gpu_util": util, "sm_clock": clk, "sm_clock_max": clk_max,
-                                          "power": pw, "power_max": pw_max, "gpu": manifest.gpu})
-        claims.append(claim("om.tel.supports_compute", ANALYST,
-                            f"Telemetry {'supports' if sup else 'does not support'} a compute-bound reading: utilization "
-                            f"{util:.1f}%, SM clock {clk:.0f} MHz" + (f", power {pw:.0f} W" if pw is not None else "")
-                            + f", against {ref} (utilization alone lies: seed 001 T2).", "telemetry.supports_compute",
-                            sup, "bool", [ev], confidence=0.7))
-    return findings, claims
+def cause_claims(state: AnalysisState, findings: dict[str, Any]) -> tuple[list[Claim], list[str]]:
+    """The telemetry causes of the registry (``graph/rules/registry.py``) on the telemetry
+    statistics, the manifest and the job script's fields. Adds ``triage`` (``[{id, lever, why}]``)
+    to ``findings['telemetry']`` (created when absent); returns the claims and the causes' ``not
+    checked: ... needs ...`` lines (issue 28: for the report, never for the agents' inputs)."""
+    tel = findings.get("telemetry") or {}
+    x = Inputs(telemetry=tel, manifest=state.get("manifest"), job=parse_job_script(job_script(state)))
+    found = registry.detect(ANALYST, x)
+    findings.setdefault("telemetry", tel)["triage"] = registry.lever_entries(found)
+    return [f.claim for f in found], registry.not_checked(ANALYST, x)
 
 
 @node(ANALYST)
@@ -383,8 +414,11 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     missing: list[str] = []
     parts: list[str] = []
     outcomes = []
+    log = log_path(state)
+    text = logtext.read_log(log)  # the one read of the log: the parser and the causes' facts share it
+    findings["log"] = logtext.log_facts(log, text, registry.log_patterns())
     try:
-        findings["fom"], c = analyze_fom(run_dir, manifest, out_dir)
+        findings["fom"], c = analyze_fom(run_dir, manifest, out_dir, text, findings["log"])
         claims += c
         notes = findings["fom"].get("notes") or []
         esc = "".join(f" ({n.split(' (')[0]})" for n in notes if "escape sequence" in n)
@@ -425,14 +459,12 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     except Ai4sError as e:
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)
-    claims += triage.attach_telemetry_triage(findings, manifest, run_dir)
-    not_checked = (findings.get("telemetry") or {}).pop("not_checked", [])  # issue 28: to the report, not to the agents
+    found, not_checked = cause_claims(state, findings)
+    claims += found
     update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing, "not_checked": not_checked}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
     if req.llm != "none":
-        from ...agents import llm
-
         res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
                                claims)
         update["usage"] = {ANALYST: res.usage}

@@ -11,86 +11,71 @@ the analyst's:
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
-from ..claimkit import REL_TOL, TELEMETRY_TOL, verdict
-from .. import triage
 from ..configuration import llm_manifest, llm_request, run_dir
-from ..diagnosis import telemetry_supports_compute
+from ..inputs import cause_reader, verifier_log
 from ..schema import AnalysisState
+from ...agents import llm
+from ...rules import registry
+from ...rules.diagnosis import telemetry_supports_compute
+from ...rules.figures import Reader, fom_value
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
+from ....state.claimkit import REL_TOL, TELEMETRY_TOL
 from ....tools.errors import Ai4sError
+from ....tools.slurm import client as slurm
+from ....tools.slurm.probe import probe_verdicts
+from ....tools.telemetry import export, rawstats
+from ....tools.telemetry.subwindow import raw_subwindow_stat, subwindow_of
+from ....tools.trainlog import fom as fom_tool
 from ....tools.trainlog.reread import reread_log
 
 VERIFIER = "telemetry_verifier"
 
 
-def _fom_value(metric: str, fom: dict[str, Any], reread: dict[str, Any], gbs: int | None) -> Any:
-    warm = int(fom.get("warmup_steps_skipped") or 0)
-    steady = reread["steps"][warm:]
-    if not steady:
-        return None
-    step = statistics.median(steady)
-    if metric == "fom.steady_step_time_s":
-        return step
-    if metric == "fom.throughput_samples_per_s":
-        return gbs / step if gbs else None
-    if metric == "fom.epoch_time_s":
-        # complete epochs whose steps are all past the warm-up
-        sums, seen = [], 0
-        for ep in reread["epochs"]:
-            if seen >= warm:
-                sums.append(sum(ep))
-            seen += len(ep)
-        if not sums:  # the analyst's stated fallback: no epoch free of warm-up, so warm-up included
-            sums = [sum(ep) for ep in reread["epochs"]]
-        return statistics.median(sums) if sums else None
-    if metric == "fom.loss_diverged":
-        return (reread["n_nonfinite_losses"] > 0) if reread.get("n_losses") else None
-    if metric == "fom.loss_decreased":
-        el = reread["epoch_losses"]
-        return (el[-1] < el[0]) if len(el) >= 2 else None
-    return None
+def _judge(c: Claim, value: Any, tol: Tolerance, method: str, note: str = "") -> VerifiedClaim:
+    return registry.judge(c, VERIFIER, value, tol, method, note)
 
 
-def _verify_fom(c: Claim, state: AnalysisState, cache: dict[str, Any]) -> VerifiedClaim:
+def _steady(rr: dict[str, Any], warmup: int) -> float | None:
+    """The median steady step of a re-read log past ``warmup`` steps (:func:`~...rules.figures.fom_value`)."""
+    return fom_value("fom.steady_step_time_s", Reader(log=rr, warmup=warmup))
+
+
+def _verify_fom(c: Claim, state: AnalysisState) -> VerifiedClaim:
     manifest = state["manifest"]
     fom = (state.get("findings") or {}).get("fom") or {}
     metric = c.metric
     if metric.startswith("fom."):
-        log = run_dir(state) / (manifest.artifacts.train_log or "train.log")
-        rr = cache.setdefault(str(log), reread_log(log))
-        v = _fom_value(metric, fom, rr, manifest.global_batch_size)
-        tol = Tolerance() if metric in ("fom.loss_decreased", "fom.loss_diverged") else REL_TOL
-        return verdict(c, VERIFIER, v, tol, "own re-read of train.log (rank-0 step lines, median after the "
-                       f"declared {fom.get('warmup_steps_skipped', 0)} warm-up steps)")
+        r = Reader(log=verifier_log(state), warmup=int(fom.get("warmup_steps_skipped") or 0),
+                   global_batch_size=manifest.global_batch_size)
+        fig, _ = registry.figure_of(metric)
+        v = fig.rederive(r, c).value if fig is not None else fom_value(metric, r)
+        return _judge(c, v, fig.tolerance if fig is not None else REL_TOL, "own re-read of train.log (rank-0 step "
+                      f"lines, median after the declared {fom.get('warmup_steps_skipped', 0)} warm-up steps)")
     # precision discriminator
     cmp = (state.get("findings") or {}).get("compare") or {}
     ev = c.evidence[0].args
     if not cmp or "hi_log" not in ev:
-        return verdict(c, VERIFIER, None, Tolerance(), "no comparison run to re-read")
-    hi = reread_log(Path(ev["hi_log"]))
-    lo = reread_log(Path(ev["lo_log"]))
-    from ....tools.trainlog import fom as fom_tool
-
-    t_hi = _fom_value("fom.steady_step_time_s", {"warmup_steps_skipped": cmp.get("hi_warmup", 0)}, hi, None)
-    t_lo = _fom_value("fom.steady_step_time_s", {"warmup_steps_skipped": cmp.get("lo_warmup", 0)}, lo, None)
+        return _judge(c, None, Tolerance(), "no comparison run to re-read")
+    pats = registry.log_patterns(verifier=True)
+    hi = reread_log(Path(ev["hi_log"]), pats)
+    lo = reread_log(Path(ev["lo_log"]), pats)
+    t_hi = _steady(hi, int(cmp.get("hi_warmup", 0) or 0))
+    t_lo = _steady(lo, int(cmp.get("lo_warmup", 0) or 0))
     if not t_hi or not t_lo:
-        return verdict(c, VERIFIER, None, Tolerance(), "comparison logs have no step times")
+        return _judge(c, None, Tolerance(), "comparison logs have no step times")
     speed = t_hi / t_lo
     method = "own re-read of both train.log files, median step times"
     if metric == "compare.precision_speedup":
-        return verdict(c, VERIFIER, round(speed, 6), REL_TOL, method)
+        return _judge(c, round(speed, 6), REL_TOL, method)
     v = fom_tool.compare_precision(t_hi, t_lo, hi=cmp["hi"], lo=cmp["lo"])
-    return verdict(c, VERIFIER, v.bottleneck_class.value, Tolerance(), method + ", the lesson-13/22 thresholds")
+    return _judge(c, v.bottleneck_class.value, Tolerance(), method + ", the lesson-13/22 thresholds")
 
 
 def _raw_series(state: AnalysisState) -> tuple[list[Any], str]:
-    from ....tools.telemetry import export
-
     req = state["request"]
     manifest = state["manifest"]
     files = [run_dir(state) / p for p in manifest.artifacts.telemetry]
@@ -113,8 +98,6 @@ def verifier_window(state: AnalysisState) -> tuple[tuple[float, float] | None, s
     when SLURM still knows the job (a live cluster); otherwise the same manifest times are used
     and the returned text says that both rely on one source. ``(None, ...)`` when the analyst had
     no SLURM window either (then each host's ``rmsjob_info`` span is used, also said)."""
-    from ....tools.slurm import client as slurm
-
     manifest = state["manifest"]
     tel = (state.get("findings") or {}).get("telemetry") or {}
     analyst_src = str(tel.get("window_source") or "")
@@ -147,14 +130,11 @@ def _window_note(state: AnalysisState) -> str:
 
 
 def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[VerifiedClaim]:
-    from ....tools.telemetry import rawstats
-    from ....tools.telemetry.subwindow import raw_subwindow_stat, subwindow_of
-
     manifest = state["manifest"]
     try:
         series, how = _raw_series(state)
     except Ai4sError as e:
-        return [verdict(c, VERIFIER, None, Tolerance(), "raw telemetry unavailable", note=str(e)) for c in claims]
+        return [_judge(c, None, Tolerance(), "raw telemetry unavailable", note=str(e)) for c in claims]
     window, wtext = verifier_window(state)
     cards = any(s.name == "rmsjob_info" and s.metric.get("jobid") == manifest.jobid and "card" in s.metric for s in series)
     method = (f"{how}, {wtext}, joined by host{' and card' if cards else ''} through rmsjob_info, plain Python "
@@ -176,16 +156,18 @@ def _verify_telemetry(claims: list[Claim], state: AnalysisState) -> list[Verifie
                 base = tuple(tel_win) if tel_win else window
                 v = raw_subwindow_stat(series, metric, manifest.jobid, stat, *sub, base)[0].value
         except Ai4sError as e:
-            out.append(verdict(c, VERIFIER, None, Tolerance(), method, note=str(e)))
+            out.append(_judge(c, None, Tolerance(), method, note=str(e)))
             continue
         if sub is None:
             raw[f"{metric}.{stat}"] = v
-        out.append(verdict(c, VERIFIER, None if v is None else round(v, 6), TELEMETRY_TOL, method, note=note))
+        fig, _ = registry.figure_of(c.metric)  # telemetry.{metric}.{stat}[.qualifier]
+        out.append(_judge(c, None if v is None else round(v, 6), fig.tolerance if fig else TELEMETRY_TOL, method,
+                          note=note))
     for c in claims:
         if c.metric == "telemetry.supports_compute":
             sup = telemetry_supports_compute(raw.get("gpu_util.avg"), raw.get("sm_clock.avg"), raw.get("sm_clock.max"),
                                              raw.get("power.avg"), raw.get("power.max"), gpu_name=manifest.gpu)
-            out.append(verdict(c, VERIFIER, sup, Tolerance(), method + ", same rule on the raw statistics"))
+            out.append(_judge(c, sup, Tolerance(), method + ", same rule on the raw statistics"))
     return out
 
 
@@ -195,29 +177,25 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
     claims = [c for c in state.get("claims") or [] if c.analyst == "telemetry_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no telemetry or FOM claims to verify")
-    cache: dict[str, Any] = {}
     verdicts: list[VerifiedClaim] = []
     tel = [c for c in claims if c.metric.startswith("telemetry.")]
     for c in claims:
         if c.metric.startswith("telemetry."):
             continue
         if c.id.startswith("triage."):
-            verdicts.append(verdict(c, VERIFIER, *triage.verify_claim(c, state)))
+            rd = registry.rederive(c, cause_reader(state, [c]))
+            verdicts.append(_judge(c, rd.value, rd.tolerance or Tolerance(), rd.method or ""))
             continue
         try:
-            verdicts.append(_verify_fom(c, state, cache))
+            verdicts.append(_verify_fom(c, state))
         except (Ai4sError, OSError) as e:
-            verdicts.append(verdict(c, VERIFIER, None, Tolerance(), "re-derivation failed", note=str(e)))
+            verdicts.append(_judge(c, None, Tolerance(), "re-derivation failed", note=str(e)))
     if tel:
         verdicts.extend(_verify_telemetry(tel, state))
     if state["request"].probe:  # --probe: one srun -N1 gpu_clocks check on one of the job's nodes
-        from ....tools.slurm.probe import probe_verdicts
-
         verdicts = probe_verdicts(verdicts, state["manifest"].nodes_list)
     update: dict[str, Any] = {"verdicts": verdicts}
     if state["request"].llm != "none":
-        from ...agents import llm
-
         res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
                                                 "findings": {k: v for k, v in (state.get("findings") or {}).items()
                                                              if k in ("fom", "telemetry", "compare")}}, verdicts)

@@ -1,83 +1,65 @@
 """The trace analyst: one ``trace_rank`` task per rank trace (LangGraph ``Send``, run in worker
 processes), then ``trace_analyst`` gathers them into claims about the GPU timeline, the
-kernels and the data loader. Claims are MADE here; ``trace_verifier`` checks them.
+kernels and the data loader, and the trace causes' claims (``graph/rules/registry.py``). Claims
+are MADE here; ``trace_verifier`` checks them.
 
-Every figure comes from the trace engine (:mod:`ai4s_graph.tools.trace.engine`, one bounded-memory
-pass per rank, at every trace size); TraceLens, its CSVs and HTA are optional cross-checks whose
-agreement or failure is a note on the rank. Each rank's tables are written beside the report as
-TraceLens-shaped CSVs (``<out>/perf_report_csvs/rank<label>/``). A rank's identity comes from
-:mod:`ai4s_graph.tools.trace.ranks` (distributedInfo, then ``rank<N>`` in the name, then file
-order); two files claiming one rank stay apart (labels ``0`` and ``0-dup1``).
+Each rank trace is read ONCE (:func:`ai4s_graph.tools.trace.onepass.read_rank`, in the worker): the
+engine's figures (:mod:`ai4s_graph.tools.trace.engine`, bounded memory at every trace size), the
+rank identity, device and time origin from its header, the causes' event-name counts, the roofline's
+collector, and the verifier reader's tables (kept apart under ``reader``: the analyst never reads
+them). TraceLens, its CSVs and HTA are optional cross-checks whose agreement or failure is a note on
+the rank. Each rank's tables are written beside the report as TraceLens-shaped CSVs
+(``<out>/perf_report_csvs/rank<label>/``). A rank's identity comes from
+:mod:`ai4s_graph.tools.trace.ranks` (distributedInfo as the pass read it, then ``rank<N>`` in the
+name, then file order); two files claiming one rank stay apart (labels ``0`` and ``0-dup1``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from langgraph.types import Send
 
-from ..claimkit import PCT_TOL, claim
-from .. import triage
-from ..configuration import llm_manifest, llm_request, run_dir
-from ..diagnosis import Diagnosis, classify_trace
+from ..configuration import llm_manifest, llm_request, trace_paths
+from ..inputs import job_script
 from ..schema import AnalysisState, RankResult, RankTask
-from ...runtime import journal, node
-from ....state import BottleneckClass, Claim, Evidence, Outcome, StatusLine
-from ....tools.errors import Ai4sError, NoGpuEventsError
+from ...agents import llm
+from ...rules import registry
+from ...rules.diagnosis import Diagnosis, trace_class
+from ...rules.figures import Inputs
+from ...runtime import node
+from ....state import Claim, Evidence, Outcome, StatusLine
+from ....state.claimkit import PCT_TOL, claim
+from ....tools.errors import Ai4sError, InputError, NoGpuEventsError
+from ....tools.perfmodel.roofline import roofline_of
+from ....tools.slurm.scriptparse import env_from_script
+from ....tools.trace import collectives, onepass, tables as trace_tables, workers
 from ....tools.trace import ranks as rank_identity
+from ....tools.trace.backends import check_timeline
 from ....tools.trace.hygiene import GraphKernelsNotRecordedError
+from ....tools.trace.models import TimelineRow, TraceAnalysis
 from ....tools.trace.stream_fix import is_clip_warning
 
 ANALYST = "trace_analyst"
-_POOL: ProcessPoolExecutor | None = None
-_POOL_SIZE = 0
+__all__ = ["ANALYST", "trace_class", "claims_for_rank", "fan_out_ranks", "trace_rank", "trace_analyst"]
+
+#: Keys of a rank result that only the verifier reads (the verifier's reader's tables): never part
+#: of the analyst's findings.
+VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation")
+#: Keys of a rank result kept out of the analyst's findings (the LLM's input, report.json): the
+#: verifier's side and the CSV folder (listed under ``tables``).
+NOT_IN_FINDINGS = (*VERIFIER_KEYS, "csv_dir")
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool shared by the rank tasks of this process (one trace per worker at a time,
-    so peak memory is bounded by ``workers`` traces, never all ranks at once)."""
-    global _POOL, _POOL_SIZE
-    if _POOL is None or _POOL_SIZE != workers:
-        # spawn, not fork: LangGraph runs nodes in threads, and forking a threaded process can
-        # deadlock the child on a lock another thread held (seen here as a hung trace_rank).
-        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                    initializer=_die_with_parent, initargs=(os.getpid(),))
-        _POOL_SIZE = workers
-    return _POOL
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Worker initializer: exit when the parent process is gone (killed with SIGKILL, say), so no
-    orphaned worker outlives an interrupted run."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(0)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def rank_files(state: AnalysisState) -> tuple[list[rank_identity.RankFile], list[str]]:
-    """Every rank trace listed in the manifest's artifacts with its rank identity
-    (:func:`ai4s_graph.tools.trace.ranks.identify_ranks`), and the identity notes."""
-    manifest = state.get("manifest")
-    base = run_dir(state)
-    paths = [base / p for p in (manifest.artifacts.traces if manifest is not None else [])]
-    files, notes = rank_identity.identify_ranks(paths)
-    return sorted(files, key=lambda f: (f.rank, f.label)), notes
-
-
-def rank_traces(state: AnalysisState) -> list[tuple[int, str]]:
-    """(rank, absolute path) of every rank trace listed in the manifest's artifacts, by rank identity."""
-    return [(f.rank, str(f.path)) for f in rank_files(state)[0]]
+def provisional_files(state: AnalysisState) -> list[rank_identity.RankFile]:
+    """Every rank trace with the identity its name or order gives (nothing is read): what the
+    fan-out sends; the final identity takes each file's ``distributedInfo`` from its analysis pass
+    (:func:`identify`)."""
+    paths = trace_paths(state)
+    files, _ = rank_identity.identify_ranks(paths, header_ranks=[None] * len(paths))
+    return sorted(files, key=lambda f: (f.rank, f.label))
 
 
 # A world larger than this is analysed as a SLURM job array when a cluster config is given.
@@ -90,14 +72,14 @@ def use_slurm_array(state: AnalysisState) -> bool:
     req = state["request"]
     if req.slurm_array:
         return True
-    return bool(req.cluster_config) and len(rank_traces(state)) >= SLURM_ARRAY_MIN_RANKS
+    return bool(req.cluster_config) and len(trace_paths(state)) >= SLURM_ARRAY_MIN_RANKS
 
 
 def fan_out_ranks(state: AnalysisState) -> list[Send]:
     """One ``Send('trace_rank', ...)`` per rank trace (worker processes on this machine), or one
     ``trace_array`` task that analyses them as a SLURM job array; straight to the analyst when
     there is no trace."""
-    files, _ = rank_files(state)
+    files = provisional_files(state)
     if not files:
         return [Send(ANALYST, state)]
     if use_slurm_array(state):
@@ -106,12 +88,13 @@ def fan_out_ranks(state: AnalysisState) -> list[Send]:
                                         n_ranks=len(files))) for f in files]
 
 
-def _as_rank_result(rec: dict[str, Any], out_dir: str | None = None) -> RankResult:
+def as_rank_result(rec: dict[str, Any], out_dir: str | None = None) -> RankResult:
     """An ``analyze_rank`` record in the shape the analyst reads: the engine's ``TraceAnalysis``
-    fields on top, the per-rank record (timeline, comm kernels, steps) under ``stream``, plus
-    ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``. With ``out_dir`` the
-    rank's TraceLens-layout CSVs are written here, into ``<out_dir>/perf_report_csvs/rank<label>/``
-    (``csv_dir``; its large sheets never enter the graph state)."""
+    fields on top, the per-rank record (timeline, comm kernels, steps, header facts) under
+    ``stream``, plus ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``. With
+    ``out_dir`` the rank's TraceLens-layout CSVs are written here, into
+    ``<out_dir>/perf_report_csvs/rank<label>/`` (``csv_dir``; its large sheets never enter the
+    graph state)."""
     rec = dict(rec)
     sheets = rec.pop("tracelens_sheets", None) or {}
     out = dict(rec.pop("analysis"))
@@ -124,6 +107,7 @@ def _as_rank_result(rec: dict[str, Any], out_dir: str | None = None) -> RankResu
     out["rank"] = rec.get("rank")
     out["label"] = rec.get("label") or str(rec.get("rank"))
     out["path"] = rec.get("path")
+    out["device_name"] = rec.get("device_name") or ""
     return out
 
 
@@ -131,62 +115,30 @@ def _write_rank_csvs(out_dir: Path, res: dict[str, Any], label: str, sheets: dic
     """One rank's CSVs (:func:`ai4s_graph.tools.trace.tables.write_tables`, every TraceLens sheet);
     the folder relative to ``out_dir``, or None when it cannot be written (the report says so under
     missing)."""
-    from ....tools.trace import tables
-    from ....tools.trace.models import TraceAnalysis
-
     d = out_dir / "perf_report_csvs" / f"rank{label}"
     try:
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
-        tables.write_tables(d, TraceAnalysis.model_validate(fields), {**(res.get("tables") or {}), **sheets})
+        trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), {**(res.get("tables") or {}), **sheets})
     except (OSError, ValueError):
         return None
     return str(d.relative_to(out_dir))
 
 
-def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str,
-                 cross_check: tuple[str, ...] = (), out_dir: str | None = None) -> RankResult:
-    """Worker-process body: ONE read of one rank trace feeding (a) the engine, through the
-    content-hash cache (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`, plus the optional
-    cross-checks), (b) the verifier's own reader (:class:`ai4s_graph.tools.trace.kineto.KinetoLoader`:
-    its linking, clipping and interval arithmetic; its figures go under ``rederived``, or the reason
-    it failed under ``rederive_error``), (c) the trace checks' event-name counts (``triage_names``)
-    and (d) the roofline's collector (``roofline_totals`` by External id for the analyst,
-    ``rederived.roofline_correlation`` by correlation id for the verifier). When the engine's result
-    comes from the cache the others get their own read of the file."""
-    from ....tools.perfmodel.roofline import RooflineCollector
-    from ....tools.trace import kineto, rank_analysis, stream
-
-    loader, names, roof = kineto.KinetoLoader(path), triage.EventNameCounter(), RooflineCollector()
-    consumers = (loader.feed, names.feed, roof.feed)
-    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                                     also=consumers), out_dir)
-    if loader.n == 0:  # the engine's result came from the cache: the others read the file themselves
-        stream.feed_events(path, consumers)
-    stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    res["triage_names"] = names.counts
-    res["roofline_totals"] = _roofline_totals(roof, "external_id")
-    res["device_name"] = (res.get("stream") or {}).get("device_name") or ""
-    try:
-        tr = loader.finish(rank)
-        stream.trim_heap()  # the reader's linking temporaries are gone
-        rederived = kineto.figures_of(tr)
-        del tr
-        rederived["roofline_correlation"] = _roofline_totals(roof, "correlation")
-        res["rederived"] = rederived
-        stream.trim_heap()
-    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
-        res["rederive_error"] = str(e) if isinstance(e, Ai4sError) else \
-            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_check: tuple[str, ...] = (),
+                out_dir: str | None = None) -> RankResult:
+    """Worker-process body: the ONE read of one rank trace (:func:`ai4s_graph.tools.trace.onepass.read_rank`),
+    counting the event names and raw text the registered causes read, with the optional
+    ``cross_check`` tools, as a :class:`RankResult`; with ``out_dir`` the rank's CSVs are written
+    there by this worker (:func:`as_rank_result`)."""
+    got = onepass.read_rank(path, rank, cache_dir, label, wanted=registry.event_name_wanted,
+                            raw_patterns=registry.raw_patterns(), cross_check=cross_check)
+    res = as_rank_result(got["record"], out_dir)
+    res["event_names"] = got["names"]
+    res["roofline_totals"] = got["roofline_totals"]
+    for k in VERIFIER_KEYS:
+        if k in got:
+            res[k] = got[k]
     return res
-
-
-def _roofline_totals(roof: Any, link: str) -> dict[str, Any] | None:
-    """The collector's totals by ``link``, or None when it could not read the trace (the roofline is
-    then left out; the rank's other figures stand)."""
-    try:
-        return roof.totals(link)
-    except Exception:  # noqa: BLE001 - an unreadable roofline input drops the roofline only
-        return None
 
 
 def _checks_note(checks: list[dict[str, Any]]) -> str:
@@ -207,16 +159,16 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     """Analyse one rank trace in a worker process; errors stay with the rank (``error`` key). A
     cross-check's failure (HTA, TraceLens) is a note in the status line, never the rank's failure."""
     req = task["request"]
-    workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
+    n_workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
     cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
     rank, path = task["rank"], task["path"]
     label = task.get("label") or str(rank)
     try:
         if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
-            res = _analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir)
+            res = analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir)
         else:
-            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label, req.cross_check,
-                                        req.out_dir).result()
+            res = workers.pool(n_workers).submit(analyze_one, path, rank, cache_dir, label, req.cross_check,
+                                                 req.out_dir).result()
     except NoGpuEventsError as e:
         graphs = isinstance(e, GraphKernelsNotRecordedError)
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
@@ -228,62 +180,26 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": msg}]},
                 StatusLine.make(Outcome.fail, f"rank {label}: {msg}"))
     res = dict(res)
-    from ....tools.trace.backends import check_timeline
-    from ....tools.trace.kineto import TimelineRow
-
     try:
         check_timeline({k: TimelineRow.model_validate(v) for k, v in (res.get("timeline") or {}).items()}, path)
     except Ai4sError as e:
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e)}]},
                 StatusLine.make(Outcome.fail, f"rank {label}: {e}"))
     res["rank"], res["label"], res["path"] = rank, label, path
+    said = rank_identity.header_rank({"rank": (res.get("stream") or {}).get("trace_rank")})
+    shown = str(said) if said is not None and said != rank and label == str(rank) else label
     warn = f"; {len(res.get('warnings') or [])} input warning(s)" if res.get("warnings") else ""
     return ({"rank_results": [res]},
-            StatusLine.make(Outcome.ok, f"rank {label}: engine (stream), {res.get('kernel_count', 0)} kernels"
+            StatusLine.make(Outcome.ok, f"rank {shown}: engine (stream), {res.get('kernel_count', 0)} kernels"
                                         + (" (from the trace cache: same content hash)" if res.get("from_cache") else "")
                                         + warn + _checks_note(res.get("cross_checks") or [])))
 
 
-@node("trace_array")
-def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
-    """Analyse every rank trace as a SLURM job array (one task per rank, on the cluster itself),
-    then gather the per-rank results. The array job id is recorded in
-    ``<out>/.ai4s-graph/rank-array/submitted.json`` as soon as sbatch answers, so a resumed run
-    waits for the same array instead of submitting another."""
-    import json
-
-    from ....tools.trace import slurm_array
-    from ....tools.slurm import client as slurm
-
-    req = state["request"]
-    work = Path(req.out_dir) / ".ai4s-graph" / "rank-array"
-    marker = work / "submitted.json"
-    if marker.exists():
-        jobid = json.loads(marker.read_text())["jobid"]
-    else:
-        cfg = slurm.load_cluster_config(req.cluster_config) if req.cluster_config else None
-        script = slurm_array.render_slurm_array(
-            [(f.rank, str(f.path), f.label) for f in rank_files(state)[0]], work, mem=None,
-            partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
-            cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
-        jobid = slurm.sbatch(script)
-        work.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"jobid": jobid, "script": str(script)}))
-    journal(req.out_dir, "trace_array", "submitted", jobid=jobid)
-    try:
-        tasks = slurm.wait_for_array(jobid, timeout_s=req.wait_timeout_s)
-    except slurm.WaitTimeout as e:
-        return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
-    try:
-        results = [_as_rank_result(r, state["request"].out_dir) for r in slurm_array.gather_rank_results(work)]
-    except Ai4sError as e:
-        states = ",".join(sorted({t.base_state for t in tasks}))
-        return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},
-                StatusLine.make(Outcome.fail, f"array job {jobid} ({states}): {e}"))
-    nodes = sorted({n for t in tasks for n in t.nodelist})
-    return ({"rank_results": results},
-            StatusLine.make(Outcome.ok, f"array job {jobid}: {len(results)} rank traces analysed on "
-                                        f"{','.join(nodes) or '?'}"))
+def identify(state: AnalysisState, results: list[RankResult]) -> tuple[list[RankResult], list[str]]:
+    """The rank results with their final identity (:func:`ai4s_graph.tools.trace.ranks.assign_identity`
+    over the manifest's traces, each file's ``distributedInfo.rank`` as its analysis pass read it),
+    sorted by rank, and the identity notes. Nothing is read here."""
+    return rank_identity.assign_identity([str(p) for p in trace_paths(state)], results)
 
 
 def _ev(res: RankResult, query: str, returned: Any) -> Evidence:
@@ -292,71 +208,59 @@ def _ev(res: RankResult, query: str, returned: Any) -> Evidence:
                     backend=res.get("backend"))
 
 
-def trace_class(res: dict[str, Any]) -> Diagnosis:
-    """:func:`~ai4s_graph.graph.analysis.diagnosis.classify_trace`, except on a profiled window that is
-    not a steady state (``window.degenerate``: some profiled steps launched no GPU work while others
-    did, tools/trace/hygiene.py): then ``unknown``, since the rules read a steady-state window (seed 001
-    T19) and GPU work in one step of eight must not pass as compute-bound."""
-    d = classify_trace(res)
-    w = res.get("window") or {}
-    if w.get("degenerate"):
-        return Diagnosis(BottleneckClass.unknown, f"{w.get('reason')}; the rules need a steady-state window "
-                                                  f"(on the busy part alone: {d.klass.value})", d.inputs, 0.3)
-    return d
+def _value(metric: str, x: Inputs) -> Any:
+    """The analyst's value of a registered figure (:attr:`ai4s_graph.graph.rules.figures.Figure.make`)."""
+    fig, params = registry.figure_of(metric)
+    return fig.make(x, **params)
 
 
 def claims_for_rank(res: RankResult) -> list[Claim]:
-    """The deterministic claims about one analysed rank trace (see the module docstring)."""
+    """The deterministic claims about one analysed rank trace, each value made by its figure of
+    the registry (:data:`ai4s_graph.graph.rules.registry.FIGURES`) from the engine's tables."""
     r = res.get("label") or res.get("rank", 0)
     tl = res.get("timeline") or {}
+    x = Inputs(rank=res)
     out: list[Claim] = []
-
-    def row(name: str) -> tuple[float, float]:
-        v = tl[name]
-        return float(v["time_ms"]), float(v["percent"])
-
-    total_ms = row("total_time")[0]
+    total_ms = float(tl["total_time"]["time_ms"])
     for name, label in [("idle_time", "idle"), ("computation_time", "computing"),
                         ("exposed_comm_time", "in exposed communication"),
                         ("exposed_memcpy_time", "in exposed memcpy")]:
-        ms, pct = row(name)
+        ms, metric = float(tl[name]["time_ms"]), f"gpu_timeline.{name}.percent"
+        pct = _value(metric, x)
         if name in ("exposed_comm_time", "exposed_memcpy_time") and pct < 1.0:
             continue
         out.append(claim(f"tl.r{r}.{name}", ANALYST,
                          f"Rank {r}: the GPU is {label} {pct:.1f}% of the profiled window ({ms:.2f} of {total_ms:.2f} ms).",
-                         f"gpu_timeline.{name}.percent", round(pct, 4), "%",
-                         [_ev(res, f"gpu_timeline.{name}.percent", round(pct, 4))]))
-    launch = res.get("launch") or {}
-    if launch.get("mean_kernel_us"):
-        mk = round(float(launch["mean_kernel_us"]), 3)
+                         metric, pct, "%", [_ev(res, metric, pct)]))
+    mk = _value("kernels.mean_kernel_us", x)
+    if mk:
         out.append(claim(f"tl.r{r}.mean_kernel_us", ANALYST,
                          f"Rank {r}: the mean GPU kernel lasts {mk:.1f} µs over {res.get('kernel_count')} kernels.",
                          "kernels.mean_kernel_us", mk, "µs", [_ev(res, "launch.mean_kernel_us", mk)]))
-    sk = res.get("short_kernels") or {}
     if res.get("kernel_count"):
-        n_short = int(sk.get("count", 0))
-        frac = round(100.0 * n_short / int(res["kernel_count"]), 3)
+        sk = res.get("short_kernels") or {}
+        n_short, frac = int(sk.get("count", 0)), _value("kernels.short_kernel_count_pct", x)
         out.append(claim(f"tl.r{r}.short_kernel_pct", ANALYST,
                          f"Rank {r}: {frac:.1f}% of kernels ({n_short} of {res['kernel_count']}) are shorter than "
                          f"{sk.get('threshold_us', 10):g} µs.",
                          "kernels.short_kernel_count_pct", frac, "%",
                          [_ev(res, "short_kernels.count / kernel_count",
                               {"short": n_short, "kernels": res["kernel_count"], "percent": frac})]))
-    if res.get("n_steps"):
-        kps = round(float(res.get("kernels_per_step") or res["kernel_count"] / res["n_steps"]), 3)
+    kps = _value("kernels.kernels_per_step", x)
+    if kps is not None:
         out.append(claim(f"tl.r{r}.kernels_per_step", ANALYST,
                          f"Rank {r}: {kps:.0f} kernels are launched per step.", "kernels.kernels_per_step", kps,
                          "kernels/step", [_ev(res, "kernel_count / n_steps", kps)]))
     ops = res.get("ops_by_category") or []
     if ops:
         top = max(ops, key=lambda o: float(o.get("kernel_time_ms") or 0))
-        pct = round(float(top.get("percent") or 0.0), 3)
+        metric = f"ops_by_category.{top['category']}.percent"
+        pct = _value(metric, x)
         out.append(claim(f"tl.r{r}.top_op_category", ANALYST,
-                         f"Rank {r}: {top['category']} ops take {pct:.1f}% of GPU kernel time.",
-                         f"ops_by_category.{top['category']}.percent", pct, "%",
+                         f"Rank {r}: {top['category']} ops take {pct:.1f}% of GPU kernel time.", metric, pct, "%",
                          [_ev(res, f"ops_by_category[{top['category']}].percent", pct)], confidence=0.8))
-    if res.get("step_time_ms") and res.get("dataloader_ms_per_step") is not None:
-        share = round(100.0 * float(res["dataloader_ms_per_step"]) / float(res["step_time_ms"]), 3)
+    share = _value("cpu.dataloader_step_share_pct", x)
+    if share is not None:
         out.append(claim(f"tl.r{r}.dataloader_share", ANALYST,
                          f"Rank {r}: the DataLoader takes {share:.1f}% of each profiled step on the CPU "
                          f"({res['dataloader_ms_per_step']:.2f} of {res['step_time_ms']:.2f} ms).",
@@ -374,50 +278,101 @@ def claims_for_rank(res: RankResult) -> list[Claim]:
     return out
 
 
+def _roofline(res: RankResult, gpu: str | None) -> dict[str, Any] | None:
+    """The first rank's roofline from the pass's collector totals (None without totals, shapes or
+    a known GPU)."""
+    totals = res.get("roofline_totals")
+    if totals is None:
+        return None
+    try:
+        return roofline_of(totals, gpu or res.get("device_name") or "", Path(res["path"]).name)
+    except InputError:
+        return None
+
+
+def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
+                 good: list[RankResult]) -> tuple[list[Claim], list[str]]:
+    """The trace causes of the registry on the first good rank (its event-name counts, roofline),
+    the training log's facts and the telemetry statistics (both in the state already: the telemetry
+    analyst ran one superstep earlier), the job's environment. Adds ``triage`` (``[{id, lever,
+    why}]``) and ``roofline`` to ``trace_findings`` when a rank was analysed; returns the claims and
+    the causes' ``not checked: ... needs ...`` lines (:func:`ai4s_graph.graph.rules.registry.not_checked`:
+    a cause that needs a rank trace says so when none was analysed). Never raises on missing inputs."""
+    manifest = state.get("manifest")
+    findings = state.get("findings") or {}
+    res = good[0] if good else None
+    if res is not None and "event_names" not in res:  # no analysis-pass counts (a SLURM-array rank): one read here
+        try:
+            res = dict(res)
+            res["event_names"], res["roofline_totals"] = onepass.read_counts(res["path"], registry.event_name_wanted)
+        except Ai4sError:
+            res = None
+    if res is None:
+        x = Inputs(telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest)
+        return [], registry.not_checked(ANALYST, x)
+    script = job_script(state)
+    m = manifest.model_dump(mode="json", by_alias=False) if manifest is not None else {}
+    rf = _roofline(res, m.get("gpu"))
+    x = Inputs(rank=res, event_names=res.get("event_names") or {}, roofline=rf,
+               telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest,
+               env={**env_from_script(script), **(m.get("env") or {})})
+    found = registry.detect(ANALYST, x)
+    trace_findings["triage"] = registry.lever_entries(found)
+    trace_findings["roofline"] = rf
+    return [f.claim for f in found], registry.not_checked(ANALYST, x)
+
+
+def _no_rank_status(bad: list[RankResult]) -> StatusLine:
+    """The analyst's STATUS when no rank trace could be analysed: ``partial`` for a CPU-only run or
+    graph kernels that were not recorded, ``fail`` otherwise (the first rank's error)."""
+    graphs = [r for r in bad if r.get("graph_kernels_not_recorded")]
+    if graphs:
+        return StatusLine.make(Outcome.partial, graphs[0]["error"])
+    if all(r.get("no_gpu_events") for r in bad):
+        return StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
+    return StatusLine.make(Outcome.fail, bad[0]["error"])
+
+
+def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[str]) -> list[str]:
+    """What the report lists as missing for the rank traces: each failed rank's error, the identity
+    notes, and the input warnings of a rank whose hygiene could change a claim."""
+    missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
+               else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
+    missing += [f"trace_analyst: {n}" for n in id_notes]
+    for res in good:  # every condition the readers handled; sub-µs clips stay in the findings
+        material = _material_clip(res)
+        missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
+                    if material or not is_clip_warning(w)]
+    return missing
+
+
 @node(ANALYST)
 def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
-    results = sorted(state.get("rank_results") or [], key=lambda r: r.get("rank", 0))
+    results, id_notes = identify(state, list(state.get("rank_results") or []))
     if not results:
-        return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None}},
+        return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None},
+                 "not_checked": cause_claims(state, {}, [])[1]},
                 StatusLine.make(Outcome.fail, "no rank trace was analysed"))
     good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
-    missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
-               else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
-    _, id_notes = rank_files(state)
-    missing += [f"trace_analyst: {n}" for n in id_notes]
-    claims: list[Claim] = []
-    for res in good:
-        claims.extend(claims_for_rank(res))
-        material = _material_clip(res)  # every condition the readers handled; sub-µs clips stay in the findings
-        missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
-                    if material or not is_clip_warning(w)]
+    missing = _rank_missing(good, bad, id_notes)
+    claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)
-    ranks = [{k: v for k, v in r.items() if k != "csv_dir"} for r in good]  # the folders are under "tables"
-    findings = {"trace": {"ranks": ranks, "errors": bad, "rank_notes": id_notes, "tables": tables,
+    view = [{k: v for k, v in r.items() if k not in NOT_IN_FINDINGS} for r in good]  # the CSV folders: under "tables"
+    findings = {"trace": {"ranks": view, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
-    claims.extend(triage.attach_trace_triage(findings["trace"], good, state.get("manifest"), str(run_dir(state))))
+    found, not_checked = cause_claims(state, findings["trace"], view)
+    claims.extend(found)
     if len(good) > 1:
-        from ....tools.trace.collectives import CLOCK_NOTE_PREFIXES
-
-        findings["trace"]["multi_rank"] = _multi_rank(state, good)
+        findings["trace"]["multi_rank"] = _multi_rank(good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
         missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
-            "notes", []) if n.startswith(CLOCK_NOTE_PREFIXES)]
-    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
+            "notes", []) if n.startswith(collectives.CLOCK_NOTE_PREFIXES)]
+    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing, "not_checked": not_checked}
     if not good:
-        graphs = [r for r in bad if r.get("graph_kernels_not_recorded")]
-        if graphs:
-            st = StatusLine.make(Outcome.partial, graphs[0]["error"])
-        elif all(r.get("no_gpu_events") for r in bad):
-            st = StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
-        else:
-            st = StatusLine.make(Outcome.fail, bad[0]["error"])
-        return update, st
+        return update, _no_rank_status(bad)
     if state["request"].llm != "none":
-        from ...agents import llm
-
         res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
                                claims)
         update["usage"] = {ANALYST: res.usage}
@@ -431,7 +386,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         return update, StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces analysed; "
                                                         f"{bad[0]['error']}")
     primary = good[0]
-    d = trace_class(primary)
+    d: Diagnosis = trace_class(primary)
     return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
                                               f"{d.klass.value}, {len(claims)} claims")
 
@@ -448,9 +403,6 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
     """Each rank's engine tables as TraceLens-shaped CSVs (gpu_timeline, ops_summary_by_category,
     kernel_summary, short_kernels_summary) in ``<out>/perf_report_csvs/rank<label>/``; the folders
     written. A folder that cannot be written is skipped (the report says so under missing)."""
-    from ....tools.trace import tables
-    from ....tools.trace.models import TraceAnalysis
-
     out_dir = Path(state["request"].out_dir) / "perf_report_csvs"
     written = []
     for res in good:
@@ -460,18 +412,16 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"
-            tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
+            trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
             written.append(str(d))
         except (OSError, ValueError):
             continue
     return written
 
 
-def _multi_rank(state: AnalysisState, good: list[RankResult]) -> dict[str, Any]:
+def _multi_rank(good: list[RankResult]) -> dict[str, Any]:
     """Per-rank table, collectives (bus bandwidth per collective and message size) and the
     straggler finding, from the ranks' streaming records (:mod:`ai4s_graph.tools.trace.collectives`)."""
-    from ....tools.trace import collectives
-
     table = [{"rank": r.get("rank"), **{k: (r["timeline"][k]["percent"]) for k in
                                         ("computation_time", "exposed_comm_time", "idle_time")}} for r in good]
     out: dict[str, Any] = {"per_rank": table, "claims": []}

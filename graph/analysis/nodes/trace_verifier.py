@@ -1,39 +1,45 @@
-"""The trace verifier: re-derives every trace claim from the raw trace by a different code path
-than the analyst's. The analyst's figures come from the engine (:mod:`ai4s_graph.tools.trace.engine`,
-a streaming scan into numpy arrays); the verifier re-reads each trace with the full-load reader
+"""The trace verifier: re-derives every trace claim through the figure registry
+(``graph/rules/registry.py``) from the verifier's own readers, a different code path than the
+analyst's, and compares. The analyst's figures come from the engine (:mod:`ai4s_graph.tools.trace.engine`,
+a streaming scan into numpy arrays); the verifier's from the full-load reader
 (:mod:`ai4s_graph.tools.trace.kineto`: per-event objects, its own linking, stream clipping, step
-assignment and interval arithmetic in plain Python), and re-derives cross-rank claims (straggler,
-busbw) from the kernels of every rank (:func:`ai4s_graph.tools.trace.collectives.rederive_claim`).
-It marks each claim confirmed, refuted, inconclusive or unsupported; a path that cannot read a
-trace gives ``inconclusive`` with the reason, never ``refuted``. Claims are CHECKED here.
+assignment and interval arithmetic in plain Python), fed by the same read of each trace, from the
+raw-text counts of that read (the causes' claims), and, across ranks, from every rank's
+communication kernels as that reader loaded them (:mod:`ai4s_graph.tools.trace.crossrank_check`:
+arrival order, busbw). It marks each claim confirmed, refuted, inconclusive or unsupported; a path
+that cannot read a trace gives ``inconclusive`` with the reason, never ``refuted``. Claims are
+CHECKED here.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from ..claimkit import PCT_TOL, REL_TOL, verdict
-from .. import triage
-from ..configuration import llm_manifest, llm_request
+from ..configuration import llm_manifest, llm_request, trace_paths
+from ..inputs import cause_reader
 from ..schema import AnalysisState, RankResult
+from ...agents import llm
+from ...rules import registry
+from ...rules.figures import Reader
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
-from ....tools.errors import Ai4sError
-from ....tools.trace import collectives
+from ....tools.errors import Ai4sError, InputError
+from ....tools.perfmodel.roofline import roofline, roofline_of
+from ....tools.trace import crossrank_check, onepass
 from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
-from .trace_analyst import trace_class
+from ....tools.trace.ranks import assign_identity
 
 VERIFIER = "trace_verifier"
 METHOD = REDERIVE_METHOD
 
 
 def rederive(path: str) -> dict[str, Any]:
-    """Re-derive a trace's figures with the full-load reader
-    (:func:`ai4s_graph.tools.trace.kineto.rederive_figures`), memoized per path, size and mtime.
-    Raises :class:`~ai4s_graph.tools.errors.InputError` on a trace it cannot read."""
-    import os
-
+    """The verifier reader's tables of a trace read now (:func:`ai4s_graph.tools.trace.kineto.rederive_figures`),
+    for a rank whose pass did not feed that reader (a SLURM-array rank); memoized per path, size
+    and mtime. Raises :class:`~ai4s_graph.tools.errors.InputError` on a trace it cannot read."""
     try:
         st = os.stat(path)
     except OSError:
@@ -46,74 +52,85 @@ def _rederive(path: str, _size: int, _mtime_ns: int) -> dict[str, Any]:
     return rederive_figures(path)
 
 
-def _value_for(metric: str, d: dict[str, Any]) -> tuple[Any, Tolerance]:
-    """The re-derived value of one claim metric, and the tolerance it is judged with."""
-    parts = metric.split(".")
-    if parts[0] == "gpu_timeline":
-        return float(d["timeline"][parts[1]]["percent"]), PCT_TOL
-    if metric == "kernels.mean_kernel_us":
-        return float(d["launch"]["mean_kernel_us"]), REL_TOL
-    if metric == "kernels.short_kernel_count_pct":
-        if not d.get("kernel_count"):
-            return None, PCT_TOL
-        return 100.0 * d["short_kernels"]["count"] / d["kernel_count"], PCT_TOL
-    if metric == "kernels.kernels_per_step":
-        if not d.get("n_steps"):  # this reader found no ProfilerStep: no per-step figure to compare
-            return None, REL_TOL
-        return float(d["kernel_count"]) / float(d["n_steps"]), REL_TOL
-    if parts[0] == "ops_by_category":
-        cat = parts[1]
-        for row in d.get("ops_by_category") or []:
-            if row.get("category") == cat:
-                return float(row["percent"]), Tolerance(abs=2.0)
-        return 0.0, Tolerance(abs=2.0)
-    if metric == "cpu.dataloader_step_share_pct":
-        if not d.get("step_time_ms"):
-            return None, PCT_TOL
-        return 100.0 * float(d["dataloader_ms_per_step"]) / float(d["step_time_ms"]), Tolerance(abs=2.0)
-    if metric == "diagnosis.trace_bottleneck_class":
-        return trace_class(d).klass.value, Tolerance()
-    return None, Tolerance()
+def _judge(c: Claim, value: Any, tol: Tolerance, method: str, note: str = "") -> VerifiedClaim:
+    return registry.judge(c, VERIFIER, value, tol, method, note)
 
 
-def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult]) -> list[VerifiedClaim]:
+def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
+    """What the causes' re-derivations read of one rank: the raw-text counts and the roofline with
+    kernels linked by correlation id (``roofline_correlation_rf``), from the rank's one pass; read
+    now only for a rank whose pass did not count them (a SLURM-array rank)."""
+    path = str(res["path"])
+    raw = res.get("raw_counts")
+    if raw is None:
+        try:
+            raw = onepass.raw_counts(path, registry.raw_patterns())
+        except Ai4sError:
+            raw = {}
+    if "roofline_correlation" in res:
+        corr = res["roofline_correlation"]
+        try:
+            rf = roofline_of(corr, gpu or res.get("device_name") or "", Path(path).name) if corr is not None else None
+        except InputError:
+            rf = None
+    else:
+        try:
+            rf = roofline(path, gpu, link="correlation")
+        except InputError:
+            rf = None
+    return {"raw_counts": raw, "roofline_correlation_rf": rf}
+
+
+def _reader(state: AnalysisState, c: Claim, res: RankResult | None) -> Reader:
+    """The verifier inputs a cause's claim re-derives from: those its cause declares, plus the
+    rank's cause tables (:func:`cause_tables`)."""
+    r = cause_reader(state, [c])
+    if res is not None:
+        m = state.get("manifest")
+        r.rank = cause_tables(res, m.gpu if m is not None else None)
+    return r
+
+
+def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
+                        state: AnalysisState | None = None) -> list[VerifiedClaim]:
     """Verdicts for every ``trace_analyst`` claim. A claim about one rank trace is matched to that
     trace by the path its evidence cites (two files claiming one rank never swap claims) and
-    re-derived by :func:`rederive`; a cross-rank claim (straggler, busbw) by
-    :func:`ai4s_graph.tools.trace.collectives.rederive_claim`."""
-    by_path = {str(r.get("path")): r for r in rank_results if "error" not in r}
+    re-derived by its figure of the registry from that rank's reader tables; a cause's claim
+    (``triage.*``) by its cause module; a cross-rank claim (straggler, busbw) by
+    :func:`ai4s_graph.tools.trace.crossrank_check.rederive_claim` over every rank's reader tables."""
+    st = state or {}
+    ranked, _ = assign_identity([str(p) for p in trace_paths(st)] if st.get("manifest") is not None else [],
+                                list(rank_results))
+    by_path = {str(r.get("path")): r for r in ranked if "error" not in r}
     out = []
     for c in claims:
         if c.analyst != "trace_analyst":
             continue
         res = by_path.get(str(c.evidence[0].args.get("path"))) if c.evidence else None
-        if res is None or c.metric.startswith("collectives.") or c.id.startswith("triage."):
-            out.append(_other_claim(c, rank_results))
+        if c.id.startswith("triage."):
+            rd = registry.rederive(c, _reader(st, c, res))
+            out.append(_judge(c, rd.value, rd.tolerance or Tolerance(), rd.method or ""))
+            continue
+        if res is None or c.metric.startswith("collectives."):
+            value, tol, method = crossrank_check.rederive_claim(c.metric, ranked)
+            out.append(_judge(c, value, tol, method))
             continue
         try:
-            if res.get("rederive_error"):
-                raise Ai4sError(res["rederive_error"])
-            d = res.get("rederived") or rederive(str(res["path"]))
+            if res.get("reader_error"):
+                raise Ai4sError(res["reader_error"])
+            d = res.get("reader") or rederive(str(res["path"]))
         except Ai4sError as e:
-            out.append(verdict(c, VERIFIER, None, Tolerance(), METHOD,
-                               note=f"the full-load reader could not read the trace: {e}"))
+            out.append(_judge(c, None, Tolerance(), METHOD, note=f"the full-load reader could not read the trace: {e}"))
             continue
-        value, tol = _value_for(c.metric, d)
+        fig, params = registry.figure_of(c.metric)
+        value = fig.rederive(Reader(rank=d), c, **params).value if fig is not None and fig.rederive else None
         if value is None:
-            out.append(verdict(c, VERIFIER, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
+            out.append(_judge(c, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
             continue
         if isinstance(value, float):
             value = round(value, 4)
-        out.append(verdict(c, VERIFIER, value, tol, d["method"]))
+        out.append(_judge(c, value, fig.tolerance, d["method"]))
     return out
-
-
-def _other_claim(c: Claim, rank_results: list[RankResult]) -> VerifiedClaim:
-    """A cross-rank claim, re-derived from every rank's kernels by the independent path."""
-    if c.id.startswith("triage."):
-        return verdict(c, VERIFIER, *triage.verify_claim(c, {"rank_results": rank_results}))
-    value, tol, method = collectives.rederive_claim(c.metric, rank_results)
-    return verdict(c, VERIFIER, value, tol, method)
 
 
 @node(VERIFIER)
@@ -122,11 +139,9 @@ def trace_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     claims = [c for c in state.get("claims") or [] if c.analyst == "trace_analyst"]
     if not claims:
         return {}, StatusLine.make(Outcome.partial, "no trace claims to verify")
-    verdicts = verify_trace_claims(claims, state.get("rank_results") or [])
+    verdicts = verify_trace_claims(claims, state.get("rank_results") or [], state)
     update: dict[str, Any] = {"verdicts": verdicts}
     if state["request"].llm != "none":
-        from ...agents import llm
-
         res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
                                                                "findings": state.get("findings", {}).get("trace")},
                                 verdicts)

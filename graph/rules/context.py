@@ -1,60 +1,33 @@
 """The verdict in context (issue 13): is the profile representative of the run, where did a
 failed or timed-out job stop (a hang or a slow job), and how does the achieved collective bus
-bandwidth compare with what the fabric can do. Pure functions over the analysed inputs; the
-synthesizer puts their results in the report.
+bandwidth compare with what the fabric can do. Pure functions over the analysed inputs (the trace's
+base time comes from the analysis pass, the log's facts from the one log read, the baseline's rows
+from :func:`ai4s_graph.tools.cluster.baseline.load_baseline`); the synthesizer puts their results
+in the report.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import re
 import statistics
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from . import diagnosis as dg
-from ...tools.errors import InputError
+from ...tools.perfmodel.datasheet import find_gpu
 
 # ---------------------------------------------------------------------------------------------
 # Representativeness
 # ---------------------------------------------------------------------------------------------
 
-_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
-
-
-def trace_base_time_s(path: str | Path) -> float | None:
-    """Unix time (s) of the trace's time origin: kineto's ``baseTimeNanoseconds`` (event ``ts``
-    are µs after it). Streams the file (``.json`` or ``.json.gz``) in 1 MiB chunks, so memory stays
-    bounded; None when the key is absent or the file unreadable."""
-    p = Path(path)
-    try:
-        fh = gzip.open(p, "rb") if p.name.endswith(".gz") else p.open("rb")
-        with fh:
-            tail = b""
-            while True:
-                chunk = fh.read(1 << 20)
-                if not chunk:
-                    return None
-                m = _BASE_TIME.search(tail + chunk)
-                if m:
-                    return int(m.group(1)) / 1e9
-                tail = chunk[-64:]
-    except (OSError, EOFError, ValueError):
-        return None
-
-
 def profiled_window(rank_result: dict[str, Any]) -> tuple[float, float] | None:
-    """(start, end) in unix s of the profiled steps of one rank result (its streaming record's
-    ``steps`` plus the trace's base time), or None."""
-    steps = ((rank_result.get("stream") or {}).get("steps")) or []
-    if not steps or not rank_result.get("path"):
+    """(start, end) in unix s of the profiled steps of one rank result: its streaming record's
+    ``steps`` (µs after the trace's time origin) plus ``base_time_ns``, kineto's
+    ``baseTimeNanoseconds`` read by the same pass; None when either is missing."""
+    rec = rank_result.get("stream") or {}
+    steps = rec.get("steps") or []
+    if not steps or not isinstance(rec.get("base_time_ns"), (int, float)):
         return None
-    base = trace_base_time_s(rank_result["path"])
-    if base is None:
-        return None
+    base = int(rec["base_time_ns"]) / 1e9
     t0 = min(float(s["ts"]) for s in steps)
     t1 = max(float(s["ts"]) + float(s["dur"]) for s in steps)
     return base + t0 / 1e6, base + t1 / 1e6
@@ -139,29 +112,29 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
 # Progress of failed and timed-out jobs
 # ---------------------------------------------------------------------------------------------
 
-_TS = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?)(Z|[+-]\d{2}:?\d{2})?")
+def _last_step(start: float, step_times_s: list[float], util: list[tuple[float, float]],
+               last_step_unix: float | None) -> tuple[float, str]:
+    """(unix s of the last logged step, how it was placed): its log timestamp, else the first GPU
+    activity (utilization > :data:`~.diagnosis.UTIL_ACTIVE_PCT`, else the job start) plus the sum
+    of the logged step times."""
+    if last_step_unix is not None:
+        return last_step_unix, "the last step line's timestamp"
+    first = next((t for t, v in util if v > dg.UTIL_ACTIVE_PCT), None)
+    t0 = first if first is not None else start
+    return t0 + sum(step_times_s), ("first GPU activity + the sum of the logged step times" if first is not None else
+                                    "job start + the sum of the logged step times (a lower bound: start-up time is "
+                                    "not counted)")
 
 
-def last_step_timestamp(log: Path, step_pattern: re.Pattern[str]) -> float | None:
-    """Unix time of the last line matching ``step_pattern`` that carries an ISO-8601 timestamp
-    (``2026-11-30 10:01:02``, UTC unless an offset is given), or None."""
-    last = None
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if step_pattern.search(line):
-            m = _TS.search(line)
-            if m:
-                s = m.group(1).replace(" ", "T")
-                tz = m.group(2)
-                dt = datetime.fromisoformat(s + ("+00:00" if not tz or tz == "Z" else tz))
-                last = dt.astimezone(timezone.utc).timestamp()
-    return last
-
-
-STEP_LINE = re.compile(r"Batch \d+:.*time [0-9.eE+-]+ seconds|tic4-tic1 in [0-9.eE+-]+ seconds|s/it|it/s")
+def _after_text(u_after: float | None) -> str:
+    """What GPU utilization after the last step says (spinning, idle, partly busy), "" without samples."""
+    if u_after is None:
+        return ""
+    what = ("the GPU kept spinning without progress (a collective waiting for a peer that never arrives, e.g. "
+            "a PMIx/NCCL fence: seed 000, cluster constraints)" if u_after >= 50 else
+            "the GPU sat idle (the host stopped issuing work: a deadlock, an I/O wait, a dead DataLoader worker)"
+            if u_after <= dg.UTIL_ACTIVE_PCT else "the GPU was partly busy without the log advancing")
+    return f" GPU utilization after it: mean {u_after:.0f}% — {what}."
 
 
 def progress(state: str, start: float | None, end: float | None, step_times_s: list[float],
@@ -186,14 +159,7 @@ def progress(state: str, start: float | None, end: float | None, step_times_s: l
         out.update(verdict="no-progress", statement=f"The job ended {st} before logging a single step: it never "
                    "reached steady state (lesson 21); read its error output.")
         return out
-    if last_step_unix is not None:
-        t_last, how = last_step_unix, "the last step line's timestamp"
-    else:
-        first = next((t for t, v in util if v > dg.UTIL_ACTIVE_PCT), None)
-        t0 = first if first is not None else start
-        t_last = t0 + sum(step_times_s)
-        how = ("first GPU activity + the sum of the logged step times" if first is not None else
-               "job start + the sum of the logged step times (a lower bound: start-up time is not counted)")
+    t_last, how = _last_step(start, step_times_s, util, last_step_unix)
     gap = end - t_last
     longest = max(step_times_s)
     need = max(dg.HANG_MIN_GAP_S, dg.HANG_GAP_STEPS * longest)
@@ -203,12 +169,7 @@ def progress(state: str, start: float | None, end: float | None, step_times_s: l
     out.update(last_step_s_into_job=round(t_last - start, 1), how=how, gap_s=round(gap, 1),
                hang_gap_s=round(need, 1), longest_step_s=round(longest, 4), median_step_s=round(med, 4),
                util_after_pct=None if u_after is None else round(u_after, 1))
-    ua = ("" if u_after is None else
-          f" GPU utilization after it: mean {u_after:.0f}% — " +
-          ("the GPU kept spinning without progress (a collective waiting for a peer that never arrives, e.g. "
-           "a PMIx/NCCL fence: seed 000, cluster constraints)" if u_after >= 50 else
-           "the GPU sat idle (the host stopped issuing work: a deadlock, an I/O wait, a dead DataLoader worker)"
-           if u_after <= dg.UTIL_ACTIVE_PCT else "the GPU was partly busy without the log advancing") + ".")
+    ua = _after_text(u_after)
     if gap >= need:
         out["verdict"] = "hang"
         out["statement"] = (f"HUNG: the log's last step ({len(step_times_s)}) came about {t_last - start:.0f} s into "
@@ -234,94 +195,37 @@ def progress(state: str, start: float | None, end: float | None, step_times_s: l
 # Bus bandwidth in context
 # ---------------------------------------------------------------------------------------------
 
-# Per-direction link bandwidth per GPU (GB/s = 1e9 B/s), from the vendors' datasheets: the ceiling
-# of an intra-node ring all-reduce busbw (nccl-tests' busbw is defined so that it compares with
-# the link speed). NVIDIA H100/H200 SXM: NVLink 4, 900 GB/s total (bidirectional) → 450 GB/s;
-# A100 SXM: NVLink 3, 600 GB/s → 300 GB/s; AMD Instinct MI300X: 7 Infinity Fabric links,
-# 896 GB/s peak aggregate → 448 GB/s; PCIe Gen5 x16: 64 GB/s per direction.
-LINK_DATASHEET: dict[str, tuple[float, str]] = {
-    "H200": (450.0, "NVIDIA H200 SXM datasheet: NVLink 900 GB/s bidirectional, 450 GB/s per direction"),
-    "H100": (450.0, "NVIDIA H100 SXM datasheet: NVLink 900 GB/s bidirectional, 450 GB/s per direction"),
-    "A100": (300.0, "NVIDIA A100 SXM datasheet: NVLink 600 GB/s bidirectional, 300 GB/s per direction"),
-    "MI300X": (448.0, "AMD Instinct MI300X datasheet: Infinity Fabric 896 GB/s peak aggregate, 448 GB/s per direction"),
-}
-
-_IEC = {"B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 1000, "MB": 10**6, "GB": 10**9}
-
-
-def _parse_size(s: str) -> float | None:
-    m = re.match(r"^\s*([0-9.]+)\s*([KMG]i?B|B)\s*$", s, re.I)
-    if not m:
-        return None
-    return float(m.group(1)) * _IEC[m.group(2).upper()]
-
-
-def load_baseline(path: str | Path) -> tuple[list[tuple[float, float]], str]:
-    """All-reduce busbw measured by ``eval-cluster``: ``([(payload bytes, busbw GB/s)], source)``.
-
-    Reads the raw JSON (``network.intra|inter.rows[{bytes, busbw_gbps}]``; inter-node rows win when
-    present, the fabric a multi-node job crosses) or the markdown report's all-reduce table
-    (``| payload | time (µs) | algbw (GB/s) | busbw (GB/s) |``). Raises :class:`InputError` when the
-    file is unreadable or holds no all-reduce measurement."""
-    p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise InputError(f"--baseline {p}: {e.strerror or e}") from e
-    rows: list[tuple[float, float]] = []
-    if p.suffix == ".json":
-        try:
-            d = json.loads(text)
-        except ValueError as e:
-            raise InputError(f"--baseline {p}: not JSON ({e})") from e
-        net = d.get("network") or {}
-        for part in ("inter", "intra"):
-            rr = [(float(r["bytes"]), float(r["busbw_gbps"])) for r in (net.get(part) or {}).get("rows") or []
-                  if r.get("busbw_gbps") is not None and r.get("correct", True)]
-            if rr:
-                rows = rr
-                src = f"{p.name} ({part}-node all-reduce, {(net.get(part) or {}).get('ranks', '?')} ranks)"
-                break
-    else:
-        for line in text.splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 4:
-                size = _parse_size(cells[0])
-                try:
-                    bw = float(cells[3])
-                except ValueError:
-                    continue
-                if size:
-                    rows.append((size, bw))
-        src = f"{p.name} (all-reduce table)"
-    if not rows:
-        raise InputError(f"--baseline {p}: no all-reduce busbw measurement in it (a 1-GPU node skips the benchmark)")
-    return sorted(rows), src
-
-
 def baseline_at(rows: list[tuple[float, float]], nbytes: float) -> tuple[float, float]:
     """(payload, busbw) of the measured payload nearest to ``nbytes`` on a log scale."""
     return min(rows, key=lambda r: abs(math.log(max(r[0], 1.0)) - math.log(max(nbytes, 1.0))))
 
 
-def busbw_context(groups: list[dict[str, Any]], baseline: str | Path | None, gpu: str | None,
-                  nodes: int | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def link_reference(gpu: str | None) -> tuple[float, str] | None:
+    """(GB/s, source) of the GPU's GPU-to-GPU link, one direction, from the one datasheet
+    (:data:`ai4s_graph.tools.perfmodel.datasheet.GPUS`, ``link_gbps_uni`` and ``link_source``): the
+    ceiling of an intra-node ring all-reduce busbw (nccl-tests' busbw is defined so that it compares
+    with the link speed). None for a GPU not in the datasheet."""
+    spec = find_gpu(gpu or "")
+    return (spec.link_gbps_uni, spec.link_source) if spec is not None else None
+
+
+def allreduce_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The collective groups :func:`busbw_context` compares: all-reduces with a busbw and a size."""
+    return [g for g in groups if g.get("collective") == "allreduce" and g.get("busbw_gbps") and g.get("msg_bytes")]
+
+
+def busbw_context(groups: list[dict[str, Any]], baseline: tuple[list[tuple[float, float]], str] | None,
+                  gpu: str | None, nodes: int | None = None) -> list[dict[str, Any]]:
     """Each all-reduce group's achieved busbw against the eval-cluster measurement at the nearest
-    message size (``baseline``), else the GPU's datasheet link figure (:data:`LINK_DATASHEET`,
-    single-node jobs only). Returns (rows ``{collective, msg_bytes, busbw_gbps, reference_gbps,
-    reference, ratio}``, problems)."""
-    problems: list[str] = []
-    rows_in = [g for g in groups if g.get("collective") == "allreduce" and g.get("busbw_gbps") and g.get("msg_bytes")]
+    message size (``baseline``: ``(rows, source)`` of
+    :func:`ai4s_graph.tools.cluster.baseline.load_baseline`), else the GPU's datasheet link figure
+    (:func:`link_reference`, single-node jobs only). Returns the rows ``{collective, msg_bytes,
+    busbw_gbps, reference_gbps, reference, ratio}``."""
+    rows_in = allreduce_groups(groups)
     if not rows_in:
-        return [], problems
-    ref_rows: list[tuple[float, float]] = []
-    src = ""
-    if baseline:
-        try:
-            ref_rows, src = load_baseline(baseline)
-        except InputError as e:
-            problems.append(str(e))
-    sheet = next((v for k, v in LINK_DATASHEET.items() if k in (gpu or "").upper().replace(" ", "")), None)
+        return []
+    ref_rows, src = baseline if baseline else ([], "")
+    sheet = link_reference(gpu)
     out = []
     for g in rows_in:
         mb, bw = float(g["msg_bytes"]), float(g["busbw_gbps"])
@@ -334,4 +238,4 @@ def busbw_context(groups: list[dict[str, Any]], baseline: str | Path | None, gpu
             continue
         out.append({"collective": "allreduce", "msg_bytes": mb, "busbw_gbps": round(bw, 2),
                     "reference_gbps": round(ref, 2), "reference": how, "ratio": round(bw / ref, 3) if ref else None})
-    return out, problems
+    return out

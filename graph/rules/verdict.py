@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import diagnosis as dg
+from . import registry
 from ...state import Bottleneck, BottleneckClass, Contradiction, Verdict, VerifiedClaim
 
 C = BottleneckClass
@@ -40,14 +41,6 @@ TEL_CONSISTENT: dict[bool, set[str]] = {
 AGREE_BONUS = 0.05      # confidence added per agreeing indirect test
 CONTRA_PENALTY = 0.15   # confidence removed per contradicting indirect test
 
-# Which confirmed measurements count as support for each class (the inputs of its rule).
-SUPPORT_METRICS: dict[str, tuple[str, ...]] = {
-    C.dispatch.value: ("gpu_timeline.idle_time", "kernels."),
-    C.compute.value: ("gpu_timeline.computation_time", "ops_by_category."),
-    C.memory.value: ("gpu_timeline.computation_time", "ops_by_category."),
-    C.data_loader.value: ("cpu.dataloader_step_share_pct", "gpu_timeline.idle_time"),
-    C.communication.value: ("gpu_timeline.exposed_comm_time", "collectives."),
-}
 
 
 @dataclass
@@ -265,79 +258,117 @@ def decide(verdicts: list[VerifiedClaim], findings: dict[str, Any] | None = None
                       confidence=0.0)
 
 
+def _majority(views: list[RankView]) -> RankView:
+    """The first rank (in rank order) of the class most ranks agree on (ties: the lowest rank's)."""
+    counts: dict[str, int] = {}
+    for v in views:
+        counts[v.klass] = counts.get(v.klass, 0) + 1
+    views_in_order = sorted(views, key=lambda v: _order(v.rank))
+    first: dict[str, int] = {}
+    for i, v in enumerate(views_in_order):
+        first.setdefault(v.klass, i)
+    top = max(counts, key=lambda k: (counts[k], -first[k]))
+    return next(v for v in views_in_order if v.klass == top)
+
+
+@dataclass
+class _Draft:
+    """The verdict being written: rationale, scope, support, confidence, margin, contradictions."""
+
+    why: str
+    scope: str
+    support: list[str]
+    conf: float
+    margin: float | None
+    contradictions: list[Contradiction] = field(default_factory=list)
+
+
+def _on_straggler(draft: _Draft, crit: RankView, views: list[RankView], share: float, strag: tuple[int, str]) -> None:
+    """The verdict on a straggler the others wait for: its rationale, scope and the margin of the
+    wait share past :data:`~.diagnosis.WAIT_SHARE_STRAGGLER`."""
+    d = crit.diag
+    others = [v for v in views if v.rank != crit.rank]
+    wait_ms = sum((v.wait_us or 0.0) for v in others) / 1e3
+    draft.scope = f"{crit.klass} on rank {crit.rank}, which the other ranks wait for (straggler)"
+    draft.why = (f"Rank {crit.rank} is the straggler: it arrives last at {crit.pct_arrived_last or 0:.0f}% of the "
+                 f"synchronising collectives, and {share * 100:.0f}% of the other ranks' exposed communication is "
+                 f"waiting for it ({wait_ms:.2f} ms of arrival skew over rank(s) "
+                 f"{', '.join(str(v.rank) for v in others)}), so that communication is attributed to waiting. "
+                 f"Rank {crit.rank} itself: {draft.why}")
+    m = draft.margin
+    draft.margin = min(m, (share - dg.WAIT_SHARE_STRAGGLER) / dg.WAIT_SHARE_STRAGGLER) if m is not None else None
+    if draft.margin is not None:
+        draft.conf = dg.confidence_from_margin(draft.margin, d.runner_up_margin if d else None)
+    draft.support.append(strag[1])
+
+
+def _across_ranks(draft: _Draft, klass: str, views: list[RankView], share: float | None,
+                  strag: tuple[int, str] | None) -> None:
+    """Several ranks without a straggler to wait for: which ranks agree, and why a rank that
+    arrives last does not take the verdict."""
+    agree = [v.rank for v in views if v.klass == klass]
+    draft.scope = (f"{klass} on every rank" if len(agree) == len(views)
+                   else f"{klass} on ranks {', '.join(map(str, agree))} of {len(views)}")
+    if strag is not None:
+        draft.why += (f" Rank {strag[0]} arrives last most often, but only "
+                      f"{(share or 0) * 100:.0f}% of the other ranks' exposed communication is waiting for it "
+                      f"(< {dg.WAIT_SHARE_STRAGGLER * 100:.0f}%): the communication itself is exposed.")
+
+
+def _indirect(draft: _Draft, crit: RankView, disc: VerifiedClaim | None, speed: VerifiedClaim | None,
+              tel: VerifiedClaim | None, compare: dict[str, Any]) -> None:
+    """The indirect tests against the trace's class: an agreeing one adds its claims and
+    :data:`AGREE_BONUS`, a contradicting one a :class:`Contradiction` and :data:`CONTRA_PENALTY`."""
+    klass = crit.klass
+    if disc is not None and str(disc.claim.value) != C.unknown.value:
+        if klass in DISC_CONSISTENT.get(str(disc.claim.value), set()):
+            draft.support += [disc.claim.id] + ([speed.claim.id] if speed else [])
+            draft.conf += AGREE_BONUS
+            draft.why += f" The precision pair agrees ({disc.claim.statement.split(': ', 1)[-1].rstrip('.')})."
+        else:
+            draft.contradictions.append(_disc_contradiction(crit, disc, speed, compare))
+            draft.conf -= CONTRA_PENALTY
+    if tel is not None and isinstance(tel.claim.value, bool):
+        if klass in TEL_CONSISTENT[tel.claim.value]:
+            draft.support.append(tel.claim.id)
+            draft.conf += AGREE_BONUS
+        elif klass in TEL_CONSISTENT[not tel.claim.value]:
+            draft.contradictions.append(_tel_contradiction(crit, tel))
+            draft.conf -= CONTRA_PENALTY
+    if draft.contradictions:
+        draft.why += " " + " ".join(f"Contradiction: {c.indirect}, but {c.direct}; the trace wins."
+                                    for c in draft.contradictions)
+
+
 def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts: list[VerifiedClaim],
                 disc: VerifiedClaim | None, speed: VerifiedClaim | None, tel: VerifiedClaim | None,
                 compare: dict[str, Any]) -> Bottleneck:
+    """The verdict when some rank's trace class is confirmed (see the module docstring)."""
     by_rank = {v.rank: v for v in views}
     strag = confirmed_straggler(verdicts)
     share = waiting_share(views, strag[0]) if strag and strag[0] in by_rank else None
     on_straggler = strag is not None and share is not None and share >= dg.WAIT_SHARE_STRAGGLER
+    crit = by_rank[strag[0]] if on_straggler else _majority(views)
+    klass, d = crit.klass, crit.diag
+    draft = _Draft(why=(d.rule if d else klass) + ".", scope=f"{klass} on rank {crit.rank}" if len(views) > 1 else klass,
+                   support=[crit.claim_id] if crit.claim_id else [], conf=d.confidence if d else 0.6,
+                   margin=d.margin if d else None)
     if on_straggler:
-        crit = by_rank[strag[0]]
-    else:
-        counts: dict[str, int] = {}
-        for v in views:
-            counts[v.klass] = counts.get(v.klass, 0) + 1
-        views_in_order = sorted(views, key=lambda v: _order(v.rank))
-        first = {}
-        for i, v in enumerate(views_in_order):
-            first.setdefault(v.klass, i)
-        top = max(counts, key=lambda k: (counts[k], -first[k]))
-        crit = next(v for v in views_in_order if v.klass == top)
-    klass = crit.klass
-    d = crit.diag
-    conf = d.confidence if d else 0.6
-    margin = d.margin if d else None
-    why = (crit.diag.rule if crit.diag else klass) + "."
-    scope = f"{klass} on rank {crit.rank}" if len(views) > 1 else klass
-    support = [crit.claim_id] if crit.claim_id else []
-    if on_straggler:
-        others = [v for v in views if v.rank != crit.rank]
-        wait_ms = sum((v.wait_us or 0.0) for v in others) / 1e3
-        scope = f"{klass} on rank {crit.rank}, which the other ranks wait for (straggler)"
-        why = (f"Rank {crit.rank} is the straggler: it arrives last at {crit.pct_arrived_last or 0:.0f}% of the "
-               f"synchronising collectives, and {share * 100:.0f}% of the other ranks' exposed communication is "
-               f"waiting for it ({wait_ms:.2f} ms of arrival skew over rank(s) "
-               f"{', '.join(str(v.rank) for v in others)}), so that communication is attributed to waiting. "
-               f"Rank {crit.rank} itself: {why}")
-        margin = min(margin, (share - dg.WAIT_SHARE_STRAGGLER) / dg.WAIT_SHARE_STRAGGLER) if margin is not None else None
-        conf = dg.confidence_from_margin(margin, d.runner_up_margin if d else None) if margin is not None else conf
-        support.append(strag[1])
+        _on_straggler(draft, crit, views, share, strag)
     elif len(views) > 1:
-        agree = [v.rank for v in views if v.klass == klass]
-        scope = (f"{klass} on every rank" if len(agree) == len(views)
-                 else f"{klass} on ranks {', '.join(map(str, agree))} of {len(views)}")
-        if strag is not None:
-            why += (f" Rank {strag[0]} arrives last most often, but only "
-                    f"{(share or 0) * 100:.0f}% of the other ranks' exposed communication is waiting for it "
-                    f"(< {dg.WAIT_SHARE_STRAGGLER * 100:.0f}%): the communication itself is exposed.")
-    keys = SUPPORT_METRICS.get(klass, ())
-    support += [v.claim.id for v in confirmed if v.claim.metric.startswith(keys)
-                and (v.claim.id.startswith(f"tl.r{crit.rank}.") or not v.claim.id.startswith("tl.r"))]
-    contradictions: list[Contradiction] = []
-    if disc is not None and str(disc.claim.value) != C.unknown.value:
-        if klass in DISC_CONSISTENT.get(str(disc.claim.value), set()):
-            support += [disc.claim.id] + ([speed.claim.id] if speed else [])
-            conf += AGREE_BONUS
-            why += f" The precision pair agrees ({disc.claim.statement.split(': ', 1)[-1].rstrip('.')})."
-        else:
-            contradictions.append(_disc_contradiction(crit, disc, speed, compare))
-            conf -= CONTRA_PENALTY
-    if tel is not None and isinstance(tel.claim.value, bool):
-        if klass in TEL_CONSISTENT[tel.claim.value]:
-            support.append(tel.claim.id)
-            conf += AGREE_BONUS
-        elif klass in TEL_CONSISTENT[not tel.claim.value]:
-            contradictions.append(_tel_contradiction(crit, tel))
-            conf -= CONTRA_PENALTY
-    if contradictions:
-        why += " " + " ".join(f"Contradiction: {c.indirect}, but {c.direct}; the trace wins." for c in contradictions)
+        _across_ranks(draft, klass, views, share, strag)
+    # the confirmed measurements that support the class: the inputs of its rule (the figures' ``supports``)
+    draft.support += [v.claim.id for v in confirmed if registry.supports(v.claim.metric, klass)
+                      and (v.claim.id.startswith(f"tl.r{crit.rank}.") or not v.claim.id.startswith("tl.r"))]
+    _indirect(draft, crit, disc, speed, tel, compare)
+    margin = draft.margin
     borderline = bool(d and d.borderline) or (margin is not None and margin < dg.BORDERLINE_MARGIN)
-    return Bottleneck(klass=C(klass), rationale=why, supporting_claims=list(dict.fromkeys(support)),
-                      confidence=round(max(0.05, min(0.95, conf)), 3), scope=scope, critical_rank=crit.rank,
-                      straggler=strag[0] if on_straggler else None, waiting_share=share, margin=margin,
-                      runner_up=d.runner_up if d else None, runner_up_margin=d.runner_up_margin if d else None,
-                      borderline=borderline, contradictions=contradictions)
+    return Bottleneck(klass=C(klass), rationale=draft.why, supporting_claims=list(dict.fromkeys(draft.support)),
+                      confidence=round(max(0.05, min(0.95, draft.conf)), 3), scope=draft.scope,
+                      critical_rank=crit.rank, straggler=strag[0] if on_straggler else None, waiting_share=share,
+                      margin=margin, runner_up=d.runner_up if d else None,
+                      runner_up_margin=d.runner_up_margin if d else None, borderline=borderline,
+                      contradictions=draft.contradictions)
 
 
 def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | None) -> Bottleneck:

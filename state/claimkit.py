@@ -1,11 +1,13 @@
-"""Small helpers the analysts and verifiers share to build claims and verdicts."""
+"""Claim construction, verdict arithmetic and the agreement tolerances: what the analysts, the
+verifiers and the LLM agents share to build a :class:`~.claims.Claim` and judge a re-derived value
+against it (a :class:`~.claims.VerifiedClaim`). Pure functions over the models of :mod:`.claims`."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from ...state import Claim, Evidence, Tolerance, Verdict, VerifiedClaim
+from .claims import Claim, Evidence, Tolerance, Verdict, VerifiedClaim
 
 # Agreement tolerances used by the verifiers (documented in the report):
 # percentages of the GPU timeline: ±1 percentage point, the issue's "within 1% of total time";
@@ -29,7 +31,9 @@ def claim(cid: str, analyst: str, statement: str, metric: str, value: Any, unit:
 SUPPORT_TOL = Tolerance(abs=1e-6, rel=0.01)
 
 
-def _as_float(x: Any) -> float | None:
+def as_float(x: Any) -> float | None:
+    """``x`` as a finite float (ints, floats, numeric strings such as ``"1,024.5"``), else None;
+    booleans are not numbers here."""
     if isinstance(x, bool) or x is None:
         return None
     if isinstance(x, (int, float)):
@@ -55,7 +59,7 @@ def numbers_in(obj: Any) -> list[float]:
         for v in obj:
             out.extend(numbers_in(v))
     else:
-        f = _as_float(obj)
+        f = as_float(obj)
         if f is not None:
             out.append(f)
     return out
@@ -88,21 +92,23 @@ def is_supported(claim: dict[str, Any] | Claim, tol: Tolerance = SUPPORT_TOL) ->
         return False
     if isinstance(value, bool):
         return any(isinstance(x, bool) and x == value for x in _leaves(returned))
-    num = _as_float(value)
+    num = as_float(value)
     if num is not None:
         return any(tol.agrees(num, x) for x in numbers_in(returned))
     text = str(value).strip()
     return any(isinstance(x, str) and x.strip() == text for x in _leaves(returned))
 
 
-
 def verdict(cl: Claim, verifier: str, rederived: Any, tol: Tolerance, method: str,
-            note: str = "", evidence: list[Evidence] | None = None) -> VerifiedClaim:
+            note: str = "", evidence: list[Evidence] | None = None, supported: bool | None = None) -> VerifiedClaim:
     """Compare a claim with the verifier's re-derived value and return the :class:`VerifiedClaim`.
 
     ``rederived is None`` → inconclusive (could not re-derive). A claim whose value is not in its
-    own evidence → unsupported, whatever the re-derivation says."""
-    if not is_supported(cl):
+    own evidence → unsupported, whatever the re-derivation says. ``supported``: the caller's
+    support judgement (the figure registry's, ``graph/rules/figures.py:supported``, which also
+    accepts a value that follows from its evidence by the figure's own formula); default
+    :func:`is_supported`."""
+    if not (is_supported(cl) if supported is None else supported):
         v = Verdict.unsupported
         note = (note + "; " if note else "") + "claim value matches no number its evidence returned"
     elif rederived is None:

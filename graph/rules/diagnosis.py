@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...state import BottleneckClass
+from ...tools.perfmodel.datasheet import find_gpu
 
 # Rule thresholds (percent of the profiled window unless noted). Each cites its source; the
 # bundled H200 runs' values are in the tests (tests/test_verdict.py tests both sides of each).
@@ -218,22 +219,13 @@ def classify_trace(trace: dict[str, Any]) -> Diagnosis:
                      win.margin < BORDERLINE_MARGIN, tests)
 
 
-# Board limits (W, boost SM/GFX clock MHz), from the vendors' datasheets: NVIDIA H100 SXM and H200 SXM
-# (700 W, 1980 MHz), A100 SXM (400 W, 1410 MHz); AMD Instinct MI300X (750 W, 2100 MHz) and MI355X
-# (1400 W, 2400 MHz). Matched on the GPU name in the manifest (``gpu``) or telemetry.
-BOARD_LIMITS: dict[str, tuple[float, float]] = {
-    "H200": (700.0, 1980.0), "H100": (700.0, 1980.0), "A100": (400.0, 1410.0),
-    "MI355X": (1400.0, 2400.0), "MI300X": (750.0, 2100.0),
-}
-
-
-def board_limits(gpu_name: str | None) -> tuple[float, float] | None:
-    """(power limit W, boost clock MHz) of a known board from its name, else None."""
-    name = (gpu_name or "").upper().replace(" ", "")
-    for key, lim in BOARD_LIMITS.items():
-        if key in name:
-            return lim
-    return None
+def board_limits(gpu_name: str | None) -> tuple[float, float | None] | None:
+    """(power limit W, boost clock MHz) of a known board from its name, from the one GPU datasheet
+    (:data:`ai4s_graph.tools.perfmodel.datasheet.GPUS`: ``tdp_w``, ``boost_mhz``; the boost clock is
+    None for a board whose sheet gives none), else None (an unknown board, or a PCIe/NVL variant
+    whose limits differ from the SXM row)."""
+    spec = find_gpu(gpu_name or "")
+    return (spec.tdp_w, spec.boost_mhz) if spec is not None else None
 
 
 def telemetry_supports_compute(gpu_util: float | None, sm_clock: float | None, sm_clock_max: float | None,
@@ -241,14 +233,40 @@ def telemetry_supports_compute(gpu_util: float | None, sm_clock: float | None, s
                                gpu_name: str | None = None) -> bool | None:
     """Seed 001 T2: high utilization counts only with a high SM clock and high power.
 
-    Clock and power are compared with the board's datasheet limits (:data:`BOARD_LIMITS`) when the
+    Clock and power are compared with the board's datasheet limits (:func:`board_limits`) when the
     GPU is known, else with the maxima observed in the same job. Returns True/False, or None when
     the inputs are missing."""
     lim = board_limits(gpu_name)
-    clock_ref = lim[1] if lim else sm_clock_max
+    clock_ref = lim[1] if lim and lim[1] else sm_clock_max
     power_ref = lim[0] if lim else power_max
     if gpu_util is None or sm_clock is None or not clock_ref:
         return None
     clock_ok = sm_clock >= SM_CLOCK_HIGH_FRAC * clock_ref
     power_ok = True if (power is None or not power_ref) else power >= POWER_HIGH_FRAC * power_ref
     return gpu_util >= UTIL_HIGH_PCT and clock_ok and power_ok
+
+
+def trace_class(trace: dict[str, Any]) -> Diagnosis:
+    """:func:`classify_trace`, except on a profiled window that is not a steady state
+    (``window.degenerate``: some profiled steps launched no GPU work while others did,
+    tools/trace/hygiene.py): then ``unknown``, since the rules read a steady-state window (seed 001
+    T19) and GPU work in one step of eight must not pass as compute-bound. ``trace``: the figures of
+    one rank trace, from the engine (the analyst) or from the verifier's reader."""
+    d = classify_trace(trace)
+    w = trace.get("window") or {}
+    if w.get("degenerate"):
+        return Diagnosis(BottleneckClass.unknown, f"{w.get('reason')}; the rules need a steady-state window "
+                                                  f"(on the busy part alone: {d.klass.value})", d.inputs, 0.3)
+    return d
+
+
+def memory_bound_from_roofline(roofline: dict[str, Any] | None) -> tuple[bool | None, str]:
+    """Whether the kernel time is dominated by memory-bound categories by the roofline (arithmetic
+    intensity below the ridge, seed 001 T15), measured from recorded shapes: True when the
+    memory-bound categories hold more kernel time than the compute-bound ones; (None, why) when
+    the trace has no shapes. ``roofline``: :func:`ai4s_graph.tools.perfmodel.roofline.roofline_of`'s dict."""
+    if not roofline or not roofline.get("shapes_recorded") or not roofline.get("categories"):
+        return None, "no roofline: the trace was recorded without shapes (record_shapes=True)"
+    mem = sum(a["kernel_us"] for a in roofline["categories"].values() if a["bound"] == "memory")
+    comp = sum(a["kernel_us"] for a in roofline["categories"].values() if a["bound"] == "compute")
+    return mem > comp, f"memory-bound categories {mem / 1000:.2f} ms vs compute-bound {comp / 1000:.2f} ms of kernel time"

@@ -1,0 +1,106 @@
+"""Debug APIs left on (seed 001 T12): autograd anomaly detection (``aten::isnan`` on at least
+half as many events as there are backward nodes, ``autograd::engine::evaluate_function``: anomaly
+mode checks every backward node's outputs for NaN, torch/csrc/autograd/engine.cpp), or a
+launch-serializing / allocator-disabling variable of :data:`DEBUG_ENV` in the job's environment.
+
+Detects from the trace's event-name counts and the job's environment (job script, then the
+manifest); re-derived from raw-text counts of the same trace. Lever ``disable_debug_apis``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Cause, Constant, Finding, LeverSpec, ev, file_name
+from ..figures import Figure, Inputs, Reader, Rederived
+from ....state import Claim, Tolerance
+
+ISNAN = "aten::isnan"
+BACKWARD = "autograd::engine::evaluate_function"
+ANOMALY_ISNAN_PER_BACKWARD = 0.5
+DEBUG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "HIP_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+             "PYTORCH_NO_HIP_MEMORY_CACHING": "1"}
+"""Variables that serialize every launch or disable the caching allocator (seed 001 T12; lesson 21
+on HIP_LAUNCH_BLOCKING)."""
+CLAIM_ID = "triage.t12.debug_apis"
+
+
+def anomaly_on(isnan: int, backward: int) -> bool:
+    """Anomaly mode's signature: at least :data:`ANOMALY_ISNAN_PER_BACKWARD` ``aten::isnan`` per
+    backward node (and some backward node)."""
+    return backward > 0 and isnan >= ANOMALY_ISNAN_PER_BACKWARD * backward
+
+
+def debug_vars(env: dict[str, Any] | None) -> dict[str, Any]:
+    """The variables of ``env`` set to their debug value (:data:`DEBUG_ENV`)."""
+    return {k: v for k, v in (env or {}).items() if DEBUG_ENV.get(k) == str(v).strip()}
+
+
+def from_evidence(returned: list[Any]) -> bool:
+    """``debug_apis_on`` from what the claim's evidence returned: the isnan / backward-node counts
+    pass :func:`anomaly_on`, or a returned environment holds a debug variable."""
+    for r in returned:
+        if not isinstance(r, dict):
+            continue
+        if "isnan" in r and "backward_nodes" in r:
+            if anomaly_on(int(r["isnan"]), int(r["backward_nodes"])):
+                return True
+        elif debug_vars(r):
+            return True
+    return False
+
+
+class DebugApis(Cause):
+    """Anomaly mode or a launch-serializing variable left on (seed 001 T12)."""
+
+    seed = "seed 001 T12; seed 000 lesson 21"
+    causes = {"anomaly-mode": "torch.autograd.set_detect_anomaly(True) left on: a NaN check on every backward node",
+              "cuda-launch-blocking": "CUDA_LAUNCH_BLOCKING=1 (or HIP_LAUNCH_BLOCKING=1) makes every launch wait for "
+                                      "its kernel"}
+    analyst = "trace_analyst"
+    reads = ("event_names", "env", "rank")
+    figures = (Figure("debug_apis_on", "bool", "anomaly detection or a launch-serializing variable is on", "cause",
+                      Tolerance(), from_evidence=from_evidence),)
+    constants = {"ANOMALY_ISNAN_PER_BACKWARD": Constant(ANOMALY_ISNAN_PER_BACKWARD, "anomaly mode checks every backward "
+                                                        "node's outputs for NaN (torch/csrc/autograd/engine.cpp)")}
+    levers = (LeverSpec("disable_debug_apis", "turn off set_detect_anomaly and unset *_LAUNCH_BLOCKING for the real run "
+                        "(anomaly detection is ~10x slower)"),)
+    event_names = (ISNAN,)
+    event_name_patterns = ()
+    raw_patterns = {"isnan": r'aten::isnan"', "backward": BACKWARD}
+
+    def wants_name(self, name: str) -> bool:
+        return name == ISNAN or name.startswith(BACKWARD)
+
+    def detect(self, x: Inputs) -> list[Finding]:
+        if not x.rank:
+            return []
+        bw = sum(v for k, v in x.event_names.items() if k.startswith(BACKWARD))
+        isnan = x.event_names.get(ISNAN, 0)
+        anomaly = anomaly_on(isnan, bw)
+        bad_env = debug_vars(x.env)
+        if not anomaly and not bad_env:
+            return []
+        path, rank = str(x.rank["path"]), x.rank.get("rank")
+        evidence, parts, causes = [], [], []
+        if anomaly:
+            evidence.append(ev("trace.event_names", f"{file_name(path)}: {ISNAN} / {BACKWARD}",
+                               {"isnan": isnan, "backward_nodes": bw}, path=path, rank=rank))
+            parts.append(f"{isnan} {ISNAN} checks for {bw} backward nodes: torch.autograd anomaly detection is on")
+            causes.append("anomaly-mode")
+        if bad_env:
+            evidence.append(ev("manifest.env", "debug variables", bad_env, rank=rank, path=path))
+            parts.append(", ".join(f"{k}={v}" for k, v in bad_env.items()) + " serializes every launch")
+            causes.append("cuda-launch-blocking")
+        c = self.claim(CLAIM_ID, "; ".join(parts) + " (seed 001 T12)", "debug_apis_on", True, "bool", evidence, 0.85)
+        return [Finding(tuple(causes), c, (self.lever("disable_debug_apis"),))]
+
+    def rederive(self, c: Claim, r: Reader) -> Rederived:
+        raw = (r.rank or {}).get("raw_counts") or {}
+        if "isnan" not in raw or "backward" not in raw:
+            return Rederived(None, "no independent path for this triage claim", Tolerance())
+        env_ev = next((e.returned for e in c.evidence if e.tool == "manifest.env"), None)
+        return Rederived(bool(env_ev) or anomaly_on(raw["isnan"], raw["backward"]), "raw-text counts of aten::isnan "
+                         "and backward nodes", Tolerance())
+
+
+CAUSE = DebugApis()

@@ -1,0 +1,62 @@
+"""The lever choice: which levers the report recommends, in which order. Pure: the generic levers
+of the class come from the tools (the model's lever catalog, then ``tools/levers/rules.py``, read by
+:func:`ai4s_graph.tools.levers.recommend.recommend_levers`), the causes' levers from their
+confirmed findings (:mod:`.registry`), the savings from each lever's model
+(:mod:`ai4s_graph.tools.levers.impact`, or the cause's own).
+
+Order: the straggler lever first when the verdict is on a straggler the other ranks wait for (the
+first lever follows the cause, the slow rank, not the symptom, their exposed communication); then
+every lever by its estimated saving per step (levers without an estimate last, in the order
+given: the catalog's, the generic rules' cost order, then the causes')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import CAUSES
+from ...state import Bottleneck, LeverRecommendation, Verdict, VerifiedClaim
+from ...tools.levers import impact
+
+STRAGGLER_LEVER = "balance_straggler_rank"
+
+
+def straggler_lever(b: Bottleneck) -> LeverRecommendation | None:
+    """``balance_straggler_rank`` when the verdict is on a straggler (``b.straggler``), else None."""
+    if b.straggler is None:
+        return None
+    return LeverRecommendation(
+        name=STRAGGLER_LEVER,
+        why=(f"rank {b.straggler} is the straggler the other ranks wait for: give it less work (check its data "
+             "shard and per-rank batch) or fix its node (probe its GPU and mounts with `ai4s-graph probe`, "
+             "lesson 19) before tuning communication; then its own class's levers below"),
+        claims=b.supporting_claims[:3])
+
+
+def cause_levers(have: list[LeverRecommendation], findings: dict[str, Any],
+                 verdicts: list[VerifiedClaim]) -> list[LeverRecommendation]:
+    """The lever of every cause finding a verifier confirmed (``findings.trace.triage`` then
+    ``findings.telemetry.triage``: ``[{"id", "lever", "why"}]``) that ``have`` does not list yet."""
+    confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
+    names = {lv.name for lv in have}
+    extra = []
+    entries = list((findings.get("trace") or {}).get("triage") or []) + \
+        list((findings.get("telemetry") or {}).get("triage") or [])
+    for t in entries:
+        if t["id"] in confirmed and t["lever"] not in names:
+            names.add(t["lever"])
+            extra.append(LeverRecommendation(name=t["lever"], why=t["why"], claims=[t["id"]]))
+    return extra
+
+
+def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
+           verdicts: list[VerifiedClaim]) -> list[LeverRecommendation]:
+    """The report's levers (see the module docstring): ``levers`` (the class's levers from the
+    tools, led by :func:`straggler_lever` when the verdict has one) plus the confirmed causes'
+    levers, each ``why`` extended with its estimated saving on the first rank's trace and roofline."""
+    levers = list(levers) + cause_levers(levers, findings, verdicts)
+    tf = findings.get("trace") or {}
+    rank0 = (tf.get("ranks") or [None])[0]
+    models = {k: v for c in CAUSES for k, v in c.saving_models().items()}
+    out = impact.annotate(levers, rank0, tf.get("roofline"), models=models)
+    out.sort(key=lambda lv: lv.name != STRAGGLER_LEVER)  # the cause first, whatever the estimates
+    return out

@@ -1,0 +1,40 @@
+"""Hand-built inputs for the cause tests: a kineto trace written by code (each event name a known
+number of times), and the tables the analysis pass would hand the causes (event-name counts, raw
+counts), made by the same tools the pass uses (``tools/trace/onepass.py``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.graph.rules.figures import Inputs, Reader
+from ai4s_graph.tools.trace import onepass, stream
+
+
+def trace(tmp_path: Path, names: dict[str, int], name: str = "t.json.gz") -> Path:
+    """A gzipped trace whose cpu ops are ``names`` (name -> how many), plus one kernel."""
+    ev, ts = [], 0.0
+    for n, k in names.items():
+        for _ in range(k):
+            ev.append({"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": ts, "dur": 1.0, "args": {}})
+            ts += 2.0
+    ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.0, "dur": 1.0, "args": {}})
+    p = tmp_path / name
+    with gzip.open(p, "wt") as f:
+        json.dump({"traceEvents": ev}, f)
+    return p
+
+
+def inputs_for(path: Path, **kw: Any) -> Inputs:
+    """The analyst's inputs of one trace: its event-name counts as the pass counts them."""
+    c = onepass.NameCounter(registry.event_name_wanted)
+    stream.feed_events(path, (c.feed,))
+    return Inputs(rank={"path": str(path), "rank": 0, **kw.pop("rank", {})}, event_names=c.counts, **kw)
+
+
+def reader_for(path: Path, **kw: Any) -> Reader:
+    """The verifier's inputs of one trace: its raw-text counts as the pass counts them."""
+    return Reader(rank={"raw_counts": onepass.raw_counts(str(path), registry.raw_patterns())}, **kw)

@@ -1,0 +1,52 @@
+"""Debug APIs left on (seed 001 T12): anomaly mode (aten::isnan on at least half the backward nodes)
+and launch-serializing variables. The claim's value is a boolean, a formula of its evidence: the
+registry's support check accepts it, so the raw-text re-derivation confirms it (it used to end
+"unsupported" by construction)."""
+
+from __future__ import annotations
+
+import pytest
+from cause_inputs import inputs_for, reader_for, trace
+
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.graph.rules.causes import debug_apis
+from ai4s_graph.state.claimkit import is_supported
+
+CAUSE = debug_apis.CAUSE
+BW = "autograd::engine::evaluate_function: AddmmBackward0"
+
+
+def test_anomaly_mode_is_found_and_confirmed(tmp_path):
+    p = trace(tmp_path, {BW: 40, "aten::isnan": 40})
+    [f] = CAUSE.detect(inputs_for(p))
+    assert f.causes == ("anomaly-mode",) and f.claim.value is True
+    assert "40 aten::isnan checks for 40 backward nodes" in f.claim.statement
+    assert not is_supported(f.claim)  # True is among no returned number...
+    assert debug_apis.from_evidence([e.returned for e in f.claim.evidence]) is True  # ...but follows from them
+    r = reader_for(p)
+    assert r.rank["raw_counts"]["isnan"] == 40 and r.rank["raw_counts"]["backward"] == 40
+    rd = CAUSE.rederive(f.claim, r)
+    assert rd.value is True
+    assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
+
+
+def test_launch_blocking_in_the_environment(tmp_path):
+    p = trace(tmp_path, {"aten::mm": 4})
+    [f] = CAUSE.detect(inputs_for(p, env={"CUDA_LAUNCH_BLOCKING": "1", "OMP_NUM_THREADS": "7"}))
+    assert f.causes == ("cuda-launch-blocking",) and "CUDA_LAUNCH_BLOCKING=1" in f.claim.statement
+    assert [lv.name for lv in f.levers] == ["disable_debug_apis"]
+    rd = CAUSE.rederive(f.claim, reader_for(p))
+    assert rd.value is True
+    assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
+
+
+@pytest.mark.parametrize("isnan,env", [(3, {}), (19, {"CUDA_LAUNCH_BLOCKING": "0"})])
+def test_silent_below_the_threshold(tmp_path, isnan, env):
+    # 19 isnan for 40 backward nodes is 0.475 < 0.5 per node: a loss guard, not anomaly mode
+    p = trace(tmp_path, {BW: 40, "aten::isnan": isnan})
+    assert CAUSE.detect(inputs_for(p, env=env)) == []
+
+
+def test_exactly_half_per_backward_node_fires(tmp_path):
+    p = trace(tmp_path, {BW: 40, "aten::isnan": 20})
+    assert [f.claim.value for f in CAUSE.detect(inputs_for(p))] == [True]

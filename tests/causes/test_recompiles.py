@@ -1,0 +1,43 @@
+"""torch.compile recompiling (seed 001 T16): compile events past a frame's first compile in the
+trace plus recompile lines in the log, summed; the first compile alone is silent; the raw-text count
+of the trace and the verifier's own log re-read give the same number."""
+
+from __future__ import annotations
+
+from cause_inputs import inputs_for, reader_for, trace
+
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.graph.rules.causes import recompiles
+from ai4s_graph.tools.trainlog import logtext
+from ai4s_graph.tools.trainlog.reread import reread_log
+
+CAUSE = recompiles.CAUSE
+LOG = "W1130 torch/_dynamo/convert_frame.py] Recompiling function forward in model.py:42\n" * 3
+
+
+def test_trace_and_log_counts_add_up(tmp_path):
+    p = trace(tmp_path, {"Torch-Compiled Region: 0/0": 5, "Torch-Compiled Region: 0/1": 2,
+                         "Torch-Compiled Region: 0/2": 1, "torch/_dynamo/convert_frame.py(1234): _compile": 1})
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    facts = logtext.log_facts(log, logtext.read_log(log), registry.log_patterns())
+    assert facts["counts"]["recompile_lines"] == 3
+    [f] = CAUSE.detect(inputs_for(p, log=facts))
+    assert f.claim.value == 2 + 1 + 1 + 3 and [lv.name for lv in f.levers] == ["torch_compile_dynamic"]
+    assert all(e.args["log"] == str(log) for e in f.claim.evidence)
+    r = reader_for(p, log=reread_log(log, registry.log_patterns(verifier=True)))
+    rd = CAUSE.rederive(f.claim, r)
+    assert rd.value == 7
+    assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
+
+
+def test_the_first_compile_of_each_frame_is_silent(tmp_path):
+    p = trace(tmp_path, {"Torch-Compiled Region: 0/0": 20, "Torch-Compiled Region: 1/0": 20})
+    assert CAUSE.detect(inputs_for(p, log={"counts": {"recompile_lines": 0}})) == []
+    assert reader_for(p).rank["raw_counts"]["compile"] == 0
+
+
+def test_log_lines_alone_fire(tmp_path):
+    p = trace(tmp_path, {"aten::mm": 3})
+    [f] = CAUSE.detect(inputs_for(p, log={"path": "train.log", "counts": {"recompile_lines": 2}}))
+    assert f.claim.value == 2 and [e.tool for e in f.claim.evidence] == ["log.grep"]

@@ -1,0 +1,47 @@
+"""The lever choice (graph/rules/levers.py): the straggler lever leads; a cause finding a verifier
+confirmed adds its lever once, a refuted one adds none; the levers are ordered by their estimated
+saving on the first rank (tools/levers/impact.py), hand-computed here."""
+
+from __future__ import annotations
+
+from ai4s_graph.graph.rules import levers as L
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.graph.rules.causes import sdpa_math
+from ai4s_graph.graph.rules.figures import Inputs
+from ai4s_graph.state import Bottleneck, BottleneckClass, LeverRecommendation, Tolerance
+
+# 10 ms step, 9 ms GPU busy, 4 ms of DataLoader: num_workers saves min(4, idle 1) = 1 ms at most
+RANK0 = {"path": "t.json", "rank": 0, "step_time_ms": 10.0, "n_steps": 1, "dataloader_ms_per_step": 4.0,
+         "kernels_per_step": 100, "timeline": {"busy_time": {"time_ms": 9.0}}}
+
+
+def _finding():
+    x = Inputs(rank=RANK0, event_names={sdpa_math.MATH_SDPA: 6})
+    [f] = sdpa_math.CAUSE.detect(x)
+    return f
+
+
+def test_a_confirmed_cause_adds_its_lever_a_refuted_one_does_not():
+    f = _finding()
+    findings = {"trace": {"ranks": [RANK0], "triage": f.entries()}}
+    ok = registry.judge(f.claim, "trace_verifier", 6, Tolerance(), "raw")
+    bad = registry.judge(f.claim, "trace_verifier", 2, Tolerance(), "raw")
+    assert (ok.verdict.value, bad.verdict.value) == ("confirmed", "refuted")
+    generic = [LeverRecommendation(name="num_workers", why="overlap")]
+    got = L.choose(generic, findings, [ok])
+    assert [lv.name for lv in got] == ["num_workers", "sdpa_efficient"]
+    # num_workers: high min(4, 10 - 9) = 1 ms, low min(1, 10 - 4) = 1 ms; sdpa: no math time measured
+    assert "could save 1.00–1.00 ms per step" in got[0].why and "saving not estimated" in got[1].why
+    assert [lv.name for lv in L.choose(generic, findings, [bad])] == ["num_workers"]
+    # the cause's lever is added once, even when the class's levers already hold it
+    again = L.choose([LeverRecommendation(name="sdpa_efficient", why="class")], findings, [ok])
+    assert [lv.name for lv in again] == ["sdpa_efficient"] and again[0].why.startswith("class")
+
+
+def test_the_straggler_lever_leads_whatever_the_estimates():
+    b = Bottleneck(klass=BottleneckClass.compute, straggler=1, supporting_claims=["tl.multi.straggler"])
+    first = L.straggler_lever(b)
+    assert first.name == L.STRAGGLER_LEVER and "rank 1 is the straggler" in first.why
+    got = L.choose([first, LeverRecommendation(name="num_workers", why="overlap")], {"trace": {"ranks": [RANK0]}}, [])
+    assert [lv.name for lv in got] == [L.STRAGGLER_LEVER, "num_workers"]
+    assert L.straggler_lever(Bottleneck(klass=BottleneckClass.compute)) is None

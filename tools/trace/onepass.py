@@ -1,0 +1,143 @@
+"""One read of one rank trace feeding every reader: the unit of work of the analysis graph's
+``trace_rank`` task (a worker process) and what the SLURM array's tasks can run too.
+
+:func:`read_rank` opens the trace once (:func:`~.rank_analysis.analyze_rank`: the content hash, the
+header with rank identity, device and time origin, the events and the trailer come from that open)
+and feeds, besides the engine:
+
+- the verifier's reader (:class:`~.kineto.KinetoLoader`: its own linking, clipping and interval
+  arithmetic) and, from what it loaded, its tables (:func:`~.kineto.figures_of`) and the
+  communication kernels for the cross-rank re-derivations (:func:`~.crossrank_check.comm_table`);
+- the causes' event-name counter (:class:`NameCounter`, names chosen by the caller);
+- the roofline collector (:class:`~ai4s_graph.tools.perfmodel.roofline.RooflineCollector`),
+  summed by External id (the analyst's link) and by correlation id (the verifier's);
+- the causes' raw-text counter (:class:`RawCounter`: regular expressions over the document's
+  bytes, no JSON parse), the verifier's independent count of the same event names.
+
+The step accountant (:class:`~.host_timeline.StepAccountant`) is not fed here yet: on the bundled
+91003 rank-0 trace it adds 17 % to this pass (0.13 s of 0.77 s CPU), above the ~15 % budget; it
+runs on its own read (``trace steps``).
+
+The tools count and tabulate; the rules (``graph/rules/``) decide what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from . import crossrank_check, kineto, rank_analysis, stream
+from ..errors import Ai4sError
+from ..perfmodel.roofline import RooflineCollector
+
+#: Overlap kept between two byte chunks of the raw counter: longer than any ``"name": "..."`` prefix
+#: a pattern can span (event names of kernels with long template arguments stay under ~4 KiB).
+RAW_OVERLAP = 1 << 16
+
+
+class NameCounter:
+    """Counts, over trace events fed one at a time (:meth:`feed`), the event names ``wanted``
+    accepts (cpu ops, kernels, annotations, python functions). Memory: one flag per distinct name."""
+
+    def __init__(self, wanted: Callable[[str], bool]) -> None:
+        self.counts: dict[str, int] = {}
+        self._wanted = wanted
+        self._checked: dict[str, bool] = {}
+
+    def feed(self, ev: Any) -> None:
+        """Count one event (anything without a string ``name`` is ignored)."""
+        n = ev.get("name") if type(ev) is dict else None
+        if type(n) is not str:
+            return
+        hit = self._checked.get(n)
+        if hit is None:
+            hit = self._checked[n] = bool(self._wanted(n))
+        if hit:
+            self.counts[n] = self.counts.get(n, 0) + 1
+
+
+class RawCounter:
+    """Occurrences of ``"name": "<pattern...>`` in a document's raw text, fed chunk by chunk
+    (:meth:`feed`, a :class:`~.rawfile.ByteTap` consumer), then :meth:`counts`. ``patterns``: key ->
+    regex of the text after ``"name": "``. Each chunk is scanned with the previous chunk's last
+    :data:`RAW_OVERLAP` bytes (a match is counted once, where it starts); memory: one chunk plus
+    the overlap per pattern."""
+
+    def __init__(self, patterns: dict[str, str], overlap: int = RAW_OVERLAP) -> None:
+        self._rx = {k: re.compile(rb'"name"\s*:\s*"' + p.encode()) for k, p in patterns.items()}
+        self._carry = {k: b"" for k in patterns}
+        self._n = {k: 0 for k in patterns}
+        self._overlap = overlap
+
+    def feed(self, chunk: bytes) -> None:
+        """Scan one chunk of the document."""
+        for k, rx in self._rx.items():
+            buf = self._carry[k] + chunk
+            cut = max(0, len(buf) - self._overlap)
+            last = 0
+            for m in rx.finditer(buf):
+                if m.start() >= cut:
+                    break
+                self._n[k] += 1
+                last = m.end()
+            self._carry[k] = buf[max(cut, last):]
+
+    def counts(self) -> dict[str, int]:
+        """Key -> occurrences in everything fed (the kept overlaps included)."""
+        return {k: self._n[k] + len(rx.findall(self._carry[k])) for k, rx in self._rx.items()}
+
+
+def raw_counts(path: str, patterns: dict[str, str]) -> dict[str, int]:
+    """:class:`RawCounter` over a trace file read now (``.json`` or ``.json.gz``, by content)."""
+    rc = RawCounter(patterns)
+    stream.feed_events(path, (), taps=(rc.feed,))
+    return rc.counts()
+
+
+def _totals(roof: RooflineCollector, link: str) -> dict[str, Any] | None:
+    """The collector's totals by ``link``, or None when it could not read the trace (the roofline is
+    then left out; the rank's other figures stand)."""
+    try:
+        return roof.totals(link)
+    except Exception:  # noqa: BLE001 - an unreadable roofline input drops the roofline only
+        return None
+
+
+def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
+              raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = ()) -> dict[str, Any]:
+    """One rank trace read once (see the module docstring). Returns ``{"record", "names",
+    "roofline_totals", "roofline_correlation", "raw_counts", "reader" | "reader_error"}``: the
+    engine's record (:func:`~.rank_analysis.analyze_rank`, with the optional ``cross_check``
+    tools), the event-name counts, the roofline totals by External id and by correlation id (None
+    when unreadable), the raw-text counts of ``raw_patterns``, and the verifier reader's tables
+    (``timeline``, ``launch``, ``ops_by_category``, ``kernel_count``, ``short_kernels``, step
+    figures, ``method``, ``comm``) or, when that reader failed, why (one line).
+
+    Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
+    loader, names, roof, raw = kineto.KinetoLoader(path), NameCounter(wanted), RooflineCollector(), \
+        RawCounter(raw_patterns)
+    rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
+                                     also=(loader.feed, names.feed, roof.feed), taps=(raw.feed,))
+    stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
+    out: dict[str, Any] = {"record": rec, "names": names.counts, "roofline_totals": _totals(roof, "external_id"),
+                           "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
+    try:
+        tr = loader.finish(rank)
+        stream.trim_heap()  # the reader's linking temporaries are gone
+        reader = kineto.figures_of(tr)
+        reader["comm"] = crossrank_check.comm_table(tr)
+        del tr
+        out["reader"] = reader
+        stream.trim_heap()
+    except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
+        out["reader_error"] = str(e) if isinstance(e, Ai4sError) else \
+            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    return out
+
+
+def read_counts(path: str, wanted: Callable[[str], bool]) -> tuple[dict[str, int], dict[str, Any] | None]:
+    """``(event-name counts, roofline totals by External id)`` of a trace read now: for a rank whose
+    analysis ran without the consumers (a SLURM array task). Raises InputError (unreadable)."""
+    names, roof = NameCounter(wanted), RooflineCollector()
+    stream.feed_events(path, (names.feed, roof.feed))
+    return names.counts, _totals(roof, "external_id")
