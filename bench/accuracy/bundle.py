@@ -3,6 +3,7 @@
 needs this package for the trace engine):
 
     python3 bench/accuracy/bundle.py RUNS_DIR [--only 93111,93112] [--dest bench/accuracy/cases]
+    python3 bench/accuracy/bundle.py - --table      # the README's table of the bundled cases
 
 ``RUNS_DIR`` holds ``<jobid>/`` directories as ``generate.py`` packs them (``tar xzf runs-1gpu.tar.gz``
 gives ``runs/``). For every case of :mod:`cases` that goes into the benchmark (``bench``) and whose run is
@@ -288,12 +289,61 @@ def bundle(runs: Path, dest: Path, only: set[str] | None = None) -> list[str]:
     return lines
 
 
+def how(c: dict[str, Any]) -> str:
+    """A case's construction in a few words: the first clause of its notes (the measured part cut)."""
+    text = c["truth"]["notes"].split(". measured", 1)[0].split(". NOT made", 1)[0]
+    first = text.split(": ", 1)[0] if len(text.split(": ", 1)[0]) > 20 else text
+    return (first[:110] + "...") if len(first) > 113 else first
+
+
+def table(dest: Path) -> str:
+    """The README's table of every bundled case (and every case not made), from ``cases.py`` and
+    each bundled ``truth.json`` / ``manifest.json`` / ``run_info.json``: case, jobid, how the fault
+    was made, cause, class (scored or not), control, first lever, the step ratio against the
+    control (median / mean of the steady steps), and when, on what, with which torch it ran."""
+    import datetime as dt
+
+    got = {t["jobid"]: d for d, t in ((d, json.loads((d / "truth.json").read_text()))
+                                      for d in sorted(dest.iterdir()) if (d / "truth.json").exists())}
+    rows = ["| case | jobid | fault (how) | cause | class | control | first lever | ratio median / mean | made |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(C.CASES, key=lambda c: (c["gpus"], c["jobid"])):
+        if not c["bench"] and not c["pending"]:
+            continue
+        t, d = c["truth"], got.get(c["jobid"])
+        made = "not made (pending)"
+        ratio_s = "-"
+        if d is not None:
+            man = json.loads((d / "manifest.json").read_text())
+            info = json.loads((d / "run_info.json").read_text())
+            day = dt.datetime.fromtimestamp(info["start_unix"], dt.timezone.utc).strftime("%Y-%m-%d")
+            made = f"{day}, {man['gpus_per_node'] * man['num_nodes']}x {man['gpu'].replace('NVIDIA ', '')}, " \
+                   f"torch {man['torch']}"
+            r = json.loads((d / "truth.json").read_text()).get("measured", {}).get("ratio_to_control")
+            if r:
+                ratio_s = f"{r['median']:.2f} / {r['mean']:.2f}"
+        cause = t["cause"] + (" (not scored: no effect)" if t.get("score_cause") is False else "")
+        if t.get("present"):
+            cause += f" (has: {', '.join(t['present'])})"
+        klass = t["class"] or "(not scored)"
+        if "borderline" in t["notes"]:
+            klass += " (borderline)"
+        ctl = t.get("control") or (f"(of {', '.join(t['control_of'])})" if t.get("control_of") else "-")
+        rows.append(f"| {c['name']} | {c['jobid']} | {how(c)} | {cause} | {klass} | {ctl} | "
+                    f"{t.get('lever') or '-'} | {ratio_s} | {made} |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", help="the returned runs directory (<jobid>/ per case)")
     ap.add_argument("--dest", default=str(HERE / "cases"))
     ap.add_argument("--only", default="", help="comma-separated jobids")
+    ap.add_argument("--table", action="store_true", help="print the README's table of the bundled cases and exit")
     a = ap.parse_args(argv)
+    if a.table:
+        print(table(Path(a.dest)), end="")
+        return 0
     only = {j for j in a.only.split(",") if j} or None
     try:
         lines = bundle(Path(a.runs), Path(a.dest), only)

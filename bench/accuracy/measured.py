@@ -56,9 +56,11 @@ MEASURED: dict[str, dict] = {
     "93118": {"note": M + "1.32x (14.7 vs 11.1 ms); 17 nchwToNhwc + 8 nhwcToNchw kernels a step, 4.6 of the 12.5 ms "
                           "of computation (93117: none); GPU computing 84.8%"},
     "93119": {"score_cause": False,
-              "note": M + "NO measurable effect: 1.01x (11.2 vs 11.1 ms median, 0.93x mean) and the same kernels as "
-                          "93117 (cuDNN's heuristic picked the benchmark's algorithms on this net): kept as a run, "
-                          "scored for its class (computing 81.6%), not for the cause or the lever"},
+              "note": M + "NO measurable effect: 1.01x (11.2 vs 11.1 ms median, 0.93x mean); cuDNN's heuristic picked "
+                          "2 other convolution kernels than 93117's benchmark (convolve_common_engine_float_NHWC "
+                          "332 us a step where the benchmark's tensorop fprop takes 157 us), 1.4% more kernel time "
+                          "a step: kept as a run, scored for its class (computing 81.6%), not for the cause or the "
+                          "lever"},
     "93121": {"note": M + "4.99x (299.4 vs 60.0 ms); 16 420 kernels a step (93122: 265), mean kernel 1.1 us; of the "
                           "306 ms profiled step the GPU idles 94%, the host in Optimizer.step (156 ms) and in launches "
                           "(94 ms)"},
