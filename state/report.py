@@ -24,6 +24,17 @@ class Contradiction(BaseModel):
     resolved: str | None = Field(None, description="how a later check settled it, when one did")
 
 
+class NamedCause(BaseModel):
+    """A cause a confirmed claim names: its id (``bench/accuracy/cases.py:CAUSES``), the claim,
+    the measured share (0..1) of the profiled step time it costs (None: not measurable) and the
+    levers its finding offers, first lever first."""
+
+    id: str
+    claim: str
+    share: float | None = None
+    levers: list[str] = Field(default_factory=list)
+
+
 class Bottleneck(BaseModel):
     """The bottleneck class with the ids of the confirmed claims that support it.
 
@@ -47,6 +58,9 @@ class Bottleneck(BaseModel):
     runner_up_margin: float | None = None
     borderline: bool = False
     contradictions: list[Contradiction] = Field(default_factory=list)
+    cause: str | None = Field(None, description="the cause the report names (the first of ``causes``), None "
+                                                "when no confirmed claim names one")
+    causes: list[NamedCause] = Field(default_factory=list)
 
 
 class LeverRecommendation(BaseModel):

@@ -90,10 +90,11 @@ def load_cases(root: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def named_cause(report: dict[str, Any]) -> str | None:
-    """The cause a report names: ``bottleneck.cause`` if set, else a keyword match in the rationale."""
+    """The cause a report names: ``bottleneck.cause`` when the report has that field (None: it
+    names none); a keyword match in the rationale only for a report written before the field."""
     b = report.get("bottleneck") or {}
-    if b.get("cause"):
-        return str(b["cause"])
+    if "cause" in b:
+        return str(b["cause"]) if b["cause"] else None
     text = str(b.get("rationale") or "").lower()
     for cause in _MATCH_ORDER:
         if any(w in text for w in CAUSE_WORDS[cause]):

@@ -42,7 +42,7 @@ def cause_levers(have: list[LeverRecommendation], findings: dict[str, Any],
     entries = list((findings.get("trace") or {}).get("triage") or []) + \
         list((findings.get("telemetry") or {}).get("triage") or [])
     for t in entries:
-        if t["id"] in confirmed and t["lever"] not in names:
+        if t["id"] in confirmed and t.get("lever") and t["lever"] not in names:
             names.add(t["lever"])
             extra.append(LeverRecommendation(name=t["lever"], why=t["why"], claims=[t["id"]]))
     return extra

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import diagnosis as dg
 from . import registry
-from ...state import Bottleneck, BottleneckClass, Contradiction, Verdict, VerifiedClaim
+from ...state import Bottleneck, BottleneckClass, Contradiction, NamedCause, Verdict, VerifiedClaim
 
 C = BottleneckClass
 
@@ -387,4 +387,35 @@ def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | No
                           "phases the profile does not (start-up, evaluation, the trace export)")
             b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
             b.rationale += f" Resolved: {c.resolved}."
+    return b
+
+
+def cause_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every cause entry the analysts recorded (``findings.trace.triage`` then
+    ``findings.telemetry.triage``; :meth:`~.causes.base.Finding.entries`)."""
+    return list((findings.get("trace") or {}).get("triage") or []) + \
+        list((findings.get("telemetry") or {}).get("triage") or [])
+
+
+def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[VerifiedClaim]) -> Bottleneck:
+    """Set ``b.causes`` (every cause a CONFIRMED finding names, by measured share of the step
+    time, largest first; causes without a measured share after, in registry order) and ``b.cause``
+    (the first one, None when no confirmed finding names a cause). A refuted or inconclusive
+    finding names nothing. Returns ``b``."""
+    confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
+    named: dict[str, NamedCause] = {}
+    order: list[str] = []
+    for e in cause_entries(findings):
+        if e.get("id") not in confirmed:
+            continue
+        for cid in e.get("causes") or ():
+            nc = named.get(cid)
+            if nc is None:
+                nc = named[cid] = NamedCause(id=cid, claim=e["id"], share=e.get("share"))
+                order.append(cid)
+            if e.get("lever") and e["lever"] not in nc.levers:
+                nc.levers.append(e["lever"])
+    ranked = sorted(order, key=lambda c: (named[c].share is None, -(named[c].share or 0.0), order.index(c)))
+    b.causes = [named[c] for c in ranked]
+    b.cause = ranked[0] if ranked else None
     return b

@@ -17,7 +17,7 @@ from ...agents.render import agent_notes_markdown
 from ...rules import context as ctx
 from ...rules import levers as lever_rules
 from ...rules import registry
-from ...rules.verdict import decide, rank_views, reconcile_with_window
+from ...rules.verdict import decide, name_causes, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
                               Tolerance, Verdict, VerifiedClaim)
@@ -317,6 +317,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     findings = state.get("findings") or {}
     b = decide_bottleneck(verdicts, findings)
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
+    name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
     levers = lever_rules.choose(levers, findings, verdicts)
     plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))

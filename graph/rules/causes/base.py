@@ -74,10 +74,19 @@ class Finding:
     causes: tuple[str, ...]
     claim: Claim
     levers: tuple[Lever, ...]
+    share: float | None = None
+    """The measured share (0..1) of the profiled step time this cause costs (the time the control
+    would not spend), from the claim's own evidence; None when the cause's cost is not measurable
+    from the inputs. The verdict names the confirmed cause with the largest share first."""
 
-    def entries(self) -> list[dict[str, str]]:
-        """``[{"id", "lever", "why"}]``: the findings' lever list as the analysts record it."""
-        return [{"id": self.claim.id, "lever": lv.name, "why": lv.why} for lv in self.levers]
+    def entries(self) -> list[dict[str, Any]]:
+        """``[{"id", "lever", "why", "causes", "share"}]``: the findings' lever list as the
+        analysts record it (one entry per lever; a finding without a lever still gives one entry
+        with ``lever`` None, so its cause can be named)."""
+        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share}
+        if not self.levers:
+            return [{**base, "lever": None, "why": ""}]
+        return [{**base, "lever": lv.name, "why": lv.why} for lv in self.levers]
 
 
 class Cause:
