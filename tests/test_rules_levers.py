@@ -45,3 +45,29 @@ def test_the_straggler_lever_leads_whatever_the_estimates():
     got = L.choose([first, LeverRecommendation(name="num_workers", why="overlap")], {"trace": {"ranks": [RANK0]}}, [])
     assert [lv.name for lv in got] == [L.STRAGGLER_LEVER, "num_workers"]
     assert L.straggler_lever(Bottleneck(klass=BottleneckClass.compute)) is None
+
+
+def test_the_named_cause_is_the_confirmed_finding_with_the_largest_share_and_its_lever_leads():
+    from dataclasses import replace
+
+    from ai4s_graph.graph.rules.verdict import name_causes
+
+    f = _finding()
+    big = replace(f, causes=("tf32-off",), share=0.6,
+                  claim=f.claim.model_copy(update={"id": "cause.tf32"}),
+                  levers=(sdpa_math.CAUSE.lever("sdpa_efficient", "tf32 stand-in"),))
+    small = replace(f, share=0.1)
+    refuted = replace(f, causes=("anomaly-mode",), share=0.9, claim=f.claim.model_copy(update={"id": "cause.anom"}))
+    findings = {"trace": {"ranks": [RANK0], "triage": small.entries() + big.entries() + refuted.entries()}}
+    ok_small = registry.judge(small.claim, "trace_verifier", 6, Tolerance(), "raw")
+    ok_big = registry.judge(big.claim, "trace_verifier", 6, Tolerance(), "raw")
+    no = registry.judge(refuted.claim, "trace_verifier", 2, Tolerance(), "raw")
+    b = name_causes(Bottleneck(klass=BottleneckClass.compute), findings, [ok_small, ok_big, no])
+    # 0.6 > 0.1; the refuted 0.9 names nothing
+    assert b.cause == "tf32-off" and [c.id for c in b.causes] == ["tf32-off", "sdpa-math-fallback"]
+    assert b.causes[0].share == 0.6 and b.causes[0].claim == "cause.tf32"
+    generic = [LeverRecommendation(name="num_workers", why="overlap")]
+    got = L.choose(generic, findings, [ok_small, ok_big, no], b)
+    assert [lv.name for lv in got][0] == "sdpa_efficient"
+    none = name_causes(Bottleneck(klass=BottleneckClass.compute), findings, [no])
+    assert none.cause is None and none.causes == []

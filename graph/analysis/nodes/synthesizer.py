@@ -319,7 +319,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
     name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
-    levers = lever_rules.choose(levers, findings, verdicts)
+    levers = lever_rules.choose(levers, findings, verdicts, b)
     plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
