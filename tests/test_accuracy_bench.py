@@ -125,7 +125,7 @@ def test_a_runs_class_is_borne_out_by_its_measured_figures():
     its class: the rule's figure past its threshold, or within the borderline margin of it, over the
     profiled window or the unprofiled steady step (issue 24: the profiler's stretch does not change
     the class)."""
-    from ai4s_graph.graph.analysis.diagnosis import BORDERLINE_MARGIN, BUSY_COMPUTE_PCT, IDLE_DISPATCH_PCT
+    from ai4s_graph.graph.rules.diagnosis import BORDERLINE_MARGIN, BUSY_COMPUTE_PCT, IDLE_DISPATCH_PCT
 
     lo = 1 - BORDERLINE_MARGIN
     n = 0

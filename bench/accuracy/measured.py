@@ -10,7 +10,7 @@ case whose injected cause had no measurable effect as a run, scored for its clas
 cause or the lever. The figures themselves are in each bundled ``truth.json`` (``measured``, written
 by ``bundle.py`` from the run as returned), so every number here can be checked there.
 
-How the class was read: by the project's rules (``graph/analysis/diagnosis.py``: computing
+How the class was read: by the project's rules (``graph/rules/diagnosis.py``: computing
 >= BUSY_COMPUTE_PCT 80% -> compute-bound, idle >= IDLE_DISPATCH_PCT 40% -> dispatch-bound, the
 DataLoader >= 30% of the step with the GPU idle -> data-loader-bound) over the profiled window, and,
 where the profiler stretched the step (profiled / unprofiled step > REPR_STEP_RATIO 1.10), over the

@@ -401,7 +401,8 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
     """Set ``b.causes`` (every cause a CONFIRMED finding names, by measured share of the step
     time, largest first; causes without a measured share after, in registry order) and ``b.cause``
     (the first one, None when no confirmed finding names a cause). A refuted or inconclusive
-    finding names nothing. Returns ``b``."""
+    finding names nothing. A verdict on a confirmed straggler (``b.straggler``) names
+    ``straggler`` first. Returns ``b``."""
     confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
     named: dict[str, NamedCause] = {}
     order: list[str] = []
@@ -417,5 +418,11 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
                 nc.levers.append(e["lever"])
     ranked = sorted(order, key=lambda c: (named[c].share is None, -(named[c].share or 0.0), order.index(c)))
     b.causes = [named[c] for c in ranked]
+    strag = confirmed_straggler(verdicts)
+    if b.straggler is not None and strag is not None and "straggler" not in named:
+        # the verdict is on a straggler the other ranks wait for: that rank is the cause (seed 001 T15)
+        b.causes.insert(0, NamedCause(id="straggler", claim=strag[1], share=b.waiting_share,
+                                      levers=["balance_straggler_rank"]))
+        ranked.insert(0, "straggler")
     b.cause = ranked[0] if ranked else None
     return b
