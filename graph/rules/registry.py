@@ -13,7 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math
+from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math, \
+    worker_respawn
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -24,6 +25,7 @@ CAUSES: tuple[Cause, ...] = (
     recompiles.CAUSE,
     debug_apis.CAUSE,
     roofline_memory.CAUSE,
+    worker_respawn.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
