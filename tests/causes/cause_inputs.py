@@ -12,6 +12,7 @@ from typing import Any
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.figures import Inputs, Reader
 from ai4s_graph.tools.trace import onepass, stream
+from bench.accuracy.score import run_case
 
 
 def trace(tmp_path: Path, names: dict[str, int], name: str = "t.json.gz") -> Path:
@@ -38,3 +39,19 @@ def inputs_for(path: Path, **kw: Any) -> Inputs:
 def reader_for(path: Path, **kw: Any) -> Reader:
     """The verifier's inputs of one trace: its raw-text counts as the pass counts them."""
     return Reader(rank={"raw_counts": onepass.raw_counts(str(path), registry.raw_patterns())}, **kw)
+
+
+def bundled_score(repo_root: Path, work: Path, case: str) -> dict[str, Any]:
+    """``ai4s-graph run`` on the bundled accuracy case ``bench/accuracy/cases/<case>`` and its score
+    (:func:`bench.accuracy.score.run_case`: named cause, class, first lever and whether each is right)."""
+    d = repo_root / "bench/accuracy/cases" / case
+    return run_case(d, json.loads((d / "truth.json").read_text()), work)
+
+
+def assert_bundled(repo_root: Path, work: Path, case: str, cause: str | None, lever: str | None) -> None:
+    """The bundled case scores right: its class, the cause named (``cause``; None for a control that
+    must name none) and, when ``lever`` is given, that lever first."""
+    row = bundled_score(repo_root, work, case)
+    assert (row["named_cause"], row["cause_ok"], row["class_ok"]) == (cause, True, True), row
+    if lever:
+        assert (row["first_lever"], row["lever_ok"]) == (lever, True), row

@@ -6,14 +6,12 @@ the more specific cause and silences it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from cause_inputs import assert_bundled
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import data_split
 from ai4s_graph.graph.rules.figures import Inputs, Reader
-from bench.accuracy.score import run_case
 
 CAUSE = data_split.CAUSE
 
@@ -99,8 +97,4 @@ def test_not_checked_names_what_t8_needs(rank, cpu, needs):
     ("dataloader-stall-8-workers", None, None),
     ("gpu-transform", None, None)])
 def test_the_bundled_runs_and_their_controls(repo_root, tmp_path, case, cause, lever):
-    d = repo_root / "bench/accuracy/cases" / case
-    row = run_case(d, json.loads((d / "truth.json").read_text()), tmp_path)
-    assert row["named_cause"] == cause and row["cause_ok"] is True and row["class_ok"] is True
-    if lever:
-        assert row["first_lever"] == lever and row["lever_ok"] is True
+    assert_bundled(repo_root, tmp_path, case, cause, lever)

@@ -5,14 +5,12 @@ refuting, and the bundled worker-respawn run and its control end to end through 
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from cause_inputs import assert_bundled
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import worker_respawn as wr
 from ai4s_graph.graph.rules.figures import Inputs, Reader
-from bench.accuracy.score import run_case
 
 CAUSE = wr.CAUSE
 
@@ -75,8 +73,4 @@ def test_no_lever_without_workers():
 @pytest.mark.parametrize("case,cause,lever", [("worker-respawn", "dataloader-worker-respawn", "persistent_workers"),
                                               ("persistent-workers", None, None)])
 def test_the_bundled_run_and_its_control(repo_root, tmp_path, case, cause, lever):
-    d = repo_root / "bench/accuracy/cases" / case
-    row = run_case(d, json.loads((d / "truth.json").read_text()), tmp_path)
-    assert row["named_cause"] == cause and row["cause_ok"] is True and row["class_ok"] is True
-    if lever:
-        assert row["first_lever"] == lever and row["lever_ok"] is True
+    assert_bundled(repo_root, tmp_path, case, cause, lever)
