@@ -2,7 +2,7 @@
 ``hipMalloc`` / ``hipFree``), typically ``torch.cuda.empty_cache()`` inside the step: the caching
 allocator hands its segments back and every next allocation is a real driver call.
 
-Reads the step accounting (:mod:`.step_budget`): allocator calls per steady-state step (the
+Reads the step accounting (``graph/rules/step_budget.py``): allocator calls per steady-state step (the
 median over the profiled steps) and the host's share of the step in the allocator. Claim:
 ``steps.host.allocator.share``, re-derived by the verifier's host sampler. Finding ``share``: the
 same (host µs in allocator calls per step / step wall time: what the allocator calls cost the
@@ -11,7 +11,7 @@ host; an upper bound of the step time they cost when the GPU has queued work). L
 from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from .step_budget import FIGURE, StepCause, budget, median_count, share
+from ..step_budget import figure, StepCause, budget, median_count, share
 from ..figures import Inputs
 
 CALLS_MIN = Constant(4.0, "measurement, bundled H200 runs: allocator-churn (93203) 28 cudaMalloc/cudaFree per "
@@ -29,7 +29,7 @@ class AllocatorChurn(StepCause):
     causes = {"allocator-churn": "torch.cuda.empty_cache() (or an allocator-disabling setting) in the step: "
                                  "cudaMalloc/cudaFree every step"}
     where, category = "host", "allocator"
-    figures = (FIGURE,)
+    figures = (figure("host", "allocator"),)
     constants = {"CALLS_MIN": CALLS_MIN, "SHARE_MIN": SHARE_MIN}
     levers = (LeverSpec("no_empty_cache", "remove torch.cuda.empty_cache() (and gc-driven frees) from the training "
                         "step; keep the caching allocator warm (call it, if ever, outside the timed loop)"),)

@@ -4,7 +4,7 @@ in the step): the state dict is copied device-to-host and serialized while the G
 Reads the ``python_function`` events of the checkpoint writers (:data:`~.python_outside_ops.SAVE`;
 their summed ``dur`` from the one pass; Python stacks needed) per profiled step against the step
 accounting's wall time, the step's device-to-host bytes and the call site. Claim:
-``steps.idle.outside_ops.share`` (serialization and the file write run outside every recorded op),
+``steps.host.outside_ops.share`` (serialization and the file write run outside every recorded op),
 re-derived by the verifier's host sampler. Finding ``share``: µs inside the writer per step / step
 wall time. Lever ``no_checkpoint_per_step``."""
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
 from .python_outside_ops import SAVE
-from .step_budget import FIGURE, StepCause, budget, mean_wall_us, median_count, top_site
+from ..step_budget import figure, StepCause, budget, mean_wall_us, median_count, top_site
 from ..figures import Inputs
 
 SHARE_MIN = Constant(0.05, "measurement, bundled H200 runs: checkpoint-per-step (93208) 0.95 of the step inside "
@@ -25,8 +25,8 @@ class CheckpointIo(StepCause):
 
     seed = "seed 000 lesson 30; measurement on bundled runs"
     causes = {"checkpoint-io-per-step": "torch.save of the model/optimizer state every step"}
-    where, category = "idle", "outside_ops"
-    figures = (FIGURE,)
+    where, category = "host", "outside_ops"
+    figures = (figure("host", "outside_ops"),)
     constants = {"SHARE_MIN": SHARE_MIN}
     levers = (LeverSpec("no_checkpoint_per_step", "save checkpoints every N steps / per epoch, not every step; "
                         "use an asynchronous writer (torch.distributed.checkpoint.async_save) when it must be often"),)

@@ -2,7 +2,7 @@
 ``aten::copy_`` per parameter into pageable memory): the host blocks in the copy while the GPU
 copies instead of computing.
 
-Reads the step accounting (:mod:`.step_budget`): device-to-host bytes per steady step (median),
+Reads the step accounting (``graph/rules/step_budget.py``): device-to-host bytes per steady step (median),
 compared with the model's parameter bytes when the accounting knows them (manifest or memory
 events: ``d2h_over_param``), else with :data:`BYTES_MIN`; and the host's share of the step blocked
 on the device (``sync``). Claim: ``steps.host.sync.share``, re-derived by the verifier's host
@@ -13,7 +13,7 @@ Lever ``no_per_step_param_copy``."""
 from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from .step_budget import FIGURE, StepCause, budget, median_count, share, top_site
+from ..step_budget import figure, StepCause, budget, median_count, share, top_site
 from ..figures import Inputs
 
 BYTES_MIN = Constant(float(1 << 20), "measurement, bundled H200 runs: d2h-param-copy (93201/93202) 83.9 MB "
@@ -34,7 +34,7 @@ class D2hParamCopy(StepCause):
     causes = {"d2h-param-copy": "every parameter copied device-to-host each step (~parameter bytes of pageable "
                                 "copies a step)"}
     where, category = "host", "sync"
-    figures = (FIGURE,)
+    figures = (figure("host", "sync"),)
     constants = {"BYTES_MIN": BYTES_MIN, "OVER_PARAM_MIN": OVER_PARAM_MIN, "SYNC_SHARE_MIN": SYNC_SHARE_MIN}
     levers = (LeverSpec("no_per_step_param_copy", "do not copy parameters/state to the host every step (.cpu(), "
                         ".to('cpu'), .numpy()): copy every N steps, asynchronously into pinned memory "

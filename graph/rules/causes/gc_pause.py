@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
 from .python_outside_ops import GC_COLLECT
-from .step_budget import FIGURE, StepCause, budget, mean_wall_us, top_site
+from ..step_budget import figure, StepCause, budget, mean_wall_us, top_site
 from ..figures import Inputs
 
 SHARE_MIN = Constant(0.05, "measurement, bundled H200 runs: gc-pause (93207) 0.98 of the step inside gc.collect; "
@@ -25,7 +25,7 @@ class GcPause(StepCause):
     seed = "seed 001 T19; measurement on bundled runs"
     causes = {"gc-pause": "a full gc.collect() every step over many live Python objects"}
     where, category = "idle", "outside_ops"
-    figures = (FIGURE,)
+    figures = (figure("idle", "outside_ops"),)
     constants = {"SHARE_MIN": SHARE_MIN}
     levers = (LeverSpec("no_gc_collect_per_step", "do not call gc.collect() in the step: call it every N steps or "
                         "between epochs, or gc.freeze() the long-lived objects after setup"),)
@@ -56,7 +56,7 @@ class GcPause(StepCause):
         b = budget(x)
         if x.rank and b is not None and not b.get("has_python_stacks"):
             return ["not checked: gc pause: needs Python stacks (profile with with_stack=True)"]
-        return super().not_checked(x)
+        return []
 
 
 CAUSE = GcPause()

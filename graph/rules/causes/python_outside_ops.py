@@ -1,7 +1,7 @@
 """Python work in the step outside every recorded op (metrics bookkeeping, logging, pure-Python
 loops): the GPU idles while the host runs code the profiler records no op for.
 
-Reads the step accounting (:mod:`.step_budget`): the GPU-idle time the host spent outside every
+Reads the step accounting (``graph/rules/step_budget.py``): the GPU-idle time the host spent outside every
 recorded op (``outside_ops``), minus the time of Python functions a more specific cause explains
 (:data:`SPECIFIC`: ``gc.collect``, ``torch.save``; their summed ``dur`` per step from the one pass,
 ``rank["name_dur_us"]``), and with Python stacks the innermost user ``file:line (function)``.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from .step_budget import FIGURE, StepCause, budget, mean_wall_us, share, top_site
+from ..step_budget import FIGURE, StepCause, budget, mean_wall_us, missing, share, top_site
 from ..figures import Inputs
 
 GC_COLLECT = re.compile(r"^<built-in function collect>$|^gc\.collect$")
@@ -72,6 +72,14 @@ class PythonOutsideOps(StepCause):
                 f"the host runs code outside every recorded op{where}")
         c = self.share_claim(x, b, "triage.steps.python_outside_ops", stmt, extra)
         return [Finding(("python-outside-ops",), c, (self.lever("no_python_work_in_step"),), share=own)]
+
+    def not_checked(self, x: Inputs) -> list[str]:
+        """One line for every host-side cause of the step accounting when the pass made none."""
+        why = missing(x)
+        if why is None:
+            return []
+        return [f"not checked: host-side causes (d2h-param-copy, allocator-churn, gc-pause, checkpoint-io-per-step, "
+                f"python-outside-ops): need the step accounting ({why})"]
 
 
 CAUSE = PythonOutsideOps()

@@ -12,18 +12,19 @@ of cells from the verifier reader's tables and counts the cells per host state (
 the tolerance is the sampler's own (cells holding an event boundary, as a share of the step),
 at least :data:`MIN_TOL`.
 
-Also the shared helpers of the host-side cause modules (:mod:`.allocator_churn`,
-:mod:`.d2h_param_copy`, :mod:`.python_outside_ops`, :mod:`.gc_pause`, :mod:`.checkpoint_io`,
-:mod:`.per_sample_loop`, :mod:`.cpu_preprocess`): pure functions of the tables, no file is read.
+Also the shared helpers of the host-side cause modules (``causes/allocator_churn.py``,
+``d2h_param_copy.py``, ``python_outside_ops.py``, ``gc_pause.py``, ``checkpoint_io.py``; ``python_outside_ops``
+declares the template, the others their exact state (:func:`figure`); every step cause re-derives by
+the claim's metric): pure functions of the tables, no file is read.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Cause, ev, file_name
-from ..figures import Figure, Inputs, Reader, Rederived
-from ....state import Claim, Evidence, Tolerance
+from .causes.base import Cause, ev, file_name
+from .figures import Figure, Inputs, Reader, Rederived
+from ...state import Claim, Evidence, Tolerance
 
 WHERE = {"host": "host_us", "idle": "idle_by_host_us"}
 """``where`` of the figure -> the per-step table of the accounting and of the sampler."""
@@ -100,9 +101,14 @@ def _rederive(r: Reader, c: Claim, where: str, category: str) -> Rederived:
                      Tolerance(abs=max(MIN_TOL, tol)))
 
 
-FIGURE = Figure("steps.{where}.{category}.share", "fraction",
-                "mean µs per profiled step the host spent in a host state (whole step or GPU-idle time) over "
-                "the mean step wall time", "rank", Tolerance(abs=MIN_TOL), make=_make, rederive=_rederive)
+def figure(where: str = "{where}", category: str = "{category}") -> Figure:
+    """The share figure, as the template :data:`FIGURE` or one exact state (a cause's own id)."""
+    return Figure(f"steps.{where}.{category}.share", "fraction",
+                  "mean µs per profiled step the host spent in a host state (whole step or GPU-idle time) over "
+                  "the mean step wall time", "rank", Tolerance(abs=MIN_TOL), make=_make, rederive=_rederive)
+
+
+FIGURE = figure()
 
 
 def budget_evidence(b: dict[str, Any], path: str, rank: Any, where: str, category: str) -> Evidence:
@@ -140,9 +146,14 @@ class StepCause(Cause):
             return Rederived(None, f"not a step-accounting share: {c.metric}", Tolerance())
         return _rederive(r, c, m["where"], m["category"])
 
-    def not_checked(self, x: Inputs) -> list[str]:
-        if x.rank and budget(x) is None:
-            why = (x.rank or {}).get("step_accounting_error") or "no ProfilerStep window in the trace"
-            return [f"not checked: {self.name.replace('_', ' ')}: needs the step accounting ({why})"]
-        return []
+
+def missing(x: Inputs) -> str | None:
+    """Why the one pass made no usable step accounting of this rank (its error, or no profiled
+    step in it); None when it made one, or when the rank has none to speak of (older inputs)."""
+    rank = x.rank or {}
+    if "step_accounting_error" in rank:
+        return str(rank["step_accounting_error"])
+    if "step_accounting" in rank and budget(x) is None:
+        return "no ProfilerStep window in the trace"
+    return None
 
