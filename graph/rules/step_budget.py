@@ -75,6 +75,16 @@ def top_site(b: dict[str, Any], category: str) -> tuple[str, float]:
     return site, tot[site] / len(st)
 
 
+def python_fn_share(x: Inputs, b: dict[str, Any], pattern: Any) -> tuple[dict[str, float], float, float]:
+    """``(µs per name, µs per step, share of the step)`` of the ``python_function`` events whose name
+    ``pattern`` (a compiled regex) matches: their summed ``dur`` from the one pass
+    (``rank["name_dur_us"]``) over the accounting's profiled steps and mean wall time."""
+    durs = {k: v for k, v in ((x.rank or {}).get("name_dur_us") or {}).items() if pattern.search(k)}
+    wall, n = mean_wall_us(b), len(b.get("steps") or [])
+    per_step = sum(durs.values()) / n if n else 0.0
+    return durs, per_step, per_step / wall if wall > 0 else 0.0
+
+
 def _make(x: Inputs, where: str, category: str) -> float | None:
     b = budget(x)
     return None if b is None or where not in WHERE else share(b, where, category)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
 from .python_outside_ops import SAVE
-from ..step_budget import figure, StepCause, budget, mean_wall_us, median_count, top_site
+from ..step_budget import figure, StepCause, budget, mean_wall_us, median_count, python_fn_share, top_site
 from ..figures import Inputs
 
 SHARE_MIN = Constant(0.05, "measurement, bundled H200 runs: checkpoint-per-step (93208) 0.95 of the step inside "
@@ -36,19 +36,17 @@ class CheckpointIo(StepCause):
         b = budget(x)
         if b is None or not b.get("has_python_stacks"):
             return []
-        durs = {k: v for k, v in ((x.rank or {}).get("name_dur_us") or {}).items() if SAVE.search(k)}
-        wall, n = mean_wall_us(b), len(b["steps"])
-        dur = sum(durs.values())
-        sh = dur / n / wall if wall > 0 else 0.0
+        durs, per_step, sh = python_fn_share(x, b, SAVE)
+        wall = mean_wall_us(b)
         if sh < SHARE_MIN.value:
             return []
         path, rank = str(x.rank["path"]), x.rank.get("rank")
         site, _us = top_site(b, "outside_ops")
         extra = [ev("trace.python_functions", f"{file_name(path)}: checkpoint writer per profiled step",
-                    {"writer": sorted(durs), "us_per_step": round(dur / n, 3),
+                    {"writer": sorted(durs), "us_per_step": round(per_step, 3),
                      "d2h_bytes": median_count(b, "d2h_bytes"), "site": site or None}, path=path, rank=rank)]
         where = f", at {site}" if site else ""
-        stmt = (f"a checkpoint is written every step: {'/'.join(sorted(durs))} takes {dur / n / 1e3:.1f} ms of the "
+        stmt = (f"a checkpoint is written every step: {'/'.join(sorted(durs))} takes {per_step / 1e3:.1f} ms of the "
                 f"{wall / 1e3:.1f} ms step ({sh:.0%}), {median_count(b, 'd2h_bytes') / 1e6:.1f} MB copied "
                 f"device-to-host{where}")
         c = self.share_claim(x, b, "triage.steps.checkpoint_io", stmt, extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
 from .python_outside_ops import GC_COLLECT
-from ..step_budget import figure, StepCause, budget, mean_wall_us, top_site
+from ..step_budget import figure, StepCause, budget, mean_wall_us, python_fn_share, top_site
 from ..figures import Inputs
 
 SHARE_MIN = Constant(0.05, "measurement, bundled H200 runs: gc-pause (93207) 0.98 of the step inside gc.collect; "
@@ -35,19 +35,18 @@ class GcPause(StepCause):
         b = budget(x)
         if b is None or not b.get("has_python_stacks"):
             return []
-        dur = sum(v for k, v in ((x.rank or {}).get("name_dur_us") or {}).items() if GC_COLLECT.search(k))
+        _durs, per_step, sh = python_fn_share(x, b, GC_COLLECT)
         wall, n = mean_wall_us(b), len(b["steps"])
-        sh = dur / n / wall if wall > 0 else 0.0
         if sh < SHARE_MIN.value:
             return []
         path, rank = str(x.rank["path"]), x.rank.get("rank")
         site, _us = top_site(b, "outside_ops")
         calls = sum(v for k, v in x.event_names.items() if GC_COLLECT.search(k))
         extra = [ev("trace.python_functions", f"{file_name(path)}: gc.collect per profiled step",
-                    {"gc_collect_calls": calls, "gc_collect_us_per_step": round(dur / n, 3), "site": site or None},
+                    {"gc_collect_calls": calls, "gc_collect_us_per_step": round(per_step, 3), "site": site or None},
                     path=path, rank=rank)]
         where = f", called from {site}" if site else ""
-        stmt = (f"gc.collect() runs {calls / n:.1f}x per profiled step and takes {dur / n / 1e3:.1f} ms of the "
+        stmt = (f"gc.collect() runs {calls / n:.1f}x per profiled step and takes {per_step / 1e3:.1f} ms of the "
                 f"{wall / 1e3:.1f} ms step ({sh:.0%}){where}; the GPU idles meanwhile")
         c = self.share_claim(x, b, "triage.steps.gc_pause", stmt, extra)
         return [Finding(("gc-pause",), c, (self.lever("no_gc_collect_per_step"),), share=sh)]
