@@ -13,8 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math, \
-    worker_respawn
+from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
+                     oversubscription, python_outside_ops, recompiles, roofline_memory, sdpa_math, worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -26,6 +26,11 @@ CAUSES: tuple[Cause, ...] = (
     debug_apis.CAUSE,
     roofline_memory.CAUSE,
     worker_respawn.CAUSE,
+    d2h_param_copy.CAUSE,
+    allocator_churn.CAUSE,
+    gc_pause.CAUSE,
+    checkpoint_io.CAUSE,
+    python_outside_ops.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,

@@ -47,7 +47,7 @@ __all__ = ["ANALYST", "trace_class", "claims_for_rank", "fan_out_ranks", "trace_
 
 #: Keys of a rank result that only the verifier reads (the verifier's reader's tables): never part
 #: of the analyst's findings.
-VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation")
+VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation", "steps_sampled")
 #: Keys of a rank result kept out of the analyst's findings (the LLM's input, report.json): the
 #: verifier's side and the CSV folder (listed under ``tables``).
 NOT_IN_FINDINGS = (*VERIFIER_KEYS, "csv_dir")
@@ -135,6 +135,10 @@ def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_c
     res = as_rank_result(got["record"], out_dir)
     res["event_names"] = got["names"]
     res["roofline_totals"] = got["roofline_totals"]
+    res["name_dur_us"] = got.get("name_dur_us") or {}
+    for k in ("step_accounting", "step_accounting_error"):
+        if k in got:
+            res[k] = got[k]
     for k in VERIFIER_KEYS:
         if k in got:
             res[k] = got[k]

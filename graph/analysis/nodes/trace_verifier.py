@@ -78,7 +78,7 @@ def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
             rf = roofline(path, gpu, link="correlation")
         except InputError:
             rf = None
-    return {"raw_counts": raw, "roofline_correlation_rf": rf}
+    return {"raw_counts": raw, "roofline_correlation_rf": rf, "steps_sampled": res.get("steps_sampled")}
 
 
 def _reader(state: AnalysisState, c: Claim, res: RankResult | None) -> Reader:
