@@ -13,8 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import (clocks_power, data_split, debug_apis, oversubscription, per_param_optimizer, recompiles,
-                     roofline_memory, sdpa_math)
+from .causes import (clocks_power, data_split, debug_apis, graph_breaks, oversubscription, per_param_optimizer,
+                     recompiles, roofline_memory, sdpa_math)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -23,6 +23,7 @@ from ...state.claimkit import verdict
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
     recompiles.CAUSE,
+    graph_breaks.CAUSE,
     debug_apis.CAUSE,
     per_param_optimizer.CAUSE,
     roofline_memory.CAUSE,
