@@ -13,8 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import (clocks_power, data_split, debug_apis, graph_breaks, oversubscription, per_param_optimizer,
-                     recompiles, roofline_memory, sdpa_math)
+from .causes import (clocks_power, data_split, debug_apis, graph_breaks, host_syncs, oversubscription,
+                     per_param_optimizer, recompiles, roofline_memory, sdpa_math)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -26,6 +26,7 @@ CAUSES: tuple[Cause, ...] = (
     graph_breaks.CAUSE,
     debug_apis.CAUSE,
     per_param_optimizer.CAUSE,
+    host_syncs.CAUSE,
     roofline_memory.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
