@@ -38,3 +38,20 @@ def inputs_for(path: Path, **kw: Any) -> Inputs:
 def reader_for(path: Path, **kw: Any) -> Reader:
     """The verifier's inputs of one trace: its raw-text counts as the pass counts them."""
     return Reader(rank={"raw_counts": onepass.raw_counts(str(path), registry.raw_patterns())}, **kw)
+
+
+def bundled_row(case: str, work: Path) -> dict[str, Any]:
+    """The accuracy score row of the bundled run ``bench/accuracy/cases/<case>`` (its truth.json),
+    run through the CLI as the benchmark runs it (:func:`bench.accuracy.score.run_case`)."""
+    from bench.accuracy import score
+
+    d = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases" / case
+    return score.run_case(d, json.loads((d / "truth.json").read_text()), work, timeout=300)
+
+
+def assert_bundled(case: str, work: Path, cause: str | None, lever: str | None) -> None:
+    """The bundled run gets its class right, names ``cause`` and, with ``lever``, leads with it."""
+    r = bundled_row(case, work)
+    assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
+    if lever:
+        assert r["first_lever"] == lever

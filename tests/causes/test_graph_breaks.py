@@ -4,18 +4,13 @@ recompile kind stays apart: no compile event, no recompilation named)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from cause_inputs import inputs_for, reader_for, trace
+from cause_inputs import assert_bundled, inputs_for, reader_for, trace
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import graph_breaks as gb, recompiles
-from bench.accuracy import score as S
 
 CAUSE = gb.CAUSE
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
 
 
 def test_breaks_in_a_layer_loop_fire_and_are_confirmed(tmp_path):
@@ -48,8 +43,4 @@ def test_borderline(tmp_path, names, steps, fires):
 @pytest.mark.parametrize("case,cause,lever", [("graph-break", "graph-break", "remove_graph_breaks"),
                                               ("compiled-no-breaks", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
-    d = CASES / case
-    r = S.run_case(d, json.loads((d / "truth.json").read_text()), tmp_path, timeout=300)
-    assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
-    if lever:
-        assert r["first_lever"] == lever
+    assert_bundled(case, tmp_path, cause, lever)

@@ -4,18 +4,13 @@ is named before it; the bundled grad-norm-sync run and its control end to end.""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from cause_inputs import inputs_for, reader_for, trace
+from cause_inputs import assert_bundled, inputs_for, reader_for, trace
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import host_syncs as hs
-from bench.accuracy import score as S
 
 CAUSE = hs.CAUSE
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
 
 
 @pytest.mark.parametrize("sync", ["cudaStreamSynchronize", "hipStreamSynchronize"])
@@ -47,8 +42,4 @@ def test_anomaly_mode_is_registered_first():
 @pytest.mark.parametrize("case,cause,lever", [("grad-norm-sync", "host-sync", "remove_host_syncs"),
                                               ("experts-foreach", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
-    d = CASES / case
-    r = S.run_case(d, json.loads((d / "truth.json").read_text()), tmp_path, timeout=300)
-    assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
-    if lever:
-        assert r["first_lever"] == lever
+    assert_bundled(case, tmp_path, cause, lever)

@@ -4,18 +4,13 @@ the raw-text count re-derives the claim; the bundled run and its foreach control
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from cause_inputs import inputs_for, reader_for, trace
+from cause_inputs import assert_bundled, inputs_for, reader_for, trace
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import per_param_optimizer as ppo
-from bench.accuracy import score as S
 
 CAUSE = ppo.CAUSE
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
 
 
 def test_adam_per_tensor_fires_and_is_confirmed(tmp_path):
@@ -52,8 +47,4 @@ def test_borderline_and_multi_tensor(tmp_path, names, steps, fires):
 @pytest.mark.parametrize("case,cause,lever", [("per-parameter-optimizer", "per-parameter-optimizer",
                                                 "foreach_optimizer"), ("experts-foreach", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
-    d = CASES / case
-    r = S.run_case(d, json.loads((d / "truth.json").read_text()), tmp_path, timeout=300)
-    assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
-    if lever:
-        assert r["first_lever"] == lever
+    assert_bundled(case, tmp_path, cause, lever)

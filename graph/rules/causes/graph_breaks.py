@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .base import Cause, Constant, Finding, LeverSpec, ev, file_name
+from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -62,10 +62,7 @@ class GraphBreaks(Cause):
         return [Finding(("graph-break",), c, (self.lever("remove_graph_breaks"),))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
-        n = ((r.rank or {}).get("raw_counts") or {}).get("compiled_regions")
-        if n is None:
-            return Rederived(None, "no independent path for this triage claim", Tolerance())
-        return Rederived(n, "raw-text count of Torch-Compiled Region events in the trace file", Tolerance())
+        return raw_count(r, "compiled_regions", "raw-text count of Torch-Compiled Region events in the trace file")
 
 
 CAUSE = GraphBreaks()

@@ -11,7 +11,7 @@ share on either it is named first."""
 
 from __future__ import annotations
 
-from .base import Cause, Constant, Finding, LeverSpec, ev, file_name
+from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -57,10 +57,7 @@ class HostSyncs(Cause):
         return [Finding(("host-sync",), c, (self.lever("remove_host_syncs"),))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
-        n = ((r.rank or {}).get("raw_counts") or {}).get("stream_syncs")
-        if n is None:
-            return Rederived(None, "no independent path for this triage claim", Tolerance())
-        return Rederived(n, "raw-text count of cuda/hipStreamSynchronize in the trace file", Tolerance())
+        return raw_count(r, "stream_syncs", "raw-text count of cuda/hipStreamSynchronize in the trace file")
 
 
 CAUSE = HostSyncs()

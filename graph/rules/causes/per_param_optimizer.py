@@ -11,7 +11,7 @@ the cost of the per-tensor launches is not measured from counts)."""
 
 from __future__ import annotations
 
-from .base import Cause, Constant, Finding, LeverSpec, ev, file_name
+from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -58,10 +58,7 @@ class PerParamOptimizer(Cause):
         return [Finding(("per-parameter-optimizer",), c, (self.lever("foreach_optimizer"),))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
-        n = ((r.rank or {}).get("raw_counts") or {}).get("per_tensor_update")
-        if n is None:
-            return Rederived(None, "no independent path for this triage claim", Tolerance())
-        return Rederived(n, "raw-text count of aten::addcdiv_ in the trace file", Tolerance())
+        return raw_count(r, "per_tensor_update", "raw-text count of aten::addcdiv_ in the trace file")
 
 
 CAUSE = PerParamOptimizer()
