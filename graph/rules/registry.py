@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
-                     oversubscription, python_outside_ops, recompiles, roofline_memory, sdpa_math, worker_respawn)
+                     graph_breaks, host_syncs, oversubscription, per_param_optimizer, python_outside_ops, recompiles,
+                     roofline_memory, sdpa_math, worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -23,7 +24,10 @@ from ...state.claimkit import verdict
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
     recompiles.CAUSE,
+    graph_breaks.CAUSE,
     debug_apis.CAUSE,
+    per_param_optimizer.CAUSE,
+    host_syncs.CAUSE,
     roofline_memory.CAUSE,
     worker_respawn.CAUSE,
     d2h_param_copy.CAUSE,

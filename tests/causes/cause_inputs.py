@@ -55,3 +55,20 @@ def assert_bundled(repo_root: Path, work: Path, case: str, cause: str | None, le
     assert (row["named_cause"], row["cause_ok"], row["class_ok"]) == (cause, True, True), row
     if lever:
         assert (row["first_lever"], row["lever_ok"]) == (lever, True), row
+
+
+def bundled_row(case: str, work: Path) -> dict[str, Any]:
+    """The accuracy score row of the bundled run ``bench/accuracy/cases/<case>`` (its truth.json),
+    run through the CLI as the benchmark runs it (:func:`bench.accuracy.score.run_case`)."""
+    from bench.accuracy import score
+
+    d = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases" / case
+    return score.run_case(d, json.loads((d / "truth.json").read_text()), work, timeout=300)
+
+
+def assert_bundled_run(case: str, work: Path, cause: str | None, lever: str | None) -> None:
+    """The bundled run gets its class right, names ``cause`` and, with ``lever``, leads with it."""
+    r = bundled_row(case, work)
+    assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
+    if lever:
+        assert r["first_lever"] == lever

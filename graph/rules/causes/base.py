@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple
 
 from ..figures import Figure, Inputs, Reader, Rederived
-from ....state import Claim, Evidence
+from ....state import Claim, Evidence, Tolerance
 from ....state.claimkit import claim as make_claim
 
 
@@ -153,6 +153,16 @@ class Cause:
     def wants_name(self, name: str) -> bool:
         """Whether the analysis pass must count trace events of this name for this cause."""
         return name in self.event_names or any(p.search(name) for p in self.event_name_patterns)
+
+
+def raw_count(r: Reader, key: str, method: str) -> Rederived:
+    """A claim's count re-derived as the raw-text count ``key`` of the claim's rank trace (the
+    verifier pass's :class:`~ai4s_graph.tools.trace.onepass.RawCounter`, no JSON parse), exact
+    tolerance; inconclusive (value None) when the reader has no such count."""
+    n = ((r.rank or {}).get("raw_counts") or {}).get(key)
+    if n is None:
+        return Rederived(None, "no independent path for this triage claim", Tolerance())
+    return Rederived(n, method, Tolerance())
 
 
 def ev(tool: str, query: str, returned: Any, **args: Any) -> Evidence:
