@@ -41,6 +41,9 @@ class NameCounter:
 
     def __init__(self, wanted: Callable[[str], bool]) -> None:
         self.counts: dict[str, int] = {}
+        self.kernel_us: dict[str, float] = {}
+        """Summed ``dur`` (µs) of the counted names' ``cat == kernel`` events (the causes' kernel
+        time by name: a share of the step needs the time, not only the count)."""
         self._wanted = wanted
         self._checked: dict[str, bool] = {}
 
@@ -54,6 +57,21 @@ class NameCounter:
             hit = self._checked[n] = bool(self._wanted(n))
         if hit:
             self.counts[n] = self.counts.get(n, 0) + 1
+            if ev.get("cat") == "kernel":
+                d = ev.get("dur")
+                if isinstance(d, (int, float)):
+                    self.kernel_us[n] = self.kernel_us.get(n, 0.0) + float(d)
+
+
+def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, float]:
+    """Kernel name -> summed duration (µs) of the verifier reader's kernels (``cat == kernel`` of a
+    loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
+    verifier's path to the kernel time the analyst's :attr:`NameCounter.kernel_us` sums."""
+    out: dict[str, float] = {}
+    for g in tr.gpu:
+        if g.cat == "kernel" and wanted(g.name):
+            out[g.name] = out.get(g.name, 0.0) + float(g.dur)
+    return out
 
 
 class RawCounter:
@@ -105,7 +123,7 @@ def _totals(roof: RooflineCollector, link: str) -> dict[str, Any] | None:
 
 def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
               raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = ()) -> dict[str, Any]:
-    """One rank trace read once (see the module docstring). Returns ``{"record", "names",
+    """One rank trace read once (see the module docstring). Returns ``{"record", "names", "kernel_us",
     "roofline_totals", "roofline_correlation", "raw_counts", "reader" | "reader_error"}``: the
     engine's record (:func:`~.rank_analysis.analyze_rank`, with the optional ``cross_check``
     tools), the event-name counts, the roofline totals by External id and by correlation id (None
@@ -119,13 +137,15 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
                                      also=(loader.feed, names.feed, roof.feed), taps=(raw.feed,))
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    out: dict[str, Any] = {"record": rec, "names": names.counts, "roofline_totals": _totals(roof, "external_id"),
+    out: dict[str, Any] = {"record": rec, "names": names.counts, "kernel_us": names.kernel_us,
+                           "roofline_totals": _totals(roof, "external_id"),
                            "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
     try:
         tr = loader.finish(rank)
         stream.trim_heap()  # the reader's linking temporaries are gone
         reader = kineto.figures_of(tr)
         reader["comm"] = crossrank_check.comm_table(tr)
+        reader["kernel_us"] = kernel_time_by_name(tr, wanted)
         del tr
         out["reader"] = reader
         stream.trim_heap()
