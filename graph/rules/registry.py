@@ -13,8 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math, \
-    tf32_off
+from .causes import clocks_power, data_split, debug_apis, nchw_conv, oversubscription, recompiles, roofline_memory, \
+    sdpa_math, tf32_off
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -23,6 +23,7 @@ from ...state.claimkit import verdict
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
     tf32_off.CAUSE,
+    nchw_conv.CAUSE,
     recompiles.CAUSE,
     debug_apis.CAUSE,
     roofline_memory.CAUSE,
