@@ -13,8 +13,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import clocks_power, data_split, debug_apis, nchw_conv, oversubscription, recompiles, roofline_memory, \
-    sdpa_math, tf32_off
+from .causes import clocks_power, data_split, debug_apis, nchw_conv, oversubscription, pageable_h2d, recompiles, \
+    roofline_memory, sdpa_math, tf32_off
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -24,6 +24,7 @@ CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
     tf32_off.CAUSE,
     nchw_conv.CAUSE,
+    pageable_h2d.CAUSE,
     recompiles.CAUSE,
     debug_apis.CAUSE,
     roofline_memory.CAUSE,

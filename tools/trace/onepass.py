@@ -34,6 +34,9 @@ from ..perfmodel.roofline import RooflineCollector
 #: a pattern can span (event names of kernels with long template arguments stay under ~4 KiB).
 RAW_OVERLAP = 1 << 16
 
+#: GPU event categories whose durations the name counter sums by name (kernels, memory copies).
+TIMED_CATS = ("kernel", "gpu_memcpy")
+
 
 class NameCounter:
     """Counts, over trace events fed one at a time (:meth:`feed`), the event names ``wanted``
@@ -42,8 +45,9 @@ class NameCounter:
     def __init__(self, wanted: Callable[[str], bool]) -> None:
         self.counts: dict[str, int] = {}
         self.kernel_us: dict[str, float] = {}
-        """Summed ``dur`` (µs) of the counted names' ``cat == kernel`` events (the causes' kernel
-        time by name: a share of the step needs the time, not only the count)."""
+        """Summed ``dur`` (µs) of the counted names' GPU events (:data:`TIMED_CATS`: kernels and
+        memory copies), the causes' GPU time by name (a share of the step needs the time, not only
+        the count)."""
         self._wanted = wanted
         self._checked: dict[str, bool] = {}
 
@@ -57,19 +61,19 @@ class NameCounter:
             hit = self._checked[n] = bool(self._wanted(n))
         if hit:
             self.counts[n] = self.counts.get(n, 0) + 1
-            if ev.get("cat") == "kernel":
+            if ev.get("cat") in TIMED_CATS:
                 d = ev.get("dur")
                 if isinstance(d, (int, float)):
                     self.kernel_us[n] = self.kernel_us.get(n, 0.0) + float(d)
 
 
 def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, float]:
-    """Kernel name -> summed duration (µs) of the verifier reader's kernels (``cat == kernel`` of a
-    loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
+    """Kernel (or copy) name -> summed duration (µs) of the verifier reader's GPU events of
+    :data:`TIMED_CATS` (of a loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
     verifier's path to the kernel time the analyst's :attr:`NameCounter.kernel_us` sums."""
     out: dict[str, float] = {}
     for g in tr.gpu:
-        if g.cat == "kernel" and wanted(g.name):
+        if g.cat in TIMED_CATS and wanted(g.name):
             out[g.name] = out.get(g.name, 0.0) + float(g.dur)
     return out
 
