@@ -38,3 +38,19 @@ def inputs_for(path: Path, **kw: Any) -> Inputs:
 def reader_for(path: Path, **kw: Any) -> Reader:
     """The verifier's inputs of one trace: its raw-text counts as the pass counts them."""
     return Reader(rank={"raw_counts": onepass.raw_counts(str(path), registry.raw_patterns())}, **kw)
+
+
+def bundled(case: str) -> tuple[Inputs, Reader]:
+    """The analyst's and the verifier's tables of a bundled accuracy run's rank-0 trace
+    (``bench/accuracy/cases/<case>``) as the one pass makes them: the kernel/copy time by name and
+    the engine's timeline; the verifier reader's tables."""
+    p = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases" / case / "traces" / "trace_rank0.json.gz"
+    g = onepass.read_rank(str(p), 0, None, "0", wanted=registry.event_name_wanted, raw_patterns={})
+    rank = {"path": str(p), "rank": 0, "kernel_us": g["kernel_us"], "timeline": g["record"]["timeline"]}
+    return Inputs(rank=rank), Reader(rank={"reader": g["reader"]})
+
+
+def confirmed(cause: Any, claim: Any, r: Reader) -> str:
+    """The verdict (``confirmed`` / ``refuted`` / ...) of ``cause``'s re-derivation of ``claim`` from ``r``."""
+    rd = cause.rederive(claim, r)
+    return registry.judge(claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value

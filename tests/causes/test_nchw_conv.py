@@ -4,16 +4,14 @@ control conv-control (channels_last) through the one pass's real tables."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import nchw_conv
 from ai4s_graph.graph.rules.figures import Inputs, Reader
-from ai4s_graph.tools.trace import onepass
 
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
+from cause_inputs import bundled, confirmed
+
 CUDNN_IN = "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, false, true>"
 CUDNN_OUT = "void cudnn::engines_precompiled::nhwcToNchwKernel<__nv_bfloat16, __nv_bfloat16, float, true, false>"
 FPROP = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"
@@ -59,13 +57,8 @@ def test_borderline_and_absent():
 
 @pytest.mark.parametrize("case, fires", [("nchw-conv", True), ("conv-control", False), ("cudnn-benchmark-off", False)])
 def test_bundled_case_and_its_controls(case, fires):
-    p = CASES / case / "traces" / "trace_rank0.json.gz"
-    g = onepass.read_rank(str(p), 0, None, "0", wanted=registry.event_name_wanted, raw_patterns={})
-    got = nchw_conv.CAUSE.detect(Inputs(rank={"path": str(p), "rank": 0, "kernel_us": g["kernel_us"],
-                                              "timeline": g["record"]["timeline"]}))
+    x, r = bundled(case)
+    got = nchw_conv.CAUSE.detect(x)
     assert bool(got) is fires
     if fires:  # measured 2026-12-01: 0.33 of the window in nchwToNhwc/nhwcToNchw kernels
-        assert 0.28 <= got[0].share <= 0.38
-        rd = nchw_conv.CAUSE.rederive(got[0].claim, Reader(rank={"reader": g["reader"]}))
-        assert registry.judge(got[0].claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value \
-            == "confirmed"
+        assert 0.28 <= got[0].share <= 0.38 and confirmed(nchw_conv.CAUSE, got[0].claim, r) == "confirmed"

@@ -4,8 +4,6 @@ known answers, the pass's counter on copies, and the bundled pageable-h2d run be
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ai4s_graph.graph.rules import registry
@@ -13,7 +11,8 @@ from ai4s_graph.graph.rules.causes import pageable_h2d
 from ai4s_graph.graph.rules.figures import Inputs, Reader
 from ai4s_graph.tools.trace import onepass
 
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
+from cause_inputs import bundled, confirmed
+
 H2D = "Memcpy HtoD (Pageable -> Device)"
 
 
@@ -52,13 +51,8 @@ def test_the_pass_counter_sums_copy_durations():
 
 @pytest.mark.parametrize("case, fires", [("pageable-h2d", True), ("d2h-param-copy", False), ("tf32-on", False)])
 def test_bundled_case_and_others(case, fires):
-    p = CASES / case / "traces" / "trace_rank0.json.gz"
-    g = onepass.read_rank(str(p), 0, None, "0", wanted=registry.event_name_wanted, raw_patterns={})
-    got = pageable_h2d.CAUSE.detect(Inputs(rank={"path": str(p), "rank": 0, "kernel_us": g["kernel_us"],
-                                                 "timeline": g["record"]["timeline"]}))
+    x, r = bundled(case)
+    got = pageable_h2d.CAUSE.detect(x)
     assert bool(got) is fires
     if fires:  # measured 2026-12-01: 0.52 of the window in pageable HtoD copies (truth: 52.3% exposed memcpy)
-        assert 0.45 <= got[0].share <= 0.6
-        rd = pageable_h2d.CAUSE.rederive(got[0].claim, Reader(rank={"reader": g["reader"]}))
-        assert registry.judge(got[0].claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value \
-            == "confirmed"
+        assert 0.45 <= got[0].share <= 0.6 and confirmed(pageable_h2d.CAUSE, got[0].claim, r) == "confirmed"

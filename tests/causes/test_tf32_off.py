@@ -4,8 +4,6 @@ its control tf32-on (the real kernel tables of the one pass)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ai4s_graph.graph.rules import registry
@@ -13,7 +11,8 @@ from ai4s_graph.graph.rules.causes import tf32_off
 from ai4s_graph.graph.rules.figures import Inputs, Reader
 from ai4s_graph.tools.trace import onepass
 
-CASES = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases"
+from cause_inputs import bundled, confirmed
+
 
 
 def _x(kernel_us: dict[str, float], window_ms: float) -> Inputs:
@@ -75,21 +74,12 @@ def test_the_pass_counter_sums_kernel_durations_of_wanted_names():
     assert c.kernel_us == {"volta_sgemm_128x64_nn": 30.5} and c.counts["volta_sgemm_128x64_nn"] == 3
 
 
-def _bundled(name: str) -> tuple[Inputs, Reader]:
-    p = CASES / name / "traces" / "trace_rank0.json.gz"
-    g = onepass.read_rank(str(p), 0, None, "0", wanted=registry.event_name_wanted, raw_patterns={})
-    rank = {"path": str(p), "rank": 0, "kernel_us": g["kernel_us"], "timeline": g["record"]["timeline"]}
-    return Inputs(rank=rank), Reader(rank={"reader": g["reader"]})
-
-
 @pytest.mark.parametrize("case, fires", [("tf32-off", True), ("tf32-on", False)])
 def test_bundled_case_and_its_control(case, fires):
-    x, r = _bundled(case)
+    x, r = bundled(case)
     got = tf32_off.CAUSE.detect(x)
     assert bool(got) is fires
     if fires:
         # measured 2026-12-01: 0.92 of the window in FFMA GEMMs (truth.json: GEMM 94% of kernel time)
         assert 0.85 <= got[0].share <= 0.95
-        rd = tf32_off.CAUSE.rederive(got[0].claim, r)
-        assert registry.judge(got[0].claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value \
-            == "confirmed"
+        assert confirmed(tf32_off.CAUSE, got[0].claim, r) == "confirmed"
