@@ -29,13 +29,13 @@ def test_a_confirmed_cause_adds_its_lever_a_refuted_one_does_not():
     assert (ok.verdict.value, bad.verdict.value) == ("confirmed", "refuted")
     generic = [LeverRecommendation(name="num_workers", why="overlap")]
     got = L.choose(generic, findings, [ok])
-    assert [lv.name for lv in got] == ["num_workers", "sdpa_efficient"]
+    assert [lv.name for lv in got] == ["num_workers", "sdpa_fused_backend"]
     # num_workers: high min(4, 10 - 9) = 1 ms, low min(1, 10 - 4) = 1 ms; sdpa: no math time measured
     assert "could save 1.00–1.00 ms per step" in got[0].why and "saving not estimated" in got[1].why
     assert [lv.name for lv in L.choose(generic, findings, [bad])] == ["num_workers"]
     # the cause's lever is added once, even when the class's levers already hold it
-    again = L.choose([LeverRecommendation(name="sdpa_efficient", why="class")], findings, [ok])
-    assert [lv.name for lv in again] == ["sdpa_efficient"] and again[0].why.startswith("class")
+    again = L.choose([LeverRecommendation(name="sdpa_fused_backend", why="class")], findings, [ok])
+    assert [lv.name for lv in again] == ["sdpa_fused_backend"] and again[0].why.startswith("class")
 
 
 def test_the_straggler_lever_leads_whatever_the_estimates():
@@ -55,7 +55,7 @@ def test_the_named_cause_is_the_confirmed_finding_with_the_largest_share_and_its
     f = _finding()
     big = replace(f, causes=("tf32-off",), share=0.6,
                   claim=f.claim.model_copy(update={"id": "cause.tf32"}),
-                  levers=(sdpa_math.CAUSE.lever("sdpa_efficient", "tf32 stand-in"),))
+                  levers=(sdpa_math.CAUSE.lever("sdpa_fused_backend", "tf32 stand-in"),))
     small = replace(f, share=0.1)
     refuted = replace(f, causes=("anomaly-mode",), share=0.9, claim=f.claim.model_copy(update={"id": "cause.anom"}))
     findings = {"trace": {"ranks": [RANK0], "triage": small.entries() + big.entries() + refuted.entries()}}
@@ -68,6 +68,6 @@ def test_the_named_cause_is_the_confirmed_finding_with_the_largest_share_and_its
     assert b.causes[0].share == 0.6 and b.causes[0].claim == "cause.tf32"
     generic = [LeverRecommendation(name="num_workers", why="overlap")]
     got = L.choose(generic, findings, [ok_small, ok_big, no], b)
-    assert [lv.name for lv in got][0] == "sdpa_efficient"
+    assert [lv.name for lv in got][0] == "sdpa_fused_backend"
     none = name_causes(Bottleneck(klass=BottleneckClass.compute), findings, [no])
     assert none.cause is None and none.causes == []

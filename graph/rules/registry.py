@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
-                     graph_breaks, host_syncs, oversubscription, per_param_optimizer, python_outside_ops, recompiles,
-                     roofline_memory, sdpa_math, worker_respawn)
+                     graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
+                     python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -23,6 +23,9 @@ from ...state.claimkit import verdict
 
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
+    tf32_off.CAUSE,
+    nchw_conv.CAUSE,
+    pageable_h2d.CAUSE,
     recompiles.CAUSE,
     graph_breaks.CAUSE,
     debug_apis.CAUSE,

@@ -72,3 +72,19 @@ def assert_bundled_run(case: str, work: Path, cause: str | None, lever: str | No
     assert r["error"] == "" and r["class_ok"] is True and r["named_cause"] == cause
     if lever:
         assert r["first_lever"] == lever
+
+
+def bundled(case: str) -> tuple[Inputs, Reader]:
+    """The analyst's and the verifier's tables of a bundled accuracy run's rank-0 trace
+    (``bench/accuracy/cases/<case>``) as the one pass makes them: the kernel/copy time by name and
+    the engine's timeline; the verifier reader's tables."""
+    p = Path(__file__).resolve().parents[2] / "bench" / "accuracy" / "cases" / case / "traces" / "trace_rank0.json.gz"
+    g = onepass.read_rank(str(p), 0, None, "0", wanted=registry.event_name_wanted, raw_patterns={})
+    rank = {"path": str(p), "rank": 0, "kernel_us": g["kernel_us"], "timeline": g["record"]["timeline"]}
+    return Inputs(rank=rank), Reader(rank={"reader": g["reader"]})
+
+
+def confirmed(cause: Any, claim: Any, r: Reader) -> str:
+    """The verdict (``confirmed`` / ``refuted`` / ...) of ``cause``'s re-derivation of ``claim`` from ``r``."""
+    rd = cause.rederive(claim, r)
+    return registry.judge(claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value

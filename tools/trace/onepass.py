@@ -37,6 +37,9 @@ from ..perfmodel.roofline import RooflineCollector
 #: a pattern can span (event names of kernels with long template arguments stay under ~4 KiB).
 RAW_OVERLAP = 1 << 16
 
+#: GPU event categories whose durations the name counter sums by name (kernels, memory copies).
+TIMED_CATS = ("kernel", "gpu_memcpy")
+
 
 class NameCounter:
     """Counts, over trace events fed one at a time (:meth:`feed`), the event names ``wanted``
@@ -46,6 +49,10 @@ class NameCounter:
         self.counts: dict[str, int] = {}
         self.dur_us: dict[str, float] = {}
         """Name -> summed ``dur`` (µs) of the counted complete events (python functions, ops)."""
+        self.kernel_us: dict[str, float] = {}
+        """Summed ``dur`` (µs) of the counted names' GPU events (:data:`TIMED_CATS`: kernels and
+        memory copies), the causes' GPU time by name (a share of the step needs the time, not only
+        the count)."""
         self._wanted = wanted
         self._checked: dict[str, bool] = {}
 
@@ -62,6 +69,19 @@ class NameCounter:
             d = ev.get("dur")
             if type(d) in (int, float) and d > 0:
                 self.dur_us[n] = self.dur_us.get(n, 0.0) + d
+                if ev.get("cat") in TIMED_CATS:
+                    self.kernel_us[n] = self.kernel_us.get(n, 0.0) + float(d)
+
+
+def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, float]:
+    """Kernel (or copy) name -> summed duration (µs) of the verifier reader's GPU events of
+    :data:`TIMED_CATS` (of a loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
+    verifier's path to the kernel time the analyst's :attr:`NameCounter.kernel_us` sums."""
+    out: dict[str, float] = {}
+    for g in tr.gpu:
+        if g.cat in TIMED_CATS and wanted(g.name):
+            out[g.name] = out.get(g.name, 0.0) + float(g.dur)
+    return out
 
 
 class RawCounter:
@@ -113,7 +133,7 @@ def _totals(roof: RooflineCollector, link: str) -> dict[str, Any] | None:
 
 def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
               raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = ()) -> dict[str, Any]:
-    """One rank trace read once (see the module docstring). Returns ``{"record", "names",
+    """One rank trace read once (see the module docstring). Returns ``{"record", "names", "kernel_us",
     "roofline_totals", "roofline_correlation", "raw_counts", "reader" | "reader_error"}``: the
     engine's record (:func:`~.rank_analysis.analyze_rank`, with the optional ``cross_check``
     tools), the event-name counts, the roofline totals by External id and by correlation id (None
@@ -132,7 +152,7 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
                                      also=(loader.feed, names.feed, roof.feed, acc.feed, notes.feed), taps=(raw.feed,))
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us,
+    out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
                            "roofline_totals": _totals(roof, "external_id"),
                            "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
     try:
@@ -149,6 +169,7 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
             out["steps_sampled"] = [s.model_dump() for s in host_sampling.sample_steps(tr, loader, notes)]
         except Ai4sError:
             pass  # no ProfilerStep window: the accounting's claims are then inconclusive
+        reader["kernel_us"] = kernel_time_by_name(tr, wanted)
         del tr
         out["reader"] = reader
         stream.trim_heap()

@@ -134,6 +134,7 @@ def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_c
                             raw_patterns=registry.raw_patterns(), cross_check=cross_check)
     res = as_rank_result(got["record"], out_dir)
     res["event_names"] = got["names"]
+    res["kernel_us"] = got["kernel_us"]
     res["roofline_totals"] = got["roofline_totals"]
     res["name_dur_us"] = got.get("name_dur_us") or {}
     for k in ("step_accounting", "step_accounting_error"):
