@@ -143,3 +143,19 @@ def test_rule_ids_keep_the_rule_named():
     found: list[str] = []
     assert ar.rule_ids("not checked: T8 (seed 001 T3, lesson 6)", found) == "not checked: T8 (T3, L6)"
     assert found == ["T3", "L6"]   # a bare T8 is already a docs/rules.md id
+
+
+def test_every_run_writes_the_annotated_trace_and_lists_it(straggler):
+    from ai4s_graph.tools.trace.stream import iter_events
+
+    out, _ = straggler
+    rep = json.loads((out / "report.json").read_text())
+    p = out / "annotated_trace.json.gz"
+    assert rep["annotated_trace"] == str(p) and "`annotated_trace.json.gz`" in (out / "report.md").read_text()
+    ev = list(iter_events(p))   # our own reader re-reads it: valid Trace Event Format
+    ours = [e for e in ev if e.get("cat") == "ai4s_graph"]
+    # rank 1 (the critical rank): 4 ProfilerSteps; its GPU idles 1 ms at the end of each of the first
+    # 3 steps (kernels end at 9 ms of 10): 3 gaps of 1000 µs
+    steps = [e for e in ours if e["tid"] == 1]
+    gaps = [e for e in ours if e["tid"] == 2]
+    assert len(steps) == 4 and [e["dur"] for e in gaps] == pytest.approx([1000.0] * 3)

@@ -255,6 +255,45 @@ def context_of(state: AnalysisState, manifest: Manifest, b: Bottleneck, verdicts
     return out
 
 
+#: Largest rank trace (bytes on disk) copied into ``annotated_trace.json.gz``: the copy streams, but
+#: its size follows the source; above this the report says it was not written (a bound on the
+#: output folder, 2x the largest bundled trace of ``bench/accuracy/cases`` ~ 100 MB rounded up).
+MAX_ANNOTATED_SOURCE_BYTES = 256 * 2**20
+
+
+def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
+                   problems: list[str]) -> str | None:
+    """Write ``<out_dir>/annotated_trace.json.gz`` (:func:`~ai4s_graph.tools.report.annotated.
+    write_annotated_trace`) from the trace of ``rank`` (the critical rank, else the first), with the
+    collective waits when the ranks' communication columns are in the findings. Returns the path,
+    None when no trace is present; a trace too large or unreadable is a problem, not an error."""
+    from ....tools.report import annotated
+
+    rec = _rank_record(findings, rank)
+    path = (rec or {}).get("path")
+    if not path or not Path(path).is_file():
+        return None
+    size = Path(path).stat().st_size
+    if size > MAX_ANNOTATED_SOURCE_BYTES:
+        problems.append(f"synthesizer: annotated trace not written: rank {rec.get('rank')}'s trace is "
+                        f"{size / 2**20:.0f} MiB, over {MAX_ANNOTATED_SOURCE_BYTES / 2**20:.0f} MiB")
+        return None
+    ranks = ((findings.get("trace") or {}).get("ranks")) or []
+    waits: list[dict[str, Any]] = []
+    with_comm = [r for r in ranks if isinstance(r.get("comm"), dict)]
+    if len(with_comm) > 1:
+        try:
+            waits = annotated.collective_waits(with_comm, int(rec.get("rank", 0)))
+        except (KeyError, ValueError) as e:
+            problems.append(f"synthesizer: collective waits not drawn: {e}")
+    try:
+        return annotated.write_annotated_trace(path, out_dir / "annotated_trace.json.gz", rank=rec.get("rank"),
+                                               waits=waits).path
+    except (Ai4sError, OSError) as e:
+        problems.append(f"synthesizer: annotated trace not written: {' '.join(str(e).split())[:200]}")
+        return None
+
+
 def _rank_record(findings: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
     """The trace analyst's record of ``rank`` (the critical rank), else its first rank's, else None."""
     ranks = ((findings.get("trace") or {}).get("ranks")) or []
@@ -318,6 +357,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
+    rep.annotated_trace = annotate_trace(findings, b.critical_rank, out_dir, rep.missing)
     rep.headline = ar.headline(rep)
     rep.executive_summary = executive_summary(rep, manifest, rep.throughput)
     outcome = Outcome.ok
