@@ -148,7 +148,18 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
     Returns an :class:`AnnotatedTrace`. Raises InputError (one line) for a missing, empty, truncated
     or malformed trace; ``OSError`` when ``out`` cannot be written (an earlier file there is kept)."""
     src = Path(trace)
-    head = read_header(src, HEADER_KEYS)
+    if not src.is_file():
+        head = read_header(src, HEADER_KEYS)  # raises the one-line InputError for a missing file
+    with open(src, "rb") as fh:  # one open for the header and the events (a run opens each trace at most twice)
+        head = read_header(src, HEADER_KEYS, raw=fh)
+        fh.seek(0)
+        return _write(src, fh, head, out, rank, waits, gap_label, idle, min_gap_us)
+
+
+def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str], rank: int | None,
+           waits: Iterable[dict[str, Any]], gap_label: GapLabel | None,
+           idle: tuple[np.ndarray, np.ndarray] | None, min_gap_us: float) -> AnnotatedTrace:
+    """:func:`write_annotated_trace`'s copy, from the open source file ``fh``."""
     trailer: dict[str, Any] = {}
     g_ts, g_end = array("d"), array("d")
     steps: list[tuple[int, float, float]] = []
@@ -161,7 +172,7 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
         for k, v in head.items():
             gz.write(orjson.dumps(k) + b":" + orjson.dumps(v) + b",")
         gz.write(b'"traceEvents":[')
-        for ev in iter_events(src, trailer=trailer):
+        for ev in iter_events(src, trailer=trailer, raw=fh):
             gz.write((b"," if n else b"") + orjson.dumps(ev, option=orjson.OPT_SERIALIZE_NUMPY))
             n += 1
             p = _int_pid(ev.get("pid"))
