@@ -159,3 +159,18 @@ def test_every_run_writes_the_annotated_trace_and_lists_it(straggler):
     steps = [e for e in ours if e["tid"] == 1]
     gaps = [e for e in ours if e["tid"] == 2]
     assert len(steps) == 4 and [e["dur"] for e in gaps] == pytest.approx([1000.0] * 3)
+
+
+def test_step_breakdown_by_hand(straggler):
+    from ai4s_graph.tools.report.steps import CLS_COMM, CLS_COMP, CLS_MEMCPY, step_breakdown
+
+    # one 10 ms step: compute 0-4 ms, comm 3-6 ms (1 ms under compute), memcpy 5-7 ms (1 ms under comm)
+    rows = step_breakdown([0.0, 3000.0, 5000.0, 9500.0], [4000.0, 6000.0, 7000.0, 12000.0],
+                          [CLS_COMP, CLS_COMM, CLS_MEMCPY, CLS_COMP], [(3, 0.0, 10000.0)])
+    # the last compute event runs past the step's end: clipped to 9.5-10 ms
+    assert rows == [{"step": 3, "dur_ms": 10.0, "computation_ms": 4.5, "exposed_comm_ms": 2.0,
+                     "exposed_memcpy_ms": 1.0, "idle_ms": 2.5}]
+    out, _ = straggler
+    rep = json.loads((out / "report.json").read_text())
+    assert str(out / "step_time_breakdown.png") in rep["plots"]
+    assert (out / "step_time_breakdown.png").stat().st_size > 5000

@@ -262,11 +262,12 @@ MAX_ANNOTATED_SOURCE_BYTES = 256 * 2**20
 
 
 def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
-                   problems: list[str]) -> str | None:
+                   problems: list[str]) -> Any:
     """Write ``<out_dir>/annotated_trace.json.gz`` (:func:`~ai4s_graph.tools.report.annotated.
     write_annotated_trace`) from the trace of ``rank`` (the critical rank, else the first), with the
-    collective waits when the ranks' communication columns are in the findings. Returns the path,
-    None when no trace is present; a trace too large or unreadable is a problem, not an error."""
+    collective waits when the ranks' communication columns are in the findings. Returns the
+    :class:`~ai4s_graph.tools.report.annotated.AnnotatedTrace` (its per-step breakdown too), None
+    when no trace is present; a trace too large or unreadable is a problem, not an error."""
     from ....tools.report import annotated
 
     rec = _rank_record(findings, rank)
@@ -288,10 +289,27 @@ def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
             problems.append(f"synthesizer: collective waits not drawn: {e}")
     try:
         return annotated.write_annotated_trace(path, out_dir / "annotated_trace.json.gz", rank=rec.get("rank"),
-                                               waits=waits).path
+                                               waits=waits)
     except (Ai4sError, OSError) as e:
         problems.append(f"synthesizer: annotated trace not written: {' '.join(str(e).split())[:200]}")
         return None
+
+
+def step_plot(ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
+    """``step_time_breakdown.png`` from the annotated trace's per-step breakdown (the rank it
+    annotated, marked when it is the straggler); [] without steps."""
+    from ....tools.report import plots
+
+    rows = getattr(ann, "step_breakdown", None) or []
+    if not rows:
+        return []
+    label = str(b.critical_rank if b.critical_rank is not None else 0)
+    try:
+        return [str(plots.plot_step_breakdown({label: rows}, out_dir / "step_time_breakdown.png",
+                                              marked=str(b.straggler) if b.straggler is not None else None))]
+    except Ai4sError as e:
+        problems.append(f"synthesizer: step breakdown plot: {e}")
+        return []
 
 
 def _rank_record(findings: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
@@ -357,7 +375,10 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
-    rep.annotated_trace = annotate_trace(findings, b.critical_rank, out_dir, rep.missing)
+    ann = annotate_trace(findings, b.critical_rank, out_dir, rep.missing)
+    if ann is not None:
+        rep.annotated_trace = ann.path
+        rep.plots += step_plot(ann, b, out_dir, rep.missing)
     rep.headline = ar.headline(rep)
     rep.executive_summary = executive_summary(rep, manifest, rep.throughput)
     outcome = Outcome.ok
