@@ -204,8 +204,10 @@ def plot_telemetry(
     path: str | os.PathLike[str],
     *,
     title: str | None = None,
+    profiled: tuple[float, float] | None = None,
 ) -> Path:
-    """One panel per metric over the job window, time in seconds since the job start.
+    """One panel per metric over the job window, time in seconds since the job start;
+    ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel.
 
     ``series``: ``{metric: [(t_unix, value), ...]}`` (t in unix seconds; values above 1e11 are
     taken as milliseconds, the VictoriaMetrics export's unit). ``units``: ``{metric: unit}``
@@ -253,8 +255,11 @@ def plot_telemetry(
         ax.set_ylabel(f"{unit}" if unit else "value", fontsize=8)
         ax.set_title(metric, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
+        if profiled is not None:
+            ax.axvspan(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, color="#F2C14E", alpha=0.35,
+                       lw=0, label="profiled steps")
         ax.set_xlim(0, end - start)
-    axes[-1].set_xlabel("time since job start (s)")
+    axes[-1].set_xlabel("time since job start (s)" + ("; shaded: the profiled steps" if profiled else ""))
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -205,7 +205,9 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
             units[m] = "GiB"
     if series:
         try:
-            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png",
+            crit = next(iter(ranks), None)
+            prof = ctx.profiled_window(crit) if crit else None
+            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png", profiled=prof,
                                                   title=f"Telemetry over job {state['manifest'].jobid}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")
