@@ -150,6 +150,48 @@ def plot_gpu_breakdown(
     return _save(fig, path)
 
 
+STEP_PARTS = (("computation_ms", "computation", "#4C72B0"), ("exposed_comm_ms", "exposed comm", "#DD8452"),
+              ("exposed_memcpy_ms", "exposed memcpy", "#8172B3"), ("idle_ms", "idle (host, waits)", "#C8C8C8"))
+"""Per-step parts in stacking order (:func:`ai4s_graph.tools.report.steps.step_breakdown`)."""
+
+
+def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike[str], *,
+                        marked: str | None = None, title: str = "Step time breakdown") -> Path:
+    """Stacked bars per step (ms) of computation / exposed communication / exposed memcpy / idle,
+    one panel per rank (the PyTorch profiler TensorBoard step-time view in TraceLens's categories).
+    ``per_rank``: ``{rank label: [{"step", "computation_ms", "exposed_comm_ms",
+    "exposed_memcpy_ms", "idle_ms"}]}``; ``marked``: the rank to mark (the straggler), its panel
+    titled so. Returns ``path``. Raises :class:`InputError` for no rank or no step, or a
+    non-numeric or negative part."""
+    ranks = [(str(k), list(v)) for k, v in per_rank.items() if v]
+    if not ranks:
+        raise InputError("step breakdown: no rank with steps to plot")
+    fig = Figure(figsize=(max(6.0, 0.5 * max(len(r) for _, r in ranks) + 3.5), 2.8 * len(ranks) + 0.6))
+    for j, (label, rows) in enumerate(ranks):
+        ax = fig.add_subplot(len(ranks), 1, j + 1)
+        xs = list(range(len(rows)))
+        bottoms = [0.0] * len(rows)
+        for key, name, color in STEP_PARTS:
+            h = []
+            for r in rows:
+                v = _num(r.get(key), f"rank {label} step {r.get('step')}: {key}")
+                if v < 0:
+                    raise InputError(f"rank {label} step {r.get('step')}: {key} is negative: {v}")
+                h.append(v)
+            ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7, edgecolor="white")
+            bottoms = [b + x for b, x in zip(bottoms, h)]
+        ax.set_xticks(xs, [str(r.get("step")) for r in rows], fontsize=8)
+        ax.set_ylabel("ms")
+        lab = f"rank {label}" if label.isdigit() else label
+        ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
+                            else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
+        if j == 0:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.axes[-1].set_xlabel("ProfilerStep")
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
 def _unix_s(t: float) -> float:
     """Unix seconds; millisecond timestamps (VictoriaMetrics export, > 1e11) are converted."""
     return t / 1000.0 if t > 1e11 else t
@@ -162,8 +204,10 @@ def plot_telemetry(
     path: str | os.PathLike[str],
     *,
     title: str | None = None,
+    profiled: tuple[float, float] | None = None,
 ) -> Path:
-    """One panel per metric over the job window, time in seconds since the job start.
+    """One panel per metric over the job window, time in seconds since the job start;
+    ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel.
 
     ``series``: ``{metric: [(t_unix, value), ...]}`` (t in unix seconds; values above 1e11 are
     taken as milliseconds, the VictoriaMetrics export's unit). ``units``: ``{metric: unit}``
@@ -211,8 +255,11 @@ def plot_telemetry(
         ax.set_ylabel(f"{unit}" if unit else "value", fontsize=8)
         ax.set_title(metric, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
+        if profiled is not None:
+            ax.axvspan(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, color="#F2C14E", alpha=0.35,
+                       lw=0, label="profiled steps")
         ax.set_xlim(0, end - start)
-    axes[-1].set_xlabel("time since job start (s)")
+    axes[-1].set_xlabel("time since job start (s)" + ("; shaded: the profiled steps" if profiled else ""))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
