@@ -3,7 +3,8 @@
 telemetry and every claim; the optimizer's integrity guards decide whether the runs are
 comparable, and an unlike pair is never called a regression. Writes ``diff.md`` and
 ``diff.json``; exit 0 = comparable, no regression beyond noise; 1 = regression, refused pair or
-bad input (see :mod:`ai4s_graph.tools.report.diff`)."""
+bad input (see :mod:`ai4s_graph.tools.report.diff`); 2 = a write refused (a link where
+``diff.md``/``diff.json`` or their folder would go: nothing is written)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..state import StatusLine
+from ..state.publish import UnsafePathError
 from ..tools.errors import Ai4sError
 
 
@@ -30,7 +32,11 @@ def diff(
     try:
         a, b = D.load_side(run_a), D.load_side(run_b)
         d = D.compare(a, b, noise_pct=noise_pct, top=top)
-        md, js = D.write_diff(d, out or (run_b / f"diff-{a.jobid}"))
+        md, js = D.write_diff(d, out) if out is not None else D.write_diff(d, D.default_out(b, a), root=b.path)
+    except UnsafePathError as e:  # a link where diff.md/diff.json would go: refused, nothing written
+        typer.echo(f"error: {e}", err=True)
+        typer.echo(StatusLine.make("fail", str(e)).format())
+        raise typer.Exit(2)
     except Ai4sError as e:
         typer.echo(f"error: {e}", err=True)
         typer.echo(StatusLine.make("fail", str(e)).format())

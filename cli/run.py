@@ -16,7 +16,10 @@ from rich.console import Console
 from rich.text import Text
 
 from ..graph.analysis.configuration import RunRequest
+from ..graph.checkpoint import CheckpointRefusedError
 from ..state import StatusLine
+from ..state.publish import UnsafePathError
+from ..state.status import one_line
 from ..tools.errors import Ai4sError, ToolUnavailableError
 
 # soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
@@ -57,10 +60,17 @@ def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None,
 
 def thread_id(req: RunRequest) -> str:
     """The checkpoint thread of a run: the job id (or, for ``--submit``, the workload and its
-    parameters) plus a short hash of the arguments that change the analysis, so the same command
-    resumes and a different one starts its own thread."""
+    parameters) plus a short hash of the arguments that change the analysis and of the identity of
+    its inputs (each input file's name, size and modification time:
+    :func:`~ai4s_graph.tools.report.outdir.inputs_fingerprint`), so the same command on the same
+    inputs resumes, and a different command, or the same one after a trace or the manifest
+    changed, starts its own thread."""
+    from ..tools.report.outdir import inputs_fingerprint
+
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
                                   "submit", "submit_params", "slurm_array", "baseline"})
+    if not req.submit:
+        key["inputs"] = inputs_fingerprint(req.perf_run, req.compare, files=(req.baseline,))
     h = _short_hash(key)
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
@@ -73,6 +83,38 @@ def _first_error(e: ValueError) -> str:
         first = errs()[0]
         return f"{'.'.join(str(x) for x in first.get('loc', ())) or 'value'}: {first['msg'].removeprefix('Value error, ')}"
     return " ".join(str(e).split())
+
+
+def _refuse(msg: str, code: int = 2) -> None:
+    """A refused invocation: ``error: msg`` on stderr, one ``STATUS=fail`` line on stdout, exit
+    ``code`` (2: refused, nothing written)."""
+    err_console.print(f"error: {one_line(msg)}")
+    print(StatusLine.make("fail", msg).format())
+    raise typer.Exit(code)
+
+
+def _path_option(value: str | None, flag: str) -> Path | None:
+    """A path option as given; an empty one (``--out ''``: the current directory by accident) is
+    refused."""
+    if value is None:
+        return None
+    if not value.strip():
+        _refuse(f"{flag} is empty: give a directory")
+    return Path(value)
+
+
+def report_written(out_dir: Path) -> Path:
+    """Where this run's ``report.md`` went: ``out_dir``, or the not-published folder when the
+    earlier report there was kept (whichever ``report.json`` is newer is this run's)."""
+    from ..tools.report import write as report_write
+
+    main, aside = out_dir / "report.json", out_dir / report_write.NOT_PUBLISHED / "report.json"
+    try:
+        if aside.is_file() and (not main.is_file() or aside.stat().st_mtime_ns > main.stat().st_mtime_ns):
+            return aside.parent / "report.md"
+    except OSError:
+        pass
+    return out_dir / "report.md"
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -134,13 +176,15 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
         job: Optional[str] = typer.Option(None, "--job", "-j", help="SLURM job id of a profiled run to analyse."),
-        perf_run: Optional[Path] = typer.Option(
+        perf_run_arg: Optional[str] = typer.Option(
             None, "--perf-run", help="Run directory (default $AI4S_SHARED_DIR/models/<model>/perf-runs/<job>/)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
-                                           "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only; with "
-                                           "--submit ./ai4s-reports/submit-<model>-<hash of its parameters>/)."),
-        compare: Optional[Path] = typer.Option(None, "--compare", help="A run of the same model at another precision "
-                                               "(the precision discriminator, seed lesson 13)."),
+        out_arg: Optional[str] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
+                                              "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only; with "
+                                              "--submit ./ai4s-reports/submit-<model>-<hash of its parameters>/)."),
+        compare_arg: Optional[str] = typer.Option(None, "--compare", help="A run of the same model at another precision "
+                                                  "(the precision discriminator, seed lesson 13)."),
+        force: bool = typer.Option(False, "--force", help="Replace a report of another job already in the output "
+                                   "directory (without it such a directory is refused)."),
         tsdb_url: Optional[str] = typer.Option(None, "--tsdb-url", help="VictoriaMetrics/Prometheus URL; default: "
                                                "start one on loopback loaded with the run's telemetry/*.jsonl."),
         llm: Optional[str] = typer.Option(None, "--llm", help="none | anthropic (default: anthropic when "
@@ -176,6 +220,8 @@ def register(app: typer.Typer) -> None:
                                    "--time=00:05:00 node probe (GPU clocks and power cap) on one of the job's nodes."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
+        perf_run, out = _path_option(perf_run_arg, "--perf-run"), _path_option(out_arg, "--out")
+        compare = _path_option(compare_arg, "--compare")
         if not submit and not job and not perf_run:
             err_console.print("error: give --job (and --perf-run), or --submit")
             print("STATUS=fail; reason=no job given")
@@ -199,21 +245,20 @@ def register(app: typer.Typer) -> None:
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
                          wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array,
                          baseline=str(baseline.resolve()) if baseline else None,
-                         probe=probe)
+                         probe=probe, force=force)
         except ValueError as e:
-            msg = _first_error(e)
-            err_console.print(f"error: {msg}")
-            print(f"STATUS=fail; reason={msg}")
-            raise typer.Exit(2)
+            _refuse(_first_error(e))
 
         from ..graph.analysis.nodes.launcher import preflight
+        from ..tools.report.outdir import check_out_dir, check_run_dir
 
         try:  # refused invocations write nothing (an earlier report in that directory survives)
+            found = check_run_dir(perf_run) if (perf_run is not None and not submit) else None
             preflight(req)
-        except Ai4sError as e:
-            err_console.print(f"error: {e}")
-            print(f"STATUS=fail; reason={e}")
-            raise typer.Exit(2)
+            check_out_dir(out_dir, inputs=(req.perf_run, req.compare), owner=job or (found.jobid if found else None),
+                          force=force)
+        except (Ai4sError, UnsafePathError) as e:
+            _refuse(str(e))
 
         def printer(node: str, line: str) -> None:
             st = StatusLine.parse(line).status.value
@@ -222,25 +267,33 @@ def register(app: typer.Typer) -> None:
 
         try:
             final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+        except (CheckpointRefusedError, UnsafePathError) as e:  # nothing loaded from it / nothing written there
+            _refuse(str(e))
         except Ai4sError as e:
-            err_console.print(f"error: {e}")
-            print(f"STATUS=fail; reason={e}")
+            _refuse(str(e), 1)
+        except OSError as e:  # disk full, file too big, no permission: published files are never half-written
+            err_console.print(f"error: {one_line(e, 300)}")
+            err_console.print("Nothing already written was replaced by a partial file; the finished nodes are "
+                              "checkpointed: free the space and re-run the same command to resume.")
+            print(StatusLine.make("fail", f"{type(e).__name__}: {e.strerror or e}; earlier report kept; re-run to "
+                                          "resume").format())
             raise typer.Exit(1)
         except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
-            err_console.print(f"error: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+            err_console.print(f"error: {type(e).__name__}: {one_line(e, 300)}")
             err_console.print("The finished nodes are checkpointed: re-run the same command to resume.")
             print(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume")
             raise typer.Exit(1)
         rep = final.get("report")
         if final.get("stop"):
-            print(f"STATUS=fail; reason=stopped: {final['stop']}")
+            print(StatusLine.make("fail", f"stopped: {final['stop']}").format())
             raise typer.Exit(1)
         if not rep:
             print("STATUS=fail; reason=no report written")
             raise typer.Exit(1)
         out_final = Path(final["request"].out_dir)
-        console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", rep.executive_summary, "\n"))
-        console.print(f"report: {out_final / 'report.md'}")
+        console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", one_line(rep.executive_summary),
+                                    "\n"))
+        console.print(f"report: {one_line(report_written(out_final))}")
         print(rep.statuses["synthesizer"])
         if rep.statuses["synthesizer"].startswith("STATUS=fail"):
             raise typer.Exit(1)

@@ -40,6 +40,7 @@ class RunRequest(BaseModel):
     slurm_array: bool = False  # analyse the rank traces as a SLURM job array
     baseline: str | None = None  # eval-cluster report or raw JSON: measured all-reduce busbw (issue 13)
     probe: bool = False  # the verifiers may run one srun -N1 --time=00:05:00 node probe (tools/slurm/probe.py)
+    force: bool = False  # --force: replace a report of another job in out_dir (tools/report/write.py)
 
     @field_validator("tsdb_url")
     @classmethod

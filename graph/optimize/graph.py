@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, TypedDict
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from . import nodes as N
+from ..checkpoint import sqlite_saver
 from ..runtime import node
 from ..analysis.schema import merge_dicts
 from ...state.loop import LoopRequest
@@ -153,10 +152,13 @@ def _stop_on_error(fn):
 
 @contextmanager
 def compiled(loop_dir: str | Path, picker: L.LeverPicker | None = None) -> Iterator[Any]:
-    """The compiled graph with its SQLite checkpointer in ``<loop_dir>/checkpoint.sqlite``."""
-    conn = sqlite3.connect(str(Path(loop_dir) / CHECKPOINT_DB), check_same_thread=False)
+    """The compiled graph with its SQLite checkpointer in ``<loop_dir>/checkpoint.sqlite``, read
+    through the strict serializer of :mod:`ai4s_graph.graph.checkpoint` (a crafted entry refuses
+    the checkpoint with :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError`, never runs
+    code); a link at the database is refused (:class:`~ai4s_graph.state.publish.UnsafePathError`)."""
+    saver, conn = sqlite_saver(Path(loop_dir) / CHECKPOINT_DB, root=loop_dir)
     try:
-        yield build_graph(picker).compile(checkpointer=SqliteSaver(conn))
+        yield build_graph(picker).compile(checkpointer=saver)
     finally:
         conn.close()
 

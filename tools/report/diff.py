@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...state.loop import FOM_DIRECTIONS, FomSpec
+from ...state.publish import ensure_dir, publish_many
+from ...state.status import one_line_all
 from ..errors import InputError
+from ..jsonguard import load_file
 from ..levers.guards import integrity_guard, memory_from_telemetry
 
 FOM_ORDER = ("epoch_time_s", "steady_step_time_s", "throughput_samples_per_s")
@@ -58,10 +62,7 @@ class Side:
 
 
 def _read(p: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{p}: cannot read ({str(e).splitlines()[0]})") from None
+    d = load_file(p)  # size, depth and string bounds first (tools/jsonguard.py); InputError otherwise
     if not isinstance(d, dict):
         raise InputError(f"{p}: expected a JSON object")
     return d
@@ -244,7 +245,9 @@ def _f(v: Any, nd: int = 4) -> str:
 
 def render_md(d: dict[str, Any]) -> str:
     """``diff.md``: verdict first, then the FOM, comparability, bottleneck, moved claims, the
-    timeline, top kernels, collectives and telemetry tables."""
+    timeline, top kernels, collectives and telemetry tables. Every string from the two reports is
+    made one line first (:func:`ai4s_graph.state.status.one_line`: control characters escaped)."""
+    d = one_line_all(d)
     a, b, f = d["a"], d["b"], d["fom"]
     lines = [f"# Diff: job {b['jobid']} (B) against job {a['jobid']} (A)", "",
              f"**Verdict: {d['verdict']}** (exit {d['exit_code']})", ""]
@@ -279,7 +282,7 @@ def render_md(d: dict[str, Any]) -> str:
     if d["top_kernels"]:
         lines += ["| kernel | A | B | change % |", "|---|---:|---:|---:|"]
         for k in d["top_kernels"]:
-            lines.append(f"| `{k['name'][:80]}` | {_f(k['a_us_per_step'])} | {_f(k['b_us_per_step'])} | "
+            lines.append(f"| `{k['name'][:80].replace('|', '/')}` | {_f(k['a_us_per_step'])} | {_f(k['b_us_per_step'])} | "
                          f"{_f(k['change_pct'], 3)} |")
     else:
         lines.append(f"(not available: A {d['top_kernels_missing']['a']}, B {d['top_kernels_missing']['b']})")
@@ -289,10 +292,19 @@ def render_md(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_diff(d: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """Write ``diff.md`` and ``diff.json`` into ``out``; returns their paths."""
+def default_out(b: Side, a: Side) -> Path:
+    """``<B>/diff-<A's job id>``, the id cut to the characters of a file name (a report's
+    ``jobid`` is the user's data: ``../..`` must not lead outside B)."""
+    return b.path / ("diff-" + (re.sub(r"[^A-Za-z0-9._-]", "_", a.jobid).lstrip(".") or "run"))
+
+
+def write_diff(d: dict[str, Any], out: str | Path, root: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``diff.md`` and ``diff.json`` into ``out`` together and atomically, refusing links
+    (:func:`ai4s_graph.state.publish.publish_many`; ``root``: the folder ``out`` lies under, whose
+    sub-folders are checked too). Returns their paths. Raises
+    :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError``."""
     o = Path(out)
-    o.mkdir(parents=True, exist_ok=True)
-    (o / "diff.json").write_text(json.dumps(d, indent=1, default=str) + "\n")
-    (o / "diff.md").write_text(render_md(d))
+    ensure_dir(o, root if root is not None else o)
+    publish_many([(o / "diff.json", json.dumps(d, indent=1, default=str) + "\n"), (o / "diff.md", render_md(d))],
+                 root=root if root is not None else o)
     return o / "diff.md", o / "diff.json"

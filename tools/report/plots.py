@@ -4,15 +4,15 @@ iteration.
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot global state, no
 display needed), so they are safe to call from worker threads of the graph. Every function
 returns the path it wrote and raises :class:`InputError` (one line) for empty or malformed input;
-the PNG is written to a temporary file beside ``path`` and renamed, so a failed call never leaves
-a half-written file behind.
+the PNG is rendered in memory and published atomically (:mod:`ai4s_graph.state.publish`), so a
+failed call never leaves a half-written file behind, and a link at ``path`` is refused.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..files import publish
+from ...state.publish import publish
 from ..errors import InputError
 
 #: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
@@ -35,17 +35,13 @@ DPI = 110
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Render ``fig`` as PNG in memory and publish it at ``path`` atomically, refusing a link
+    there (:func:`ai4s_graph.state.publish.publish`). Returns the path."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-        publish(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    publish(out, buf.getbuffer())
     return out
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from .categories import categorize_op
 from .kineto import LAUNCH_KERNEL_NAMES, TimelineRow
-from .hygiene import window_flags
+from .hygiene import gpu_activity_problem, window_flags
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, gpu_timeline, overlap_warnings, scan_trace,
                      tracelens_classes, union_length, window_mask)
@@ -337,6 +337,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
         gpu_ids=gpu_ids(scan), sources={"all": "stream (the engine: one bounded-memory pass, TraceLens definitions)"},
         warnings=warnings, window=window, per_step=steps, graph_launches=gl,
         clipped_excess_us=float(sum(x[2] for x in scan.overlaps)),
+        insufficient_gpu_activity=gpu_activity_problem(ks["kernel_count"], tl_us["busy_time"]),
     )
 
 

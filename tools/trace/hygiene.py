@@ -82,3 +82,29 @@ def window_flags(step_gpu_events: dict[int, int]) -> dict:
                   "window, so the GPU timeline describes the busy part only")
     return {"n_steps": n, "steps_with_gpu": with_gpu, "steps_without_gpu": without, "degenerate": degenerate,
             "reason": reason}
+
+
+#: Fewest GPU kernels a GPU timeline share can be measured over: with one, the window (first start
+#: to last end) IS that kernel, so it reads 100% busy by construction.
+MIN_GPU_KERNELS = 2
+#: Least GPU busy time (µs) a bottleneck class may be read from: ten kernel launches' worth at the
+#: H200's measured launch latency (6.1 µs, reports/eval-h200-2026-11-29.md; 3.5-3.8 µs on MI355X,
+#: seed 000 lesson 18). Below it the whole profile holds less GPU work than the host spends launching
+#: a handful of kernels, so neither the busy nor the idle share says where a step's time goes. The
+#: smallest real profile at hand holds 309 µs (TraceLens's H100 BERT-small trace, 60 kernels).
+MIN_GPU_BUSY_US = 10 * 6.1
+
+
+def gpu_activity_problem(kernel_count: int, busy_us: float) -> str | None:
+    """Why a trace holds too little GPU work for a bottleneck class (one line), or None when it holds
+    enough: every GPU event of zero duration, fewer than :data:`MIN_GPU_KERNELS` kernels, or less than
+    :data:`MIN_GPU_BUSY_US` of GPU busy time. Both readers apply it to their own figures."""
+    if not (busy_us > 0.0):
+        return "every GPU event of the trace lasts 0 µs: no GPU time to classify"
+    if kernel_count < MIN_GPU_KERNELS:
+        return (f"{kernel_count} GPU kernel(s) in the trace: a share of the GPU window needs at least "
+                f"{MIN_GPU_KERNELS} (with one, the window is that kernel)")
+    if busy_us < MIN_GPU_BUSY_US:
+        return (f"GPU busy {busy_us:.3g} µs in the whole trace, under the {MIN_GPU_BUSY_US:.0f} µs minimum (10 kernel "
+                "launch latencies): too little GPU work for a class")
+    return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import GuardedReader
 from .categories import _COMM_RE
 from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 
@@ -129,7 +130,7 @@ def _stream_events(p: Path):
                 magic = raw.read(2)
                 raw.seek(0)
                 fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
-                for ev in ijson.items(fh, "traceEvents.item", use_float=True):
+                for ev in ijson.items(GuardedReader(fh, p.name), "traceEvents.item", use_float=True):
                     n += 1
                     yield ev
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:

@@ -77,6 +77,8 @@ class TraceAnalysis(BaseModel):
     window: dict[str, Any] = Field(default_factory=dict, description="hygiene.window_flags of the profiled steps")
     per_step: list[dict[str, Any]] = Field(default_factory=list, description="step, ts, dur_ms, gpu_events, gpu_busy_ms")
     graph_launches: dict[str, int] = Field(default_factory=dict, description="graph-launch API -> calls")
+    insufficient_gpu_activity: str | None = Field(None, description="why the trace holds too little GPU work for a "
+                                                  "bottleneck class (hygiene.gpu_activity_problem), or None")
     cross_checks: list[dict[str, Any]] = Field(default_factory=list,
                                                description="optional TraceLens / CSV / HTA comparisons, or why not")
 

@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator, Literal
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import GuardedReader
 from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 from .categories import _COMM_RE, TIMELINE_ROWS
 from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
@@ -72,7 +73,7 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "2"
+STREAM_VERSION = "3"
 
 #: GPU event categories of kineto traces, as TraceLens and HTA read them.
 GPU_CATS: dict[str, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
@@ -222,7 +223,7 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...]) -> dict[str, Any]
     key: str | None = None
     try:
         with _open(p) as fh:
-            for prefix, event, value in ijson.parse(fh, use_float=True):
+            for prefix, event, value in ijson.parse(GuardedReader(fh, p.name), use_float=True):
                 if builder is not None:
                     if prefix == "" and event in ("map_key", "end_map"):
                         out[key] = builder.value  # type: ignore[index]
@@ -258,6 +259,7 @@ def iter_events(path: str | os.PathLike,
             magic = raw.read(2)
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+            fh = GuardedReader(fh, p.name)  # depth, string and event bounds before ijson sees a byte
             if trailer is not None:
                 keeper = fh = TailKeeper(fh)
                 yield from _events(fh, raw, size, progress)

@@ -21,7 +21,10 @@ from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
                               Tolerance, Verdict, VerifiedClaim)
 from ....tools.errors import Ai4sError
+from ....state.publish import ensure_dir
+from ....state.status import one_line_model
 from ....tools.levers.recommend import recommend_levers
+from ....tools.report import write as report_write
 
 SYNTH = "synthesizer"
 
@@ -154,7 +157,10 @@ def context_markdown(rep: Report) -> list[str]:
 
 
 def render_markdown(rep: Report, manifest: Manifest) -> str:
-    """``report.md`` text (see the module docstring for its order)."""
+    """``report.md`` text (see the module docstring for its order). Every string of ``rep`` and
+    ``manifest`` is made one line first (control characters escaped): a value from a user's file
+    never starts a line of its own."""
+    rep, manifest = one_line_model(rep), one_line_model(manifest)
     L: list[str] = [f"# ai4s-graph report — job {rep.jobid}", ""]
     L += [f"**Nodes:** {', '.join(rep.nodes_list) or 'unknown'} · **State:** {rep.state} · **Model:** {rep.model} · "
           f"**Precision:** {manifest.precision} · **Global batch:** {manifest.global_batch_size} · "
@@ -176,7 +182,7 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
           "|---|---|---:|---|---:|---|---|"]
     for v in rep.claims:
         c = v.claim
-        L.append(f"| `{c.id}` | {c.statement} | {_fmt(c.value, c.unit)} | **{v.verdict.value}** | "
+        L.append(f"| `{c.id}` | {c.statement.replace('|', '/')} | {_fmt(c.value, c.unit)} | **{v.verdict.value}** | "
                  f"{_fmt(v.rederived_value, c.unit if not isinstance(v.rederived_value, str) else '')} | "
                  f"{v.tolerance.describe()} | {v.method}{(' — ' + v.note) if v.note else ''} |")
     L += ["", "### Evidence", ""]
@@ -279,7 +285,6 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
     req = state["request"]
     out_dir = Path(req.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
     verdicts = list(state.get("verdicts") or [])
     verified_ids = {v.claim.id for v in verdicts}
@@ -304,7 +309,12 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         window = tuple(tel["window"])
     elif manifest.start and manifest.end:
         window = (manifest.start, manifest.end)
-    plots_, plot_problems = make_plots(state, out_dir, window)
+    # the report (and its plots) replace the one in out_dir only after a run that analysed something,
+    # and never another job's report without --force (tools/report/write.py)
+    dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
+                                          force=req.force)
+    ensure_dir(dest, out_dir)
+    plots_, plot_problems = make_plots(state, dest, window)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -324,13 +334,13 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             rep.executive_summary = res.prose
         if res.status.status is not Outcome.ok:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
-    if not state.get("manifest"):
+    if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"
+        f"{b.klass.value}; {len(verdicts)} claims; report.md in {dest}" + (f" ({kept})" if kept else "")
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
-    (out_dir / "report.json").write_text(rep.model_dump_json(indent=1) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep))
+    report_write.write_report(out_dir, dest, rep.model_dump_json(indent=1) + "\n",
+                              render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep))
     return {"report": rep}, status

@@ -369,6 +369,8 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         if (_material_clip(res) or (res.get("window") or {}).get("degenerate")
                 or any("non-finite dur" in w for w in res.get("warnings") or [])):
             missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
+        if res.get("insufficient_gpu_activity"):  # no class from this rank: said as a caveat (STATUS=partial)
+            missing.append(f"trace_analyst: {Path(res['path']).name}: no bottleneck class: {res['insufficient_gpu_activity']}")
     tables = _write_tables(state, good)
     findings = {"trace": {"ranks": good, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
@@ -429,9 +431,9 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"
-            tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
+            tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"), root=state["request"].out_dir)
             written.append(str(d))
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a link under perf_report_csvs/ is refused (UnsafePathError, an OSError)
             continue
     return written
 
