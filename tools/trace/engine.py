@@ -33,6 +33,7 @@ import numpy as np
 
 from .categories import categorize_op
 from .kineto import LAUNCH_KERNEL_NAMES, TimelineRow
+from .guard import named_malformed_events
 from .hygiene import gpu_activity_problem, window_flags
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, gpu_timeline, overlap_warnings, scan_trace,
@@ -352,9 +353,11 @@ def analyze(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US
             progress: Callable[[int, int], None] | None = None) -> TraceAnalysis:
     """Scan a trace once and return every per-rank figure (:func:`analyze_scan`).
 
-    Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError and
-    NoGpuEventsError (see :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
-    return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
+    Raises InputError (missing / empty / truncated / malformed, a malformed event named:
+    :mod:`.guard`), GraphKernelsNotRecordedError and NoGpuEventsError (see
+    :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
+    with named_malformed_events(path):
+        return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
 
 
 def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US,
@@ -363,8 +366,9 @@ def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHO
     :func:`~ai4s_graph.tools.trace.tables.kernel_tables`, from the same single pass."""
     from .tables import kernel_tables
 
-    scan = scan_trace(path, progress)
-    keep: dict[str, Any] = {}
-    analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
-    return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
+    with named_malformed_events(path):
+        scan = scan_trace(path, progress)
+        keep: dict[str, Any] = {}
+        analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
+        return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
 

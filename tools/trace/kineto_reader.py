@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
 from ..jsonguard import GuardedReader
+from .guard import named_malformed_events
 from .categories import _COMM_RE
 from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 
@@ -469,12 +470,13 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     Raises :class:`InputError` for unreadable input and :class:`NoGpuEventsError` when the
     trace holds no kernel/memcpy/memset event (a CPU-only run)."""
     p = Path(path)
-    rank, events = _stream_events(p)
-    loader = KinetoLoader(p)
-    feed = loader.feed
-    for ev in events:
-        feed(ev)
-    return loader.finish(rank, include_unlinked=include_unlinked)
+    with named_malformed_events(p):  # a malformed event: one line naming it (tools/trace/guard.py)
+        rank, events = _stream_events(p)
+        loader = KinetoLoader(p)
+        feed = loader.feed
+        for ev in events:
+            feed(ev)
+        return loader.finish(rank, include_unlinked=include_unlinked)
 
 
 def _clip_streams(gpu: list[GpuEvent]) -> list[tuple]:

@@ -22,6 +22,7 @@ from . import stream as ts_mod
 from .backends import CROSS_CHECK_MAX_BYTES
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
+from .guard import named_malformed_events
 from .tables import kernel_tables
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
@@ -177,11 +178,12 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     cache = TraceCache(cache_dir)
 
     def compute() -> dict[str, Any]:
-        scan = ts_mod.scan_trace(p, progress, also)
-        rec = rank_record(scan, rank)
-        keep: dict[str, Any] = {}
-        analysis = engine.analyze_scan(scan, keep=keep)
-        rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+        with named_malformed_events(p):  # a malformed event (the engine's or a consumer's failure): one line
+            scan = ts_mod.scan_trace(p, progress, also)
+            rec = rank_record(scan, rank)
+            keep: dict[str, Any] = {}
+            analysis = engine.analyze_scan(scan, keep=keep)
+            rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
         n_events = scan.n_events
         del scan, keep
         rec["analysis"] = analysis.model_dump(mode="json")
