@@ -23,7 +23,6 @@ narrow window between sbatch returning and the checkpoint). The node bodies are 
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from ..analysis.schema import merge_dicts
 from ...state.loop import LoopRequest
 from ...tools.levers import catalog as L
 from ...tools.errors import InputError
+from ...tools.jsonguard import load_file
 
 CHECKPOINT_DB = "checkpoint.sqlite"
 REQUEST_FILE = "loop.json"
@@ -210,8 +210,14 @@ def find_loop(resume: str | Path, loop_root: str | Path = "ai4s-loops") -> Path:
 
 
 def load_request(loop_dir: str | Path) -> LoopRequest:
-    """The saved request of a loop directory."""
-    return LoopRequest.model_validate(json.loads((Path(loop_dir) / REQUEST_FILE).read_text()))
+    """The saved request of a loop directory. Raises :class:`InputError` (one line) when
+    ``loop.json`` is not JSON within the bounds of :mod:`ai4s_graph.tools.jsonguard` or not a
+    loop request."""
+    p = Path(loop_dir) / REQUEST_FILE
+    try:
+        return LoopRequest.model_validate(load_file(p))
+    except ValueError as e:  # pydantic's ValidationError
+        raise InputError(f"malformed {p}: {' '.join(str(e).split())[:160]}") from None
 
 
 def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,

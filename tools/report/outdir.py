@@ -70,8 +70,9 @@ def _inside(p: Path, d: Path) -> bool:
 
 
 def _walk_for_links(folder: Path) -> None:
-    """Refuse (:class:`UnsafePathError`) a link or special file anywhere under ``folder`` (itself
-    included); nothing below a link is followed."""
+    """Refuse (:class:`UnsafePathError`) a link, a special file or a hard-linked file (the journals
+    there are appended to) anywhere under ``folder`` (itself included); nothing below a link is
+    followed."""
     try:
         st = folder.lstat()
     except FileNotFoundError:
@@ -88,6 +89,8 @@ def _walk_for_links(folder: Path) -> None:
                 raise UnsafePathError(f"{p} is a symbolic link: refused to write through it")
             if not (stat.S_ISDIR(m) or stat.S_ISREG(m)):
                 raise UnsafePathError(f"{p} exists and is not a regular file: refused")
+            if stat.S_ISREG(m) and p.lstat().st_nlink > 1:  # journals and ledgers are appended to
+                raise UnsafePathError(f"{p} is a hard link to another file: refused to write into it")
 
 
 def check_out_dir(out: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str] | None, ...] = (),

@@ -112,7 +112,7 @@ def _parse_export_lines(lines: Iterable[bytes | str], origin: str) -> list[Serie
                 d = json.loads(line)
             metric = {str(k): str(v) for k, v in d["metric"].items()}
             ts, vs = d["timestamps"], d["values"]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # RecursionError: nested too deep
             raise InputError(f"malformed telemetry export {origin}: line {i} is not a "
                              f'{{"metric","values","timestamps"}} JSON object') from None
         if len(ts) != len(vs):
