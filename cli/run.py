@@ -132,21 +132,31 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     """Run (or resume) the analysis graph for ``req`` and return the final state values.
 
     Each node's STATUS line is passed to ``printer(node, line)`` as the node finishes. A node that
-    raises leaves the checkpoint of the finished nodes: calling again resumes at that node."""
+    raises leaves the checkpoint of the finished nodes: calling again resumes at that node. A
+    checkpoint that does not deserialize to the graph's types raises
+    :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` before anything runs."""
     from ..graph.analysis.graph import build_analysis_graph
-    from ..graph.analysis.schema import CHECKPOINT_TYPES
-    from ..graph.checkpoint import open_checkpointer
+    from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
+    from ..graph.checkpoint import check_state, open_checkpointer
 
     printer = printer or (lambda node, line: None)
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
     with open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
         graph = build_analysis_graph().compile(checkpointer=saver)
+        where = getattr(saver.serde, "source", checkpoint or "default")
         try:
             if fresh:
                 saver.delete_thread(cfg["configurable"]["thread_id"])
             snap = graph.get_state(cfg)
+            check_state(dict(snap.values), AnalysisState, where)  # every key holds the type the graph stores
+        except CheckpointRefusedError:
+            raise
         except sqlite3.DatabaseError as e:
             raise ToolUnavailableError(f"checkpoint database {checkpoint or 'default'} is unusable: {e}") from None
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as e:  # not a LangGraph checkpoint
+            raise CheckpointRefusedError(f"refused checkpoint {where}: it does not deserialize to a checkpoint "
+                                         f"({type(e).__name__}; delete the file or pass another "
+                                         "--checkpoint)") from None
         if snap.values and not snap.next:
             values = dict(snap.values)
             out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)

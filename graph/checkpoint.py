@@ -22,10 +22,12 @@ import os
 import pkgutil
 import sqlite3
 import threading
+import types
+import typing
 import uuid
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import ormsgpack
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -98,7 +100,7 @@ class StrictSerializer(JsonPlusSerializer):
         super().__init__(allowed_msgpack_modules=list(self._classes))
 
     def _refuse(self, what: str) -> CheckpointRefusedError:
-        return CheckpointRefusedError(f"checkpoint {self.source}: {what}, not a type this tool stores: refused "
+        return CheckpointRefusedError(f"refused checkpoint {self.source}: {what}, not a type this tool stores "
                                       "(nothing was loaded from it; delete the file or pass another --checkpoint)")
 
     def _unpack(self, data: bytes):
@@ -168,6 +170,57 @@ class StrictSerializer(JsonPlusSerializer):
         except (ormsgpack.MsgpackDecodeError, RecursionError, ValueError, TypeError) as e:
             err, self._why.err = self._why.err, None
             raise (err or self._refuse(f"an entry that is not valid msgpack ({type(e).__name__})")) from None
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the shape of the annotation ``hint``: pydantic models, enums and plain
+    types by ``isinstance``; ``list[X]``, ``tuple[...]``, ``dict[K, V]`` element by element; unions,
+    ``Optional``, ``Annotated`` and ``Any``; a TypedDict as a dict of its keys' types."""
+    if hint is Any or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _matches(value, typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(hint))
+    if origin in (list, set, frozenset):
+        (arg,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, origin) and all(_matches(v, arg) for v in value)
+    if origin is tuple:
+        return isinstance(value, (tuple, list))
+    if origin is dict:
+        k, v = typing.get_args(hint) or (Any, Any)
+        return isinstance(value, dict) and all(_matches(a, k) and _matches(b, v) for a, b in value.items())
+    if origin is not None:
+        return isinstance(value, origin)
+    if isinstance(hint, type) and typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return False
+        sub = typing.get_type_hints(hint)
+        return all(_matches(v, sub[k]) for k, v in value.items() if k in sub)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a forward reference or special form this check does not know: the nodes check it
+
+
+def check_state(values: dict, schema: type, source: str = "checkpoint") -> None:
+    """Refuse checkpointed state ``values`` whose keys do not hold the types of the graph's state
+    ``schema`` (a TypedDict, see :func:`_matches`): a dict where a model is expected, a string where
+    a list is expected, a key the graph does not have. Raises :class:`CheckpointRefusedError`
+    naming ``source``."""
+    hints = typing.get_type_hints(schema)
+    for key, value in values.items():
+        hint = hints.get(key)
+        if hint is None:
+            raise CheckpointRefusedError(f"refused checkpoint {source}: an unknown state key {str(key)[:40]!r}")
+        if not _matches(value, hint):
+            raise CheckpointRefusedError(f"refused checkpoint {source}: state key {str(key)[:40]!r} holds a "
+                                         f"{type(value).__name__}, not what the graph stores (delete the file "
+                                         "or pass another --checkpoint)")
 
 
 def serializer(types: Iterable[type] = (), source: str = "checkpoint") -> StrictSerializer:

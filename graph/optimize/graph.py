@@ -32,7 +32,7 @@ from typing import Annotated, Any, Callable, Iterator, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from . import nodes as N
-from ..checkpoint import sqlite_saver
+from ..checkpoint import CheckpointRefusedError, check_state, sqlite_saver
 from ..runtime import node
 from ..analysis.schema import merge_dicts
 from ...state.loop import LoopRequest
@@ -228,10 +228,24 @@ def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,
     ``resume`` the graph continues from its last checkpoint: finished iterations are not re-run
     and a submitted job is waited for, not submitted again; a loop that stopped on
     ``TIMEOUT_WAITING`` waits for the same job again (with ``req``'s wait timeout, so the caller
-    may raise it); a loop that already finished does nothing."""
+    may raise it); a loop that already finished does nothing. Raises
+    :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` for a checkpoint that does not
+    deserialize to the loop's types (nothing is run)."""
     cfg = {"configurable": {"thread_id": req.loop_id}, "recursion_limit": RECURSION_LIMIT}
     with compiled(req.loop_dir, picker) as app:
-        snap = app.get_state(cfg)
+        where = str(Path(req.loop_dir) / CHECKPOINT_DB)
+        try:
+            snap = app.get_state(cfg)
+            check_state(dict(snap.values), OptimizeState, where)  # every key holds the type the loop stores
+            saved = (snap.values or {}).get("request")
+            if saved is not None and (saved.get("out_dir") != req.loop_dir or saved.get("loop_id") != req.loop_id):
+                raise CheckpointRefusedError(f"refused checkpoint {where}: its request is not this loop's "
+                                             f"({req.loop_id} in {req.loop_dir})")
+        except CheckpointRefusedError:
+            raise
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as e:  # not a LangGraph checkpoint
+            raise CheckpointRefusedError(f"refused checkpoint {where}: it does not deserialize to a checkpoint "
+                                         f"({type(e).__name__})") from None
         started = bool(snap.values)
         vals = snap.values or {}
         cur = vals.get("current") or {}
