@@ -138,6 +138,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     from ..graph.analysis.graph import build_analysis_graph
     from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
     from ..graph.checkpoint import check_state, open_checkpointer
+    from ..tools.report import write as report_write
 
     printer = printer or (lambda node, line: None)
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
@@ -160,10 +161,14 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         if snap.values and not snap.next:
             values = dict(snap.values)
             out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)
-            if values.get("report") and not (out_dir / "report.md").exists():
+            theirs = report_write.report_job(out_dir)
+            if values.get("report") and (not (out_dir / "report.md").exists()
+                                         or (req.force and theirs is not None and theirs != values["report"].jobid)):
                 from ..graph.analysis.nodes.synthesizer import synthesizer
 
-                printer("graph", "STATUS=partial; reason=complete, but report.md is gone: writing it again")
+                why = "report.md is gone" if not (out_dir / "report.md").exists() else f"job {theirs}'s report there"
+                printer("graph", f"STATUS=partial; reason=complete, but {why}: writing it again")
+                values["request"] = values["request"].model_copy(update={"force": req.force})
                 values.update(synthesizer(values))
                 printer("synthesizer", values["statuses"]["synthesizer"])
                 return values

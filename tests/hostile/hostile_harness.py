@@ -22,10 +22,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "perf-runs" / "92001"  # the bundled dispatch-bound H200 run
-#: Address space a command may take: the whole graph on 92001 peaks at ~170 MiB RSS; the imports
-#: (torch is not among them) map ~1 GiB of virtual memory. 3 GiB stops a blow-up (24 GB measured on
-#: a 400 KB nested trace before the fix) long before the machine's out-of-memory killer.
+#: Address space a command may take (the limit is inherited by the VictoriaMetrics that ``run``
+#: starts, whose Go runtime reserves virtual memory: ``run`` on 92001 fails at 1 GiB, passes at
+#: 1.5 GiB, measured). 3 GiB stops a blow-up (24 GB measured on a 400 KB nested trace before the fix)
+#: long before the machine's out-of-memory killer.
 MEMORY_LIMIT_BYTES = 3 << 30
+#: Address space for ``trace timeline`` alone (no VictoriaMetrics): it reads the 13 MB ``91003``
+#: trace within 512 MiB (measured); before the fix a 40 KB nested trace took 1 GB.
+TRACE_MEMORY_LIMIT_BYTES = 512 << 20
 #: Seconds a command may run: a full `run` on 92001 takes ~3 s on this 2-core machine; 300 s leaves
 #: room for a loaded CI machine and still stops a hang (12 min measured on a 300 MB event name).
 TIME_LIMIT_S = 300

@@ -13,7 +13,9 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +36,35 @@ BREAKDOWN_CATEGORIES = (
 DPI = 110
 
 
+_STAGED: ContextVar[list[tuple[Path, bytes]] | None] = ContextVar("ai4s_staged_plots", default=None)
+
+
+@contextmanager
+def staged() -> Iterator[list[tuple[Path, bytes]]]:
+    """Within this block the plot functions render into the yielded list of ``(path, PNG bytes)``
+    instead of writing, so the caller publishes them with the report in one
+    :func:`~ai4s_graph.state.publish.publish_many` (a failed report write then leaves the old
+    plots too)."""
+    files: list[tuple[Path, bytes]] = []
+    token = _STAGED.set(files)
+    try:
+        yield files
+    finally:
+        _STAGED.reset(token)
+
+
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     """Render ``fig`` as PNG in memory and publish it at ``path`` atomically, refusing a link
-    there (:func:`ai4s_graph.state.publish.publish`). Returns the path."""
+    there (:func:`ai4s_graph.state.publish.publish`), or stage it (:func:`staged`). Returns the path."""
     out = Path(path)
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    publish(out, buf.getbuffer())
+    batch = _STAGED.get()
+    if batch is not None:
+        batch.append((out, buf.getvalue()))
+    else:
+        publish(out, buf.getbuffer())
     return out
 
 

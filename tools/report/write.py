@@ -16,6 +16,7 @@ Otherwise the new report goes to ``<out>/.ai4s-graph/not-published/`` and the ca
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...state.publish import ensure_dir, publish_many
@@ -63,17 +64,20 @@ def destination(out_dir: str | Path, jobid: str | None, *, analysed: bool, force
     if not has_report(out):
         return out, None
     if not analysed:
-        return out / NOT_PUBLISHED, f"nothing was analysed: the earlier report in {out} is kept"
+        return out / NOT_PUBLISHED, "nothing was analysed: earlier report kept"
     prior = report_job(out)
     if prior is not None and jobid is not None and prior != str(jobid) and not force:
-        return out / NOT_PUBLISHED, f"{out} holds job {prior}'s report: kept (--force replaces it)"
+        return out / NOT_PUBLISHED, f"job {prior}'s report there kept (--force replaces it)"
     return out, None
 
 
-def write_report(out_dir: str | Path, dest: str | Path, report_json: str, report_md: str) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.md`` into ``dest`` (``out_dir`` or a folder under it)
-    together and atomically, refusing links under ``out_dir``. Returns their paths. Raises
-    :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError`` (then nothing is replaced)."""
+def write_report(out_dir: str | Path, dest: str | Path, report_json: str, report_md: str,
+                 extra: Sequence[tuple[Path, bytes]] = ()) -> tuple[Path, Path]:
+    """Write ``report.json``, ``report.md`` and the ``extra`` files (the staged plots,
+    :func:`ai4s_graph.tools.report.plots.staged`) into ``dest`` (``out_dir`` or a folder under it)
+    together and atomically, refusing links under ``out_dir``. Returns the report's two paths.
+    Raises :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError`` (then nothing is
+    replaced)."""
     d = ensure_dir(dest, out_dir)
-    js, md = publish_many([(d / REPORT_JSON, report_json), (d / REPORT_MD, report_md)], root=out_dir)
-    return js, md
+    done = publish_many([*extra, (d / REPORT_JSON, report_json), (d / REPORT_MD, report_md)], root=out_dir)
+    return done[-2], done[-1]

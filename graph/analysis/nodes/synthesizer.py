@@ -24,6 +24,7 @@ from ....tools.errors import Ai4sError
 from ....state.publish import ensure_dir
 from ....state.status import one_line_model
 from ....tools.levers.recommend import recommend_levers
+from ....tools.report import plots as report_plots
 from ....tools.report import write as report_write
 
 SYNTH = "synthesizer"
@@ -314,7 +315,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
                                           force=req.force)
     ensure_dir(dest, out_dir)
-    plots_, plot_problems = make_plots(state, dest, window)
+    with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
+        plots_, plot_problems = make_plots(state, dest, window)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -338,9 +340,9 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; report.md in {dest}" + (f" ({kept})" if kept else "")
+        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     report_write.write_report(out_dir, dest, rep.model_dump_json(indent=1) + "\n",
-                              render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep))
+                              render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep), staged_plots)
     return {"report": rep}, status
