@@ -70,6 +70,8 @@ class Manifest(BaseModel):
     def _nodes(cls, v: Any) -> list[str]:
         """SLURM's compressed hostlists (``gpu[01-03,07]``, as a string or list items) expanded to
         single names with ``python-hostlist`` (SLURM's syntax, no SLURM needed)."""
+        if v is not None and not isinstance(v, (str, list, tuple)):
+            raise ValueError(f"nodes_list must be a list of node names or a hostlist, not {type(v).__name__}")
         items = [v] if isinstance(v, str) else list(v or [])
         out: list[str] = []
         for item in items:
