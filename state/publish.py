@@ -113,15 +113,23 @@ def folder_fd(path: str | os.PathLike[str], root: str | os.PathLike[str] | None 
     return _descend(_open_root(r, create), r, parts, create), name
 
 
-def _check_target(dfd: int, name: str, shown: Path) -> None:
-    try:
-        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
+def check_mode(st: os.stat_result, shown: str | os.PathLike[str], *, folder: bool = False) -> None:
+    """Refuse (:class:`UnsafePathError`) what an ``lstat`` result shows at ``shown`` when the tool
+    must not write there: a symbolic link; with ``folder``, anything but a folder; else anything but a
+    regular file."""
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(f"{shown} is a symbolic link: refused to write through it")
-    if not stat.S_ISREG(st.st_mode):
+    if folder and not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{shown} is not a folder: refused")
+    if not folder and not stat.S_ISREG(st.st_mode):
         raise UnsafePathError(f"{shown} exists and is not a regular file: refused")
+
+
+def _check_target(dfd: int, name: str, shown: Path) -> None:
+    try:
+        check_mode(os.stat(name, dir_fd=dfd, follow_symlinks=False), shown)
+    except FileNotFoundError:
+        return
 
 
 def check_writable(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> None:

@@ -52,6 +52,21 @@ def cli(*args: str, state: Path, mem: int = MEMORY_LIMIT_BYTES, timeout: float =
                           env=e, timeout=timeout, preexec_fn=_limits(mem), cwd=str(cwd or REPO))
 
 
+def under_file_limit(statement: str, limit_bytes: int) -> str:
+    """Run ``statement`` (Python, ``ai4s_graph`` importable) in a child process whose files may not
+    grow past ``limit_bytes`` (``RLIMIT_FSIZE``: a real EFBIG from the kernel, no mock of ``open``);
+    returns its stdout, ``OSError <errno>`` when the statement raised one."""
+    code = ("import resource\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_bytes}, {limit_bytes}))\n"
+            "try:\n"
+            f"    {statement}\n"
+            "except OSError as e:\n"
+            "    print('OSError', e.errno)\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return cp.stdout + cp.stderr
+
+
 def status_lines(cp: subprocess.CompletedProcess) -> list[str]:
     """The ``STATUS=`` lines of a command's stdout, in order."""
     return [ln for ln in cp.stdout.splitlines() if ln.startswith("STATUS=")]

@@ -128,19 +128,9 @@ def test_file_size_limit_during_the_report_write_keeps_the_good_report(tmp_path,
     SQLite's own writes fail first) while the synthesizer's write path publishes a report pair: the
     earlier pair survives byte for byte, no temporary or 0-byte file is left."""
     out = good["out"]
-    code = (
-        "import resource\n"
-        "from ai4s_graph.tools.report.write import write_report\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
-        f"out = {str(out)!r}\n"
-        "try:\n"
-        "    write_report(out, out, '{}' + ' ' * 100, '#' * 100000)\n"
-        "except OSError as e:\n"
-        "    print('OSError', e.errno)\n"
-    )
-    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                        env=dict(os.environ, PYTHONPATH=str(H.REPO)))
-    assert cp.stdout.startswith("OSError 27"), cp.stdout + cp.stderr  # EFBIG
+    got = H.under_file_limit("from ai4s_graph.tools.report.write import write_report; "
+                             f"write_report({str(out)!r}, {str(out)!r}, '{{}}' + ' ' * 100, '#' * 100000)", 8192)
+    assert got.startswith("OSError 27"), got  # EFBIG
     assert H.snapshot(out) == good["files"] and not list(out.rglob("*.tmp"))
 
 

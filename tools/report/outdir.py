@@ -22,11 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
 
 from ...state import Manifest
-from ...state.publish import UnsafePathError, check_writable
+from ...state.publish import UnsafePathError, check_mode, check_writable
 from ..errors import InputError
 from ..jsonguard import JsonLimitError, load_file
 from ..slurm.jobs import discover_artifacts
@@ -74,22 +73,17 @@ def _walk_for_links(folder: Path) -> None:
     there are appended to) anywhere under ``folder`` (itself included); nothing below a link is
     followed."""
     try:
-        st = folder.lstat()
+        check_mode(folder.lstat(), folder, folder=True)
     except FileNotFoundError:
         return
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"{folder} is a symbolic link: refused to write through it")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePathError(f"{folder} is not a folder: refused")
     for root, dirs, files in os.walk(folder, followlinks=False):
-        for name in dirs + files:
+        for name in dirs:
+            check_mode((Path(root) / name).lstat(), Path(root) / name, folder=True)
+        for name in files:
             p = Path(root) / name
-            m = p.lstat().st_mode
-            if stat.S_ISLNK(m):
-                raise UnsafePathError(f"{p} is a symbolic link: refused to write through it")
-            if not (stat.S_ISDIR(m) or stat.S_ISREG(m)):
-                raise UnsafePathError(f"{p} exists and is not a regular file: refused")
-            if stat.S_ISREG(m) and p.lstat().st_nlink > 1:  # journals and ledgers are appended to
+            st = p.lstat()
+            check_mode(st, p)
+            if st.st_nlink > 1:  # journals and ledgers are appended to
                 raise UnsafePathError(f"{p} is a hard link to another file: refused to write into it")
 
 
