@@ -27,6 +27,7 @@ from ..diagnosis import Diagnosis, classify_trace
 from ..schema import AnalysisState, RankResult, RankTask
 from ...runtime import journal, node
 from ....state import BottleneckClass, Claim, Evidence, Outcome, StatusLine
+from ....state.publish import publish
 from ....tools.errors import Ai4sError, NoGpuEventsError
 from ....tools.trace import ranks as rank_identity
 from ....tools.trace.hygiene import GraphKernelsNotRecordedError
@@ -243,8 +244,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
             cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
         jobid = slurm.sbatch(script)
-        work.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"jobid": jobid, "script": str(script)}))
+        publish(marker, json.dumps({"jobid": jobid, "script": str(script)}), root=req.out_dir)
     journal(req.out_dir, "trace_array", "submitted", jobid=jobid)
     try:
         tasks = slurm.wait_for_array(jobid, timeout_s=req.wait_timeout_s)
