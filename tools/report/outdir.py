@@ -106,12 +106,15 @@ def check_out_dir(out: str | os.PathLike[str], *, inputs: tuple[str | os.PathLik
         return
     if not o.is_dir():
         raise InputError(f"--out {o} is a file, not a directory: refused, nothing written")
+    own = {Path(os.path.abspath(r)) for r in inputs if r}
     for name in RUN_FILES:
+        if name == "manifest.json" and o in own:
+            continue  # the run directory's own manifest.json: read, never rewritten (launcher)
         check_writable(o / name, o)
     for name in RUN_FOLDERS:
         _walk_for_links(o / name)
     mp = o / "manifest.json"
-    if mp.is_file():
+    if mp.is_file() and o not in own:  # an input's manifest is checked by check_run_dir
         try:
             load_file(mp)
         except JsonLimitError as e:
