@@ -14,7 +14,6 @@ from typing import Optional
 
 import typer
 
-from ..graph.checkpoint import CheckpointRefusedError
 from ..state import StatusLine
 from ..state.publish import UnsafePathError
 from ..state.status import one_line
@@ -63,6 +62,7 @@ def optimize(
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model string provider:name for --llm."),
 ) -> None:
     """Run the perf-optimizer loop on a SLURM cluster or on this machine (--executor)."""
+    from ..graph.checkpoint import CheckpointRefusedError
     from ..graph.optimize import graph as O
     from ..tools.levers.catalog import bundled_catalog
 

@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.text import Text
 
 from ..graph.analysis.configuration import RunRequest
-from ..graph.checkpoint import CheckpointRefusedError
 from ..state import StatusLine
 from ..state.publish import UnsafePathError
 from ..state.status import one_line
@@ -137,7 +136,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` before anything runs."""
     from ..graph.analysis.graph import build_analysis_graph
     from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
-    from ..graph.checkpoint import check_state, open_checkpointer
+    from ..graph.checkpoint import CheckpointRefusedError, check_state, open_checkpointer
     from ..tools.report import write as report_write
 
     printer = printer or (lambda node, line: None)
@@ -279,6 +278,8 @@ def register(app: typer.Typer) -> None:
             st = StatusLine.parse(line).status.value
             color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]
             console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
+
+        from ..graph.checkpoint import CheckpointRefusedError  # here: langgraph's import is slow for other commands
 
         try:
             final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
