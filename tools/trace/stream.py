@@ -59,6 +59,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import GuardedReader
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
@@ -80,7 +81,7 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "3"
+STREAM_VERSION = "4"
 
 _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
@@ -120,7 +121,7 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | N
     key: str | None = None
     try:
         with _raw_of(p, raw) as r:
-            for prefix, event, value in ijson.parse(_decoded(r), use_float=True):
+            for prefix, event, value in ijson.parse(GuardedReader(_decoded(r), p.name), use_float=True):
                 if builder is not None:
                     if prefix == "" and event in ("map_key", "end_map"):
                         out[key] = builder.value  # type: ignore[index]
@@ -155,7 +156,8 @@ def iter_events(path: str | os.PathLike,
     size = p.stat().st_size
     try:
         with _raw_of(p, raw) as raw:
-            fh = ByteTap(_decoded(raw), taps) if taps else _decoded(raw)
+            fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before ijson sees a byte
+            fh = ByteTap(fh, taps) if taps else fh
             if trailer is not None:
                 keeper = fh = TailKeeper(fh)
                 yield from _events(fh, raw, size, progress)
@@ -276,13 +278,14 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
     pairs = DurationPairs()
     n = 0
-    bad_dur = bad_num = instants = 0
+    bad_dur = bad_num = instants = ill = bad_args = 0  # ill: not an object / unhashable category
     trailer: dict[str, Any] = {}
     for ev in iter_events(p, progress, trailer, taps=taps, raw=raw):
         n += 1
         for f in also:
             f(ev)
         if type(ev) is not dict:
+            ill += 1
             continue
         cat_w = ev.get("cat")  # the category as written
         try:
@@ -292,6 +295,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
         except TypeError:  # an unhashable category is no category
             cat_w = cat = k = None
+            ill += 1
         cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
         ph = ev.get("ph")
         order = n
@@ -327,6 +331,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 names.append(nm)
             args = ev.get("args")
             if type(args) is not dict:
+                bad_args += args is not None
                 args = {}
             idx = len(ts)
             ts.append(t)
@@ -445,7 +450,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
         device_names={c: v for v, c in dev_codes.items()},
-        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur),
+        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur, ill, bad_args),
     )
     if len(ts) == 0:
         gl = scan.graph_launches()
@@ -462,13 +467,14 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
 
 
 def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,
-                bad_dur: int) -> list[str]:
+                bad_dur: int, ill: int = 0, bad_args: int = 0) -> list[str]:
     """The pass's notes (:func:`.hygiene.input_notes`): categories normalised, duration pairs joined
-    or unmatched, instants and GPU events without numbers or with a negative dur left out."""
+    or unmatched, instants and GPU events without numbers or with a negative dur left out, events of
+    a shape kineto never writes left out, GPU events read without their args."""
     renamed = [(r, c, cat_counts.get(r, 0)) for r, (c, _k) in cat_of.items()
                if isinstance(r, str) and c is not None and c != r]
     return input_notes(renamed=renamed, instants=instants, bad_numbers=bad_num, bad_durations=bad_dur,
-                       **pairs.counts(GPU_CATS))
+                       ill_typed=ill, args_not_object=bad_args, **pairs.counts(GPU_CATS))
 
 
 # --------------------------------------------------------------------------- classification

@@ -23,7 +23,11 @@ from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Repor
                               Tolerance, Verdict, VerifiedClaim)
 from ....tools.cluster.baseline import load_baseline
 from ....tools.errors import Ai4sError, InputError
+from ....state.publish import ensure_dir
+from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
+from ....tools.report import plots as report_plots
+from ....tools.report import write as report_write
 
 SYNTH = "synthesizer"
 
@@ -151,7 +155,11 @@ def context_markdown(rep: Report) -> list[str]:
 
 def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()) -> str:
     """``report.md`` text (see the module docstring for its order); ``not_checked``: the checks
-    that could not run, listed with what was missing (they never lower STATUS)."""
+    that could not run, listed with what was missing (they never lower STATUS). Every string of
+    ``rep``, ``manifest`` and ``not_checked`` is made one line first (control characters escaped):
+    a value from a user's file never starts a line of its own."""
+    rep, manifest = one_line_model(rep), one_line_model(manifest)
+    not_checked = [one_line(n) for n in not_checked]
     L: list[str] = [f"# ai4s-graph report — job {rep.jobid}", ""]
     L += [f"**Nodes:** {', '.join(rep.nodes_list) or 'unknown'} · **State:** {rep.state} · **Model:** {rep.model} · "
           f"**Precision:** {manifest.precision} · **Global batch:** {manifest.global_batch_size} · "
@@ -173,7 +181,7 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
           "|---|---|---:|---|---:|---|---|"]
     for v in rep.claims:
         c = v.claim
-        L.append(f"| `{c.id}` | {c.statement} | {_fmt(c.value, c.unit)} | **{v.verdict.value}** | "
+        L.append(f"| `{c.id}` | {c.statement.replace('|', '/')} | {_fmt(c.value, c.unit)} | **{v.verdict.value}** | "
                  f"{_fmt(v.rederived_value, c.unit if not isinstance(v.rederived_value, str) else '')} | "
                  f"{v.tolerance.describe()} | {v.method}{(' — ' + v.note) if v.note else ''} |")
     L += ["", "### Evidence", ""]
@@ -311,7 +319,6 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
     req = state["request"]
     out_dir = Path(req.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
     verdicts = _verdicts(state)
     findings = state.get("findings") or {}
@@ -320,7 +327,13 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
     levers = lever_rules.choose(levers, findings, verdicts, b)
-    plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))
+    # the report (and its plots) replace the one in out_dir only after a run that analysed something,
+    # and never another job's report without --force (tools/report/write.py)
+    dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
+                                          force=req.force)
+    ensure_dir(dest, out_dir)
+    with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
+        plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -338,15 +351,16 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             rep.executive_summary = res.prose
         if res.status.status is not Outcome.ok:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
-    if not state.get("manifest"):
+    if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"
+        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
-    (out_dir / "report.json").write_text(json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked), indent=1,
-                                                    ensure_ascii=False) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep))
+    report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
+                                                        indent=1, ensure_ascii=False) + "\n",
+                              render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep),
+                              staged_plots)
     return {"report": rep}, status
