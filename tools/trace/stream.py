@@ -59,7 +59,8 @@ import numpy as np
 from ..errors import InputError, NoGpuEventsError
 from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
 from .categories import _COMM_RE, TIMELINE_ROWS
-from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
+from . import fastscan
+from .trailer import read_trailer
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
@@ -249,7 +250,7 @@ def iter_events(path: str | os.PathLike,
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
     stream's last bytes, :mod:`.trailer`) once the events are exhausted.
-    Memory: one event at a time plus ijson's 64 KiB buffer (and the kept tail with ``trailer``).
+    Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
     p = _check_path(path)
     size = p.stat().st_size
@@ -258,35 +259,11 @@ def iter_events(path: str | os.PathLike,
             magic = raw.read(2)
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
-            if trailer is not None:
-                keeper = fh = TailKeeper(fh)
-                yield from _events(fh, raw, size, progress)
-                trailer.update(trailer_keys(keeper.last(), whole=keeper.total <= TAIL_BYTES))
-                return
-            yield from _events(fh, raw, size, progress)
+            # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
+            yield from fastscan.events(fh, raw, size, progress, trailer)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
-
-
-def _events(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> Iterator[dict[str, Any]]:
-    if progress is None:
-        yield from ijson.items(fh, "traceEvents.item", use_float=True)
-        # drain what follows the events (the trailer keys) so a TailKeeper sees the document's end
-        while fh.read(1 << 16):
-            pass
-        return
-    step, nxt = 1 << 20, 0
-    for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
-        if not n & 1023:
-            pos = raw.tell()
-            if pos >= nxt:
-                progress(pos, size)
-                nxt = pos + step
-        yield ev
-    while fh.read(1 << 16):
-        pass
-    progress(size, size)
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...]) -> int:
