@@ -81,8 +81,18 @@ _DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
 _RUN = b"0" * 19
 _DIGITS = re.compile(rb"[0-9]+")
 _INT_MAX = (1 << 63) - 1
+#: What JSON allows right before a number token and right after an integer one (b"": the text's end).
+_BEFORE_NUMBER = frozenset((b":", b",", b"[", b" ", b"\t", b"\r", b"\n", b""))
+_AFTER_INT = frozenset((b",", b"]", b"}", b" ", b"\t", b"\r", b"\n", b""))
 _DECODE = msgspec.json.Decoder().decode
 _OPEN = b'{"traceEvents":['
+#: A key holding a ``\u`` escape (from the escape to the string's end, then ``:``): the only way to
+#: spell ``traceEvents`` other than plainly (no other JSON escape gives a letter).
+_ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}(?:[^"\\]|\\.)*"\s*:')
+
+#: What the latest fast parse in this process did (for the tests and the benchmark): ``pieces``
+#: decoded by msgspec, ``fallback``: None, or why the rest went to ijson.
+last_parse: dict[str, Any] = {"pieces": 0, "fallback": None}
 
 
 def parser_name() -> str:
@@ -180,7 +190,7 @@ def _head(blocks: _Blocks) -> tuple[bytes, int | None]:
         buf += b
         m = _KEY.search(buf)
         if m is not None:  # accepted when no other (or escaped) key could be traceEvents and the head is the root's
-            if (buf.count(b'"traceEvents"', 0, m.start()) == 0 and b"\\u" not in buf[:m.start()]
+            if (buf.count(b'"traceEvents"', 0, m.start()) == 0 and _ESCAPED_KEY.search(buf, 0, m.start()) is None
                     and _decodes_as_object(buf[:m.end()] + b"]}")):
                 return buf, m.end()
             return buf, None
@@ -207,14 +217,17 @@ def _piece(text: bytes) -> list | None:
 
 def _ints_agree(text: bytes) -> bool:
     """False when ``text`` may hold an integer literal that ijson refuses (|v| > 2**63 - 1) and msgspec
-    decodes: a run of 19+ digits that is not a fraction or a float's integer part and whose value is
-    out of that range (conservative: a digit run inside a string counts too)."""
+    decodes: a run of 19+ digits placed as a number token can be (after ``:``, ``,``, ``[`` or
+    whitespace, an optional ``-``; before ``,``, ``]``, ``}`` or whitespace), not a float's digits, and
+    out of that range. A run placed otherwise lies inside a string, where both decoders agree; a string
+    holding such a token-like run (``"a: 12345678901234567890 b"``) counts too (conservative)."""
     t = text.translate(_DIGIT_MAP)
     i = t.find(_RUN)
     while i >= 0:  # i: the start of a run (the previous run ended before it)
         m = _DIGITS.match(text, i)
         b = m.end()  # type: ignore[union-attr]
-        if not (text[b:b + 1] in (b".", b"e", b"E") or text[i - 1:i] == b"."):  # not a float's digits
+        a = i - 1 if text[i - 1:i] == b"-" else i
+        if text[a - 1:a] in _BEFORE_NUMBER and text[b:b + 1] in _AFTER_INT:
             if b - i > 19 or int(text[i:b]) > _INT_MAX:
                 return False
         i = t.find(_RUN, b)
@@ -251,7 +264,7 @@ def events(fh, raw, size: int, progress: Callable[[int, int], None] | None = Non
         yield from _ijson_path(fh, raw, size, progress)
         return
     tick = None if progress is None else (lambda: progress(raw.tell(), size))
-    for batch in event_batches(fh, trailer=trailer, on_batch=tick):
+    for batch in event_batches(fh, trailer=trailer, on_batch=tick, stats=last_parse):
         yield from batch
     if progress is not None:
         progress(size, size)
@@ -279,25 +292,29 @@ def _ijson_path(fh, raw, size: int, progress: Callable[[int, int], None] | None)
 
 
 def event_batches(fh, *, threaded: bool = True, trailer: dict[str, Any] | None = None,
-                  on_batch: Callable[[], None] | None = None) -> Iterator[list]:
+                  on_batch: Callable[[], None] | None = None, stats: dict[str, Any] | None = None) -> Iterator[list]:
     """The ``traceEvents`` of the (decompressed) document read from ``fh`` as lists of event dicts,
     in file order (see the module docstring). ``trailer``: receives the top-level keys written after
     the list (:func:`.trailer.trailer_keys` over the document's last bytes) once the list is done.
-    ``on_batch()``: called after each batch (the caller's progress report).
+    ``on_batch()``: called after each batch (the caller's progress report). ``stats``: set to
+    ``{"pieces": decoded by msgspec, "fallback": None or why the rest went to ijson}``.
     Raises what ijson raises on a malformed or truncated document, and what ``fh.read`` raises."""
     blocks = _Blocks(fh, threaded)
+    st = stats if stats is not None else {}
+    st.update(pieces=0, fallback=None)
     try:
-        yield from _batches(blocks, on_batch)
+        yield from _batches(blocks, on_batch, st)
         if trailer is not None:
             trailer.update(trailer_keys(blocks.tail(), whole=blocks.total <= TAIL_BYTES))
     finally:
         blocks.close()
 
 
-def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None) -> Iterator[list]:
+def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str, Any]) -> Iterator[list]:
     tick = on_batch or (lambda: None)
     buf, s = _head(blocks)
     if s is None:  # not the shape we split: ijson reads the whole document
+        st["fallback"] = "no traceEvents list at the root's head"
         yield from _ijson_events(_Rest(buf, blocks))
         return
     eof = False
@@ -320,16 +337,18 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None) -> Iterator[l
                     continue
                 eof = True
             rest = buf[s:]
-            if b'"traceEvents"' not in rest and b"\\u" not in rest:  # no second list, not even escaped
+            if b'"traceEvents"' not in rest and _ESCAPED_KEY.search(rest) is None:  # no second list, not even escaped
                 try:
                     doc = _DECODE(_OPEN + rest)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     doc = None
                 if isinstance(doc, dict) and _ints_agree(rest):
+                    st["pieces"] += 1
                     if doc["traceEvents"]:
                         yield doc["traceEvents"]
                         tick()
                     return
+            st["fallback"] = "the end of the list did not decode"
             yield from _ijson_events(_Rest(_OPEN + rest, blocks))
             return
         evs = None
@@ -341,8 +360,10 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None) -> Iterator[l
             if m is None:
                 break
         if evs is None:  # ijson from this piece's first event on
+            st["fallback"] = f"piece {st['pieces'] + 1} did not decode"
             yield from _ijson_events(_Rest(_OPEN + buf[s:], blocks))
             return
         s = m.end() - 1  # the next event's "{"
+        st["pieces"] += 1
         yield evs
         tick()
