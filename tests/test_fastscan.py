@@ -239,3 +239,49 @@ def test_the_reader_thread_stops_when_the_pass_stops_early(tmp_path, monkeypatch
     for t in readers:
         t.join(timeout=60)
         assert not t.is_alive()
+
+
+def test_the_engine_fields_cover_what_the_engine_scan_reads():
+    """A scan without other consumers decodes only fastscan.ENGINE_EVENT_KEYS / ENGINE_ARG_KEYS: every
+    key the scan's source reads from an event or its args must be in them (a key added to the scan
+    and not there would read as missing on the fast parse only)."""
+    import re
+
+    src = ""
+    for name in ("stream.py", "stream_fix.py", "scan.py"):  # the scan and the helpers it calls per event
+        p = REPO / "tools" / "trace" / name
+        if p.is_file():
+            src += p.read_text()
+    read = set(re.findall(r'\b(?:ev|e|a|args|first|nxt)(?:\.get\(|\[)"([^"]+)"', src))
+    assert read, "no event key found in the scan's source"
+    assert read <= set(fastscan.ENGINE_EVENT_KEYS) | set(fastscan.ENGINE_ARG_KEYS), read
+    assert set(stream.COLLECTIVE_ARG_KEYS) <= set(fastscan.ENGINE_ARG_KEYS)
+
+
+def test_engine_fields_decode_keeps_only_those(tmp_path, monkeypatch):
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    ev = _ev(0, args={"correlation": 5, "External id": 9, "Input Dims": [[1]], "stream": 7}, extra="x")
+    p = _write(tmp_path, "one", _doc([ev, _ev(1)]), gz=False)
+    full = next(stream.iter_events(p))
+    lean = next(stream.iter_events(p, fields="engine"))
+    assert full == ev
+    assert lean == {k: v for k, v in ev.items() if k != "extra"} | {"args": {"correlation": 5, "stream": 7}}
+
+
+def _engine_outcome(path: Path, parser: str, monkeypatch):
+    monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+    try:
+        analysis, tables = engine.analyze_with_tables(path)
+    except Ai4sError as e:
+        return ("error", type(e).__name__, str(e))
+    except Exception as e:  # noqa: BLE001 - a crash must at least be the same crash
+        return ("crash", type(e).__name__)
+    return (analysis.model_dump(mode="json"), json.dumps(tables, sort_keys=True, default=str))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_odd_documents_same_engine_output(tmp_path, monkeypatch, name):
+    # the engine's own scan decodes only its fields on the fast parse: same figures or the same refusal
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    p = _write(tmp_path, name, CASES[name], gz=False)
+    assert _engine_outcome(p, "fast", monkeypatch) == _engine_outcome(p, "ijson", monkeypatch)

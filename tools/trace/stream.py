@@ -244,12 +244,13 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...]) -> dict[str, Any]
 
 def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+                trailer: dict[str, Any] | None = None, fields: str = "all") -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
-    stream's last bytes, :mod:`.trailer`) once the events are exhausted.
+    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``fields``: ``all``, or
+    ``engine``: events may hold only the keys the engine's scan reads (:data:`.fastscan.ENGINE_EVENT_KEYS`).
     Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
     p = _check_path(path)
@@ -260,7 +261,7 @@ def iter_events(path: str | os.PathLike,
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
             # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
-            yield from fastscan.events(fh, raw, size, progress, trailer)
+            yield from fastscan.events(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
@@ -349,7 +350,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     n = 0
     bad_dur = 0
     trailer: dict[str, Any] = {}
-    for ev in iter_events(p, progress, trailer):
+    for ev in iter_events(p, progress, trailer, "all" if also else "engine"):  # parse entry (.fastscan)
         n += 1
         for f in also:
             f(ev)
