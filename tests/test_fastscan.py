@@ -285,3 +285,24 @@ def test_odd_documents_same_engine_output(tmp_path, monkeypatch, name):
     monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
     p = _write(tmp_path, name, CASES[name], gz=False)
     assert _engine_outcome(p, "fast", monkeypatch) == _engine_outcome(p, "ijson", monkeypatch)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_left_as_it_was(tmp_path, monkeypatch, enabled):
+    # the decode pauses the cyclic collector; after the parse (and after one that fails) it is as before
+    import gc
+
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        for name in ("kineto layout", "truncated inside an event"):
+            p = _write(tmp_path, name, CASES[name], gz=False)
+            try:
+                sum(1 for _ in stream.iter_events(p))
+            except Ai4sError:
+                pass
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -35,6 +35,12 @@ every trace the suite and the benchmark hold gives the same engine output on bot
 **Threads.** The file is read and decompressed (zlib releases the GIL) in a reader thread, at
 most :data:`QUEUE_BLOCKS` blocks of :data:`BLOCK_BYTES` ahead, while the main thread decodes.
 
+**Garbage collection** is paused while msgspec decodes a piece (:class:`_GcPause`): the piece's
+thousands of event dicts are made in one call, and with the collector on the young-generation
+collections inside that call promote them to the oldest generation, which then sets off full
+collections (18 instead of 5 over the 176 MB trace in ``run``'s one read, ~0.7 s of 4.5 s). Paused,
+they are young when the consumers drop them. JSON values hold no reference cycles.
+
 **Memory.** A block queue (3 x 1 MiB of text), the text being cut (~2 MiB), the piece being decoded
 and its events (~4x its text as Python objects), the document's last :data:`~.trailer.TAIL_BYTES`
 for the trailer keys: ~10 MiB whatever the trace's size.
@@ -44,6 +50,7 @@ for the trailer keys: ~10 MiB whatever the trace's size.
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import re
@@ -183,6 +190,29 @@ class _Blocks:
         self._stop.set()
 
 
+class _GcPause:
+    """Pause the cyclic garbage collector around one decode call (threads may decode at once: the
+    first in turns it off when it was on, the last out restores it)."""
+
+    _lock = threading.Lock()
+    _active = 0
+    _was_enabled = False
+
+    def __enter__(self) -> "_GcPause":
+        with _GcPause._lock:
+            if _GcPause._active == 0:
+                _GcPause._was_enabled = gc.isenabled()
+                gc.disable()
+            _GcPause._active += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _GcPause._lock:
+            _GcPause._active -= 1
+            if _GcPause._active == 0 and _GcPause._was_enabled:
+                gc.enable()
+
+
 class _Rest:
     """A file-like ``read(n)`` over ``first`` and then the remaining blocks: what ijson reads when
     the fast parse hands over."""
@@ -231,7 +261,8 @@ def _piece(text: bytes, decode: Callable[[bytes], Any]) -> list | None:
     """``text`` decoded as a list of events, or None when msgspec refuses it or ijson would not
     give the same values (a 19-digit run: an integer that may lie outside int64)."""
     try:
-        out = decode(text)
+        with _GcPause():
+            out = decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     return out if _ints_agree(text) else None
@@ -367,7 +398,8 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
             rest = buf[s:]
             if b'"traceEvents"' not in rest and _ESCAPED_KEY.search(rest) is None:  # no second list, not even escaped
                 try:
-                    doc = decode_doc(_OPEN + rest)
+                    with _GcPause():
+                        doc = decode_doc(_OPEN + rest)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     doc = None
                 if isinstance(doc, dict) and _ints_agree(rest):
