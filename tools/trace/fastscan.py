@@ -2,10 +2,11 @@
 decompressed text, split at event boundaries, with ijson as the fallback.
 
 The one pass (:func:`.stream.iter_events`) spends most of its time turning JSON into Python
-objects. ``ijson``'s C backend (yajl2) builds them one parser event at a time (~3 s for a 176 MB
-trace on the project's 2-core machine); ``msgspec`` decodes a whole buffer in C (~0.7 s for the
-same events, measured with ``bench/bench_long_trace.py``'s trace). Neither may hold the whole
-file: the text is decoded in pieces of about :data:`PIECE_BYTES`.
+objects. ``ijson``'s C backend (yajl2) builds them one parser event at a time; ``msgspec`` decodes a
+whole buffer in C. Measured on the replicated 176 MB trace (``bench/make_long_trace.py``, 713 k
+events; CPU seconds on the project's 2-core machine, shared): gunzip 0.16 s, ijson over every event
+1.8 s, this parse 1.2 s (whole events) and ~0.9 s (the engine's fields only, below). Neither parser
+may hold the whole file: the text is decoded in pieces of about :data:`PIECE_BYTES`.
 
 **Splitting.** Kineto writes one event per ``{ ... }`` with ``},\\n  {`` between two events of the
 list. A piece runs from the start of an event to a ``}`` followed by ``,`` and ``{`` (any
