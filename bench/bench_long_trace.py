@@ -366,7 +366,8 @@ def main() -> None:  # noqa: C901 - one report, section by section
             rows += [f"| `trace timeline` / `run`, {big_size / 1e9:.2f} GB of JSON | {w(big['timeline'])} / {w(big['run'])} "
                      f"| {big['timeline']['cpu_s']:.1f} / {big['run']['cpu_s']:.1f} s | "
                      f"{mib(big['timeline']['peak_rss'])} / {mib(big['run']['peak_rss'])} MiB |"]
-        rows += [f"| `run`, {n} ranks x {a.curve_mb:g} MB | {w(r)} | {r['cpu_s']:.1f} s | {mib(r['peak_rss'])} MiB |"
+        rows += [f"| `run`, {n} rank{'s' if n != 1 else ''} x {a.curve_mb:g} MB | {w(r)} | {r['cpu_s']:.1f} s | "
+                 f"{mib(r['peak_rss'])} MiB |"
                  for n, _jb, r, _tl in curve]
         rows.append(README_END)
         replace_block(a.readme, README_BEGIN, README_END, "\n".join(rows) + "\n")

@@ -148,7 +148,6 @@ class _Blocks:
             threading.Thread(target=self._run, name="trace-reader", daemon=True).start()
 
     def _run(self) -> None:
-        q = self._q
         try:
             while not self._stop.is_set():
                 b = self._fh.read(BLOCK_BYTES)
