@@ -81,12 +81,60 @@ class JsonScanner:
     def _refuse(self, what: str) -> None:
         raise JsonLimitError(f"{self.name}: {what} (at byte {self.offset}): refused before parsing")
 
+    def _locate(self, chunk: bytes, state: tuple) -> None:
+        """Refusal path only: walk ``chunk`` byte by byte from the state before it (``state``: depth,
+        offset, in string, escape, string length, element length) and refuse at the exact byte that
+        first crosses a limit, so the offset named does not depend on how the file was read in
+        pieces. Raises :class:`JsonLimitError`."""
+        depth, offset, in_str, esc, slen, elem = state
+        for i, ch in enumerate(chunk):
+            self.offset = offset + i + 1
+            if depth >= 3:
+                elem += 1
+                if elem > self.max_element:
+                    self._refuse(f"one JSON element longer than {self.max_element} bytes")
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == 0x5C:
+                    esc = True
+                    continue
+                elif ch == 0x22:
+                    in_str = False
+                    continue
+                slen += 1
+                if slen > self.max_string:
+                    self._refuse(f"a string longer than {self.max_string} bytes")
+            elif ch == 0x22:
+                in_str, slen = True, 0
+            elif ch in (0x5B, 0x7B):
+                depth += 1
+                if depth > self.max_depth:
+                    self._refuse(f"JSON nested deeper than {self.max_depth} levels")
+            elif ch in (0x5D, 0x7D):
+                depth -= 1
+                if depth < 3:
+                    elem = 0
+
     def feed(self, chunk: bytes) -> None:
-        """Scan the next ``chunk``. Raises :class:`JsonLimitError`. (A string's length counts its
-        bytes less its escape sequences' backslashes.)"""
+        """Scan the next ``chunk``. Raises :class:`JsonLimitError` naming the exact byte offset where
+        a limit is first crossed (:meth:`_locate`). (A string's length counts its bytes less its
+        escape sequences' backslashes.)"""
         n = len(chunk)
         if not n:
             return
+        if n <= self.max_string or self.max_string <= 0:
+            state = (self.depth, self.offset, self._in_string, self._escape, self._string_len, self._element)
+            try:
+                self._feed(chunk)
+            except JsonLimitError:
+                self._locate(bytes(chunk), state)
+                raise
+            return
+        self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> None:
+        n = len(chunk)
         if n > self.max_string > 0:  # pieces no longer than a string may be: a longer one spans pieces
             view = memoryview(chunk)
             for i in range(0, n, self.max_string):

@@ -62,13 +62,14 @@ from ..errors import InputError, NoGpuEventsError
 from ..jsonguard import GuardedReader
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from . import fastscan
 from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
                    LaunchWindow, TraceScan)
 from .stream_fix import (INSTANT_PHASES, PAIR_PHASES, DurationPairs, clip_stream_overlaps,  # noqa: F401
                          num, overlap_warnings)
-from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
+from .trailer import read_trailer
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
@@ -142,51 +143,29 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | N
 
 def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None, *, taps: Taps = (),
+                trailer: dict[str, Any] | None = None, fields: str = "all", *, taps: Taps = (),
                 raw: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
-    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``taps``, ``raw``: as
-    :func:`scan_trace`.
-    Memory: one event at a time plus ijson's 64 KiB buffer (and the kept tail with ``trailer``).
+    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``fields``: ``all``, or
+    ``engine``: events may hold only the keys the engine's scan reads (:data:`.fastscan.ENGINE_EVENT_KEYS`).
+    ``taps``, ``raw``: as :func:`scan_trace`. The decoded bytes pass the JSON bounds
+    (:class:`~ai4s_graph.tools.jsonguard.GuardedReader`) before either parser sees them.
+    Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
     p = _check_path(path)
     size = p.stat().st_size
     try:
         with _raw_of(p, raw) as raw:
-            fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before ijson sees a byte
+            fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before a parser sees a byte
             fh = ByteTap(fh, taps) if taps else fh
-            if trailer is not None:
-                keeper = fh = TailKeeper(fh)
-                yield from _events(fh, raw, size, progress)
-                trailer.update(trailer_keys(keeper.last(), whole=keeper.total <= TAIL_BYTES))
-                return
-            yield from _events(fh, raw, size, progress)
+            # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
+            yield from fastscan.events(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
-
-
-def _events(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> Iterator[dict[str, Any]]:
-    if progress is None:
-        yield from ijson.items(fh, "traceEvents.item", use_float=True)
-        # drain what follows the events (the trailer keys) so a TailKeeper sees the document's end
-        while fh.read(1 << 16):
-            pass
-        return
-    step, nxt = 1 << 20, 0
-    for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
-        if not n & 1023:
-            pos = raw.tell()
-            if pos >= nxt:
-                progress(pos, size)
-                nxt = pos + step
-        yield ev
-    while fh.read(1 << 16):
-        pass
-    progress(size, size)
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
@@ -206,12 +185,14 @@ def trim_heap() -> None:
     """Give freed heap pages back to the OS (glibc ``malloc_trim(0)``; a no-op elsewhere). After a
     large analysis frees its arrays, glibc keeps the pages (its mmap threshold grows after each
     large free, so later large buffers come from the heap); measured on the 176 MB bench trace:
-    75 -> 50 MiB RSS after the engine's pass."""
+    75 -> 50 MiB RSS after the engine's pass. The arrays go when their last reference does; only the
+    young generations are collected (a full collection costs ~0.1 s with the graph's heap and freed
+    nothing more there: the same peak RSS, measured on the replicated 176 MB trace)."""
     import ctypes
     import ctypes.util
     import gc
 
-    gc.collect()
+    gc.collect(1)
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -280,7 +261,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     n = 0
     bad_dur = bad_num = instants = ill = bad_args = 0  # ill: not an object / unhashable category
     trailer: dict[str, Any] = {}
-    for ev in iter_events(p, progress, trailer, taps=taps, raw=raw):
+    for ev in iter_events(p, progress, trailer, "all" if also else "engine", taps=taps, raw=raw):  # parse entry (.fastscan)
         n += 1
         for f in also:
             f(ev)
