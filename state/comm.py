@@ -77,15 +77,19 @@ class GatherRow(BaseModel):
 
 
 class SyncOnComm(BaseModel):
-    """A host sync (a blocking call: stream/device/event synchronize, a blocking copy) that waited
-    for a collective: the chain of GPU events it awaited (each one's binding predecessor, back to
-    the first that started before the call) holds a communication kernel.
+    """A host sync (a blocking call: stream/device/event synchronize, a blocking copy) during which a
+    collective finished: a communication kernel ends inside the call, so the host was held while it
+    completed (the call's wait covers the collective's end).
 
     ``name`` (API), ``op`` (top-level recorded op), ``site`` (Python call site, ``""`` without
     stacks), ``position`` (one of :data:`SYNC_POSITIONS`), ``start_us`` / ``dur_us`` on the host,
-    ``collective`` / ``msg_bytes`` of the awaited collective, ``comm_in_call_us`` (communication
-    kernel time inside the call), ``gpu_idle_after_us`` (from the call's return to the next GPU event:
-    the launch gap it leaves; 0 when the GPU is busy then)."""
+    ``collective`` / ``msg_bytes`` of the last collective ending inside it, ``comm_in_call_us``
+    (communication kernel time inside the call), ``awaited``: the chain of GPU events the call awaited
+    (the latest GPU event ending inside it, then each one's binding predecessor while it ended inside
+    the call: :meth:`ai4s_graph.tools.trace.step_window.GpuColumns.binding`) holds a communication
+    kernel, so it waited *for* a collective, not only while one ran beside the work it waited for;
+    ``gpu_idle_after_us`` (from the call's return to the next GPU event: the launch gap it leaves; 0
+    when the GPU is busy then)."""
 
     name: str
     op: str = ""
@@ -96,6 +100,7 @@ class SyncOnComm(BaseModel):
     collective: str
     msg_bytes: float | None = None
     comm_in_call_us: float
+    awaited: bool = False
     gpu_idle_after_us: float
 
 
@@ -114,8 +119,8 @@ class StepComm(BaseModel):
     issued in the backward (DDP's gradient buckets), ``bucket_mean_bytes`` / ``bucket_min_bytes`` /
     ``bucket_max_bytes`` their sizes, ``bucket_over_default`` = mean / 25 MiB (DDP's default
     ``bucket_cap_mb``). ``gathers``: the all-gather kernels (FSDP). ``syncs_by_position`` /
-    ``sync_us_by_position``: host syncs (count, µs) by where they sit; ``syncs_on_comm``: those that
-    waited for a collective. ``comm_on_critical_path_us``: communication kernel time on the step's
+    ``sync_us_by_position``: host syncs (count, µs) by where they sit; ``syncs_on_comm``: those during
+    which a collective finished. ``comm_on_critical_path_us``: communication kernel time on the step's
     critical path (the step accounting's, :mod:`ai4s_graph.state.steps`)."""
 
     step: int
@@ -233,8 +238,9 @@ class LateRank(BaseModel):
 class CommReport(BaseModel):
     """Communication figures of one job: ``ranks`` (:class:`RankComm` each); ``busbw`` (per type and
     size, against ``baseline_source``); ``env`` (communication-library variables set); ``n_sync``
-    (synchronising collectives matched on every rank); ``last_counts`` (rank -> times it arrived
-    last); ``late``: :class:`LateRank` per rank that arrived last anywhere; ``clock_offsets_us``: the
+    (synchronising collectives matched on every rank); ``n_resolved`` (those whose start spread exceeds
+    their end spread, so the clocks resolve who came last); ``last_counts`` (rank -> times it arrived
+    last, at resolved collectives); ``late``: :class:`LateRank` per rank that arrived last anywhere; ``clock_offsets_us``: the
     offsets used to put ranks on one clock (rank -> µs subtracted); ``notes``."""
 
     ranks: list[RankComm] = Field(default_factory=list)
@@ -242,6 +248,7 @@ class CommReport(BaseModel):
     baseline_source: str = ""
     env: list[EnvVar] = Field(default_factory=list)
     n_sync: int = 0
+    n_resolved: int = 0
     last_counts: dict[int, int] = Field(default_factory=dict)
     late: list[LateRank] = Field(default_factory=list)
     clock_offsets_us: dict[int, float] = Field(default_factory=dict)

@@ -5,15 +5,28 @@ TraceLens's process-group matching, nccl-tests' busbw), bus bandwidth per type a
 measured baseline (:mod:`.comm_context`), the communication variables set, and why the rank that
 arrived last at the synchronising collectives was late.
 
-**Why late.** At a synchronising collective (all-reduce, all-gather, reduce-scatter, all-to-all: every
-rank waits for the last) the last rank ``L`` arrives ``skew`` µs after the first (the start spread,
-TraceLens's ``skew in start``); over ``[its start - skew, its start]`` on its own clock the others
-were waiting for it. The union of those intervals over the collectives ``L`` arrived last at is
-split by what ``L``'s GPU and host did then: computation kernels, communication not under
-computation (an earlier collective still running), other GPU work (memcpy), and GPU idle by the
-host's state (the step accounting's host timeline: launching, syncing, in an op, outside every op
-...). A rank slowed by extra GPU work shows computation there; one slowed on the host (a sleep, CPU
-work, Python) shows an idle GPU with its host outside ops or in an op's CPU side.
+**Arrival order.** At a synchronising collective (all-reduce, all-gather, reduce-scatter,
+all-to-all: every rank waits for the last) the rank whose kernel starts last arrived last (TraceLens's
+``skew in start``, :func:`.collectives.per_collective`). All ranks leave it together, so what is left
+of the spread of its ends bounds what the clocks can tell apart: the order is counted only where the
+start spread exceeds the end spread (the rule of the trace-field work on branch ``traces``,
+dftracer#160); a tie is no last arrival.
+
+**Why late.** Within a data-parallel step one rank's later collectives stay late because its first
+one was (DDP queues every bucket on one NCCL stream; the waiting rank keeps computing meanwhile), so
+the late rank is compared with the first-arriving one from the last point they share: every rank
+leaves the previous step's last synchronising collective together (the optimizer's kernels wait for
+the reduced gradients, and the next step's work comes after them on the compute stream). For each
+step whose first synchronising collective resolves an order, each of the two ranks' span runs from
+its end of the previous step's last one to its own arrival; the late rank's span minus the first
+rank's is the lag it added, split by what each GPU and host did over its span (computation kernels,
+communication not under computation, other GPU work, GPU idle by the host's state from the step
+accounting's host timeline: launching, syncing, an op's CPU side, outside every op ...), late minus
+first. A rank slowed by extra GPU work shows more computation there (93004); one slowed on the host
+(a sleep, CPU work, Python) an idle GPU with its host outside ops or in an op. The same difference over
+the two ranks' whole steps (the step accounting's split) is given beside it: it also counts a
+waiting NCCL kernel slowing the early rank's computation (measured: rank 0's computation per step is
+182 ms in 93003 and 207 ms in 93004, with no extra work, while its all-reduce kernels wait for rank 1), so the span figure is the one that isolates the lag.
 
 **Clocks.** Each rank's trace has its own clock; ranks on one host share it. ``clock_offsets_us``
 (rank -> µs subtracted from that rank's times) puts ranks on one clock; by default none is applied
@@ -104,16 +117,19 @@ def late_breakdown(tl: RankTimeline, start: float, end: float) -> tuple[float, d
 
 
 def _late(long, coll, tls: dict[int, RankTimeline], offsets: dict[int, float]
-          ) -> tuple[list[LateRank], dict[int, int], int]:
+          ) -> tuple[list[LateRank], dict[int, int], int, int]:
     """:class:`LateRank` per rank that arrived last at a step's first synchronising collective or
-    anywhere (module docstring), the last-arrival counts, and the synchronising collectives matched."""
+    anywhere (module docstring), the last-arrival counts (at resolved collectives), the synchronising
+    collectives matched and how many of them resolve an arrival order."""
     n = len(tls)
     sync = coll[coll["implicit_sync"] & (coll["n_ranks"] == n)].sort_values("latest_start", kind="stable")
+    resolved = (sync["skew_start_us"] > sync["skew_end_us"]).tolist()
     counts = {r: 0 for r in tls}
     waits: dict[int, float] = defaultdict(float)
-    for last, skew in zip(sync["last_arrival_rank"].astype(int), sync["skew_start_us"].astype(float)):
-        counts[last] += 1
-        waits[last] = max(waits[last], skew)
+    for last, skew, ok in zip(sync["last_arrival_rank"].astype(int), sync["skew_start_us"].astype(float), resolved):
+        if ok:
+            counts[last] += 1
+            waits[last] = max(waits[last], skew)
     sel = long[long["collective_id"].isin(set(sync["collective_id"]))]
     per: dict[str, dict[int, tuple[float, float, int]]] = defaultdict(dict)
     for cid, r, t, d, st in zip(sel["collective_id"], sel["rank"].astype(int), sel["ts"], sel["dur"], sel["step"]):
@@ -123,10 +139,10 @@ def _late(long, coll, tls: dict[int, RankTimeline], offsets: dict[int, float]
                                                 "wall": 0.0})
     prev, seen = None, set()
     lo_rank = min(tls)
-    for cid, last, first in zip(sync["collective_id"], sync["last_arrival_rank"].astype(int),
-                                sync["earliest_arrival_rank"].astype(int)):
+    for cid, last, first, ok in zip(sync["collective_id"], sync["last_arrival_rank"].astype(int),
+                                    sync["earliest_arrival_rank"].astype(int), resolved):
         step = per[cid][lo_rank][2]
-        if prev is not None and step >= 0 and step not in seen and per[prev][lo_rank][2] < step and last != first:
+        if ok and prev is not None and step >= 0 and step not in seen and per[prev][lo_rank][2] < step:
             spans = {r: (per[prev][r][1] + offsets.get(r, 0.0), per[cid][r][0] + offsets.get(r, 0.0)) for r in (last, first)}
             len_l, p_l = late_breakdown(tls[last], *spans[last])
             len_f, p_f = late_breakdown(tls[first], *spans[first])
@@ -158,7 +174,7 @@ def _late(long, coll, tls: dict[int, RankTimeline], offsets: dict[int, float]
             best = max(pick, key=pick.get) if pick else ""
             lr.largest = best if best and pick[best] > 0 else ""
         out.append(lr)
-    return out, counts, int(len(sync))
+    return out, counts, int(len(sync)), int(sum(resolved))
 
 
 def _rank_paths(traces: dict[int, str | os.PathLike] | list[str | os.PathLike]) -> tuple[dict[int, Path], list[str]]:
@@ -213,5 +229,5 @@ def comm_report(traces: dict[int, str | os.PathLike] | list[str | os.PathLike], 
     rep.busbw = _busbw(coll, len(tls), base)
     if coll["msg_bytes"].isna().all():
         rep.notes.append("communication kernels carry no message size: busbw not computed")
-    rep.late, rep.last_counts, rep.n_sync = _late(long, coll, tls, offsets)
+    rep.late, rep.last_counts, rep.n_sync, rep.n_resolved = _late(long, coll, tls, offsets)
     return rep

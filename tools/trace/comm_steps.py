@@ -26,10 +26,11 @@ issued, a kernel to the step in which it was launched):
 * **all-gathers** (FSDP): each one's kernel time hidden behind computation and exposed, by phase, and
   the module its parameters belong to (``FSDP::... (<module>)`` annotations);
 * **host syncs**: every blocking call by where it sits (forward, backward, between the backward and
-  the optimizer step, in it, after it) and those that waited for a collective: the chain of GPU
+  the optimizer step, in it, after it) and those during which a collective finished (a communication
+  kernel ends inside the call: the host was held until it completed), whether the chain of GPU
   events the call awaited (the latest GPU event ending inside it, then each one's binding
-  predecessor, :meth:`~.step_window.GpuColumns.binding`, while it ended inside the call) holds a
-  communication kernel; with the GPU idle time the call's return leaves before the next GPU event;
+  predecessor, :meth:`~.step_window.GpuColumns.binding`, while it ended inside the call) holds that
+  communication kernel, and the GPU idle time the call's return leaves before the next GPU event;
 * the communication kernel time on the step's critical path (the step accounting's).
 
 Memory: the accountant's columns (tens of bytes per event) plus O(collectives) here; the
@@ -134,6 +135,9 @@ class _Ctx:
         self.launch_ts = np.where(li >= 0, h.ts[np.maximum(li, 0)], g.ts)
         rel = {(t - base, s): a for (t, s), a in col.kernels.items()}
         self.comm_idx = np.flatnonzero(g.cls == CLS_COMM)
+        order = np.argsort(g.end[self.comm_idx], kind="stable")
+        self.comm_by_end = self.comm_idx[order]
+        self.comm_ends = g.end[self.comm_by_end]
         self.kargs: dict[int, KernelArgs] = {}
         for k in self.comm_idx.tolist():
             a = rel.get((float(g.ts[k]), int(g.skey[k]) & 0xFFFFFFFF))
@@ -258,9 +262,11 @@ def _syncs(cx: _Ctx, s0: float, s1: float, bwd: Window, opt: Window, limit: int
         pos = _position(a - s0, bwd, opt)
         counts[pos] += 1
         us[pos] += b - a
-        j = _awaited_comm(cx, a, b, limit)
-        if j < 0:
-            continue
+        e0, e1 = int(np.searchsorted(cx.comm_ends, a, "right")), int(np.searchsorted(cx.comm_ends, b, "right"))
+        if e1 <= e0:
+            continue  # no collective finished while the host waited
+        j = int(cx.comm_by_end[e1 - 1])
+        awaited = _awaited_comm(cx, a, b, limit) >= 0
         kb = int(np.searchsorted(bs, b, "right")) - 1
         if kb >= 0 and be[kb] > b:
             idle = 0.0
@@ -273,7 +279,8 @@ def _syncs(cx: _Ctx, s0: float, s1: float, bwd: Window, opt: Window, limit: int
             name=h.names[h.name[k]], op=h.names[top] if top >= 0 else "", site=site_of(h.names[site]) if site >= 0 else "",
             position=pos, start_us=a - s0, dur_us=b - a, collective=cx.kernel_collective(j),
             msg_bytes=ka.msg_bytes if ka is not None else None,
-            comm_in_call_us=float(covered(*cx.comm_b, np.array([a]), np.array([b]))[0]), gpu_idle_after_us=idle))
+            comm_in_call_us=float(covered(*cx.comm_b, np.array([a]), np.array([b]))[0]), awaited=awaited,
+            gpu_idle_after_us=idle))
     return dict(counts), dict(us), rows
 
 
@@ -437,7 +444,7 @@ def rank_comm(path: str | os.PathLike, rank: int | None = None) -> tuple[RankCom
     warnings = list(bd.warnings)
     if col.bad:
         warnings.append(f"{col.bad} communication event(s) without a usable ts/dur left out")
-    if cx.comm_idx.size and not cx.kargs:
+    if cx.comm_idx.size and not any(a.args_name or a.in_nelems is not None for a in cx.kargs.values()):
         warnings.append("communication kernels carry no collective metadata (PyTorch >= 2.1 with record_shapes "
                         "copies it onto them): types from the kernel names, no message sizes from the GPU side")
     if not cx.records and not cx.comm_idx.size:
