@@ -64,6 +64,16 @@ def _fail(msg: str) -> None:
     raise typer.Exit(code=1)
 
 
+def _warn_or_json(warnings: list[str], model=None) -> bool:
+    """Warnings to stderr; with a model, print it as JSON and say so (the caller prints nothing else)."""
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if model is None:
+        return False
+    typer.echo(model.model_dump_json())
+    return True
+
+
 @trace_app.command("timeline")
 def timeline(
     trace: Path = typer.Argument(..., help="Trace file (*.json or *.json.gz)."),
@@ -136,10 +146,7 @@ def steps(
     except Ai4sError as e:
         _fail(str(e))
         return
-    for w in bd.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    if as_json:
-        typer.echo(bd.model_dump_json())
+    if _warn_or_json(bd.warnings, bd if as_json else None):
         return
     con = Console()
     table = Table(title=Text(f"Step time budget: {trace.name} (ms)"))
@@ -201,11 +208,7 @@ def comm(
     except Ai4sError as e:
         _fail(str(e))
         return
-    for rc in rep.ranks:
-        for w in rc.warnings:
-            typer.echo(f"warning: rank {rc.rank}: {w}", err=True)
-    if as_json:
-        typer.echo(rep.model_dump_json())
+    if _warn_or_json([f"rank {rc.rank}: {w}" for rc in rep.ranks for w in rc.warnings], rep if as_json else None):
         return
     con = Console()
     for rc in rep.ranks:

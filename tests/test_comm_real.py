@@ -1,6 +1,7 @@
 """Communication figures (issue 30) on the bundled real 2-GPU runs (examples/perf-runs/93001-93005:
 2 H200 over NVLink, DDP and FSDP; README there), each number checked against the same quantity
-computed here in plain Python from the raw trace events (json + lists; no code of the figures), and
+computed here in plain Python from the raw trace events (json + lists, and the verifier's plain-Python
+interval arithmetic, tools/trace/intervals.py; no code of the figures), and
 the cause signatures the runs were built with: 93002's all-reduce busbw is the P2P-disabled sweep's
 with ``NCCL_P2P_DISABLE=1`` in its manifest, 93004's rank 1 is late by GPU work, 93003's
 communication hides behind its backward, 93005's all-gathers are prefetched."""
@@ -17,6 +18,7 @@ import pytest
 
 from ai4s_graph.tools.trace.comm_context import env_from_run
 from ai4s_graph.tools.trace.comm_ranks import comm_report
+from ai4s_graph.tools.trace.intervals import merge_intervals, subtract_intervals, total_length
 
 REPO = Path(__file__).resolve().parents[1]
 EX = REPO / "examples" / "perf-runs"
@@ -45,28 +47,12 @@ def raw():
 
 
 def _merge(iv):
-    out = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
+    return [list(x) for x in merge_intervals(iv)]
 
 
 def _inter(a, b):
-    """Length of the intersection of two merged interval lists."""
-    i = j = 0
-    tot = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            tot += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return tot
+    """Length of the intersection of two merged interval lists: a minus (a minus b)."""
+    return total_length(a) - total_length(subtract_intervals([tuple(x) for x in a], [tuple(x) for x in b]))
 
 
 class Raw:
