@@ -151,6 +151,23 @@ def test_item_after_the_optimizer_is_the_control(tmp_path):
     assert st.syncs_by_position == {"after_optimizer": 1}
 
 
+def test_item_in_a_gradient_hook_during_the_backward_runs_beside_the_all_reduce(tmp_path):
+    b = ddp_step(overlap=True)
+    b.op("aten::item", 320, 290, tid=2)  # a grad-norm .item() in node 2 (300-400), as in a gradient hook
+    b.launch(321, 3, 600, 3, tid=2, api="cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pinned)", cat="gpu_memcpy",
+             nbytes=4)
+    b.runtime("cudaStreamSynchronize", 325, 280, tid=2)
+    st = _step(b, tmp_path)
+    (y,) = st.syncs_on_comm
+    # the sync 325-605 starts inside the backward's host window (the autograd nodes, 200-400);
+    # K1 (510-560) ends inside it and K2 (600-700) runs into it: 55 µs of communication in the call
+    assert (y.position, y.comm_in_call_us, y.collective) == ("backward", 55, "allreduce")
+    # but it awaited the copy 600-603 behind B2 and B1 on the compute stream, not the all-reduce
+    assert y.awaited is False
+    assert y.gpu_idle_after_us == 0  # K2 still runs at 605
+    assert st.syncs_by_position == {"backward": 1} and st.sync_us_by_position == {"backward": 280}
+
+
 def test_sync_with_no_collective_running_is_not_on_comm(tmp_path):
     b = ddp_step(overlap=True)
     b.op("aten::item", 900, 50)
