@@ -259,9 +259,11 @@ def comm(
     for n in rep.notes:
         typer.echo(f"note: {n}")
     nsteps = sum(rc.n_steps for rc in rep.ranks)
-    status = "ok" if nsteps and any(s.comm_kernels or s.collectives for rc in rep.ranks for s in rc.steps) else "partial"
-    typer.echo(StatusLine.make(status, f"{len(rep.ranks)} rank(s), {nsteps} step(s); {rep.n_sync} synchronising "
-                                       f"collectives matched" + ("" if status == "ok" else "; no collective found")).format())
+    found = bool(nsteps and any(s.comm_kernels or s.collectives for rc in rep.ranks for s in rc.steps))
+    no_base = baseline is not None and not rep.baseline_source
+    reason = (f"{len(rep.ranks)} rank(s), {nsteps} step(s); {rep.n_sync} synchronising collectives matched"
+              + ("" if found else "; no collective found") + ("; baseline unreadable" if no_base else ""))
+    typer.echo(StatusLine.make("ok" if found and not no_base else "partial", reason).format())
 
 
 def register(app: typer.Typer) -> None:

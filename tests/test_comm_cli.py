@@ -45,3 +45,14 @@ def test_trace_comm_bad_input_fails_with_one_line(tmp_path):
     assert res.stdout.strip().startswith("STATUS=fail; reason=") and len(res.stdout.strip().splitlines()) == 1
     res = CliRunner().invoke(app, ["trace", "comm", str(tmp_path / "none.json")])
     assert res.exit_code == 1 and "not found" in res.stdout
+
+
+def test_trace_comm_with_an_unreadable_baseline_is_partial(tmp_path):
+    r0, r1 = straggler_pair("host")
+    bad = tmp_path / "eval.json"
+    bad.write_text("{}")
+    res = CliRunner().invoke(app, ["trace", "comm", str(r0.write(tmp_path / "a.json")), str(r1.write(tmp_path / "b.json")),
+                                   "--baseline", str(bad)])
+    assert res.exit_code == 0, res.output
+    assert "note: baseline" in res.stdout and "busbw not compared" in res.stdout
+    assert res.stdout.strip().splitlines()[-1].startswith("STATUS=partial;") and "baseline unreadable" in res.stdout

@@ -197,11 +197,17 @@ def comm_report(traces: dict[int, str | os.PathLike] | list[str | os.PathLike], 
     Ranks are read one after the other (one trace in memory at a time, plus each rank's
     :class:`~.comm_steps.RankTimeline`).
 
-    Raises InputError (no trace, an unreadable trace or baseline)."""
+    A baseline that cannot be read leaves busbw uncompared, with a note. Raises InputError (no trace,
+    an unreadable trace)."""
     paths, notes = _rank_paths(traces)
     if not paths:
         raise InputError("no rank traces given")
-    base, src = (load_collective_baseline(baseline) if baseline else (None, ""))
+    base, src, why = None, "", ""
+    if baseline:
+        try:
+            base, src = load_collective_baseline(baseline)
+        except InputError as e:  # the other figures stand without it
+            why = f"{e}: busbw not compared with a baseline"
     ranks: list[RankComm] = []
     tls: dict[int, RankTimeline] = {}
     for r in sorted(paths):
@@ -209,7 +215,8 @@ def comm_report(traces: dict[int, str | os.PathLike] | list[str | os.PathLike], 
         ranks.append(rc)
         tls[r] = tl
     offsets = {r: float((clock_offsets_us or {}).get(r, 0.0)) for r in tls}
-    rep = CommReport(ranks=ranks, baseline_source=src, env=list(env or []), clock_offsets_us=offsets, notes=notes)
+    rep = CommReport(ranks=ranks, baseline_source=src, env=list(env or []), clock_offsets_us=offsets,
+                     notes=notes + ([why] if why else []))
     ws = {rc.world_size for rc in ranks if rc.world_size}
     if ws and max(ws) != len(ranks):
         rep.notes.append(f"{len(ranks)} of world_size={max(ws)} rank traces given: cross-rank figures cover those ranks only")

@@ -44,10 +44,10 @@ import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from ...state.comm import CollectiveStat, GatherRow, RankComm, StepComm, SyncOnComm, Window
-from ...state.steps import HOST_CATEGORIES
 from .comm_collect import CommCollector, IssueRecord, KernelArgs, issue_records
 from .host_names import PRECEDENCE, SYNC
 from .host_timeline import StepAccountant
@@ -186,8 +186,7 @@ def _position(t: float, bwd: Window, opt: Window) -> str:
     return "after_optimizer" if opt.start_us is not None else "before_optimizer"
 
 
-def _stats(key: tuple[str, str | None, str], recs: list[IssueRecord], kern: list[int], cx: _Ctx,
-           s0: float) -> CollectiveStat:
+def _stats(key: tuple[str, str | None, str], recs: list[IssueRecord], kern: list[int], cx: _Ctx) -> CollectiveStat:
     g = cx.gpu
     sizes, nel, src = [], [], ""
     if recs:
@@ -284,7 +283,7 @@ def _syncs(cx: _Ctx, s0: float, s1: float, bwd: Window, opt: Window, limit: int
     return dict(counts), dict(us), rows
 
 
-def _step(cx: _Ctx, i: int, num: int, s0: float, s1: float, crit: dict[str, float]) -> StepComm:
+def _step(cx: _Ctx, num: int, s0: float, s1: float, crit: dict[str, float]) -> StepComm:
     g, h = cx.gpu, cx.host
     bo = cx.bwd_ops[(h.ts[cx.bwd_ops] >= s0) & (h.ts[cx.bwd_ops] < s1)]
     bwd = _window(bo, h.ts, h.end, s0)
@@ -311,7 +310,7 @@ def _step(cx: _Ctx, i: int, num: int, s0: float, s1: float, crit: dict[str, floa
             key = (a.collective if a else "unknown", a.dtype if a else None,
                    _phase(float(cx.launch_ts[k]) - s0, bwd, opt.start_us))
         groups[key][1].append(k)
-    colls = [_stats(key, rs, ks, cx, s0) for key, (rs, ks) in groups.items()]
+    colls = [_stats(key, rs, ks, cx) for key, (rs, ks) in groups.items()]
     colls.sort(key=lambda c: (-c.kernel_us, -c.count, c.collective, c.phase))
     st = StepComm(step=num, ts_us=s0 + cx.base, wall_us=s1 - s0, collectives=colls, backward_host=bwd,
                   backward_gpu=bwd_gpu, optimizer_host=opt, comm_kernels=int(ck.size),
@@ -436,7 +435,7 @@ def rank_comm(path: str | os.PathLike, rank: int | None = None) -> tuple[RankCom
     feed_events(path, (acc.feed, col.feed))
     bd = acc.finish()
     cx = _Ctx(acc, col)
-    steps = [_step(cx, i, num, s0, s1, bd.steps[i].critical_path.by_category)
+    steps = [_step(cx, num, s0, s1, bd.steps[i].critical_path.by_category)
              for i, (num, s0, s1, _thr) in enumerate(acc.windows)]
     names: dict[str, set[str]] = defaultdict(set)
     for k, a in cx.kargs.items():
@@ -456,7 +455,3 @@ def rank_comm(path: str | os.PathLike, rank: int | None = None) -> tuple[RankCom
                   kernel_names={c: sorted(v) for c, v in sorted(names.items())}, warnings=warnings)
     return rc, _timeline(cx, rank, acc.views, bd.steps)
 
-
-def host_category(code: int) -> str:
-    """The host category name of a category code (:data:`~ai4s_graph.state.steps.HOST_CATEGORIES`)."""
-    return HOST_CATEGORIES[int(code)]
