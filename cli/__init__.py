@@ -19,7 +19,28 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from . import cluster, diff, health, optimize, run, trace  # noqa: E402
+from typing import Optional  # noqa: E402
+
+from . import cluster, diff, health, optimize, options, run, trace  # noqa: E402
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"ai4s-graph {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _common(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only STATUS lines and errors."),
+) -> None:
+    """Find out why a GPU training job is slow, with evidence you can check; then make it faster."""
+    options.reset(quiet)
+
 
 for _mod in (run, trace, optimize, diff, health, cluster):
     _mod.register(app)

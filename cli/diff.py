@@ -3,7 +3,8 @@
 telemetry and every claim; the optimizer's integrity guards decide whether the runs are
 comparable, and an unlike pair is never called a regression. Writes ``diff.md`` and
 ``diff.json``; exit 0 = comparable, no regression beyond noise; 1 = regression, refused pair or
-bad input (see :mod:`ai4s_graph.tools.report.diff`)."""
+bad input (see :mod:`ai4s_graph.tools.report.diff`). ``--json`` prints one JSON summary on stdout
+instead of the text lines (:func:`summary`); ``-q`` prints only the STATUS line (and errors)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import typer
 
 from ..state import StatusLine
 from ..tools.errors import Ai4sError
+from . import options
 
 
 def diff(
@@ -23,28 +25,54 @@ def diff(
     noise_pct: Optional[float] = typer.Option(
         None, "--noise-pct", min=0.0, help="Noise floor in percent (default 2; e.g. a loop's measured baseline spread)."),
     top: int = typer.Option(10, "--top", min=1, help="Top kernels per run."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout (schema_version 1)."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the STATUS line and errors."),
 ) -> None:
     """Compare two analysed runs; exit 1 on a regression beyond noise or an unlike pair."""
     from ..tools.report import diff as D
 
+    options.set_quiet(quiet)
     try:
         a, b = D.load_side(run_a), D.load_side(run_b)
         d = D.compare(a, b, noise_pct=noise_pct, top=top)
         md, js = D.write_diff(d, out or (run_b / f"diff-{a.jobid}"))
-    except Ai4sError as e:
-        typer.echo(f"error: {e}", err=True)
-        typer.echo(StatusLine.make("fail", str(e)).format())
+    except (Ai4sError, OSError) as e:
+        msg = str(e) if isinstance(e, Ai4sError) else f"cannot write the diff: {e}"
+        line = StatusLine.make("fail", msg).format()
+        typer.echo(f"error: {msg}", err=True)
+        if as_json:
+            options.echo_json("diff", line, verdict=None, exit_code=1, error=msg)
+        else:
+            typer.echo(line)
         raise typer.Exit(1)
     f = d["fom"]
     head = (f"{f['name']} {f['improvement_pct']:+.2f}% (noise {f['noise_pct']:.2f}%)" if f.get("name") else "no FOM")
-    typer.echo(f"diff: {md}")
-    typer.echo(f"diff.json: {js}")
     if d["verdict"] == "not-comparable":
-        typer.echo(StatusLine.make("partial", f"not comparable, no regression claimed: {'; '.join(d['refused'])[:300]}").format())
+        line = StatusLine.make("partial", f"not comparable, no regression claimed: {'; '.join(d['refused'])[:300]}")
     else:
-        typer.echo(StatusLine.make("ok" if d["exit_code"] == 0 else "fail",
-                                   f"{d['verdict']}: {head}; {len(d['claims_moved'])} claims moved beyond noise").format())
+        line = StatusLine.make("ok" if d["exit_code"] == 0 else "fail",
+                               f"{d['verdict']}: {head}; {len(d['claims_moved'])} claims moved beyond noise")
+    if as_json:
+        options.echo_json("diff", line.format(), **summary(d, md, js))
+    else:
+        options.say(f"diff: {md}")
+        options.say(f"diff.json: {js}")
+        for c in d["contradictions"]:
+            options.say(f"contradiction: {c}", err=True)
+        typer.echo(line.format())
     raise typer.Exit(d["exit_code"])
+
+
+def summary(d: dict, md: Path, js: Path) -> dict:
+    """The stable part of a diff for ``--json``: verdict, exit code, comparability and refusals, the
+    verdict FOM (name, direction, unit, A, B, improvement and noise in percent), contradictions,
+    the bottleneck classes and the files written."""
+    f = d["fom"]
+    return {"verdict": d["verdict"], "exit_code": d["exit_code"], "comparable": d["comparable"],
+            "refused": d["refused"], "a": d["a"]["jobid"], "b": d["b"]["jobid"],
+            "fom": {k: f.get(k) for k in ("name", "direction", "unit", "a", "b", "improvement_pct", "noise_pct")},
+            "contradictions": d["contradictions"], "bottleneck": d["bottleneck"],
+            "claims_moved": len(d["claims_moved"]), "files": {"diff_md": str(md), "diff_json": str(js)}}
 
 
 def register(app: typer.Typer) -> None:

@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="Run the GPU checks (torch)."),
         gather: Optional[Path] = typer.Option(None, "--gather", help="Only merge the parts already under DIR."),
         stream_mib: int = typer.Option(256, "--stream-mib", help="STREAM array size in MiB (3 arrays)."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="A healthy probe's node_health_probe.json: the "
+                                                "reference when no other node is probed with this one."),
     ) -> None:
         """Node health probe: mount write, STREAM per NUMA domain, GPU launch latency, D2D copy,
         single-node all-reduce. Exit 42 names the bad node(s) in BAD_NODES=."""
@@ -34,9 +36,11 @@ def register(app: typer.Typer) -> None:
 
         st = run_probe_graph(out_dir=str(gather or out), node=node,
                              mounts=list(mounts) if mounts else None, gpu=gpu, gather_only=gather is not None,
-                             stream_elems=stream_mib * (1 << 20) // 8)
+                             stream_elems=stream_mib * (1 << 20) // 8, baseline=str(baseline) if baseline else None)
         for s in st.get("skipped", []):
             typer.echo(f"skipped: {s}", err=True)
+        for s in st.get("not_checked", []):
+            typer.echo(s, err=True)
         typer.echo(Path(st["txt"]).read_text() if st.get("txt") else "", nl=False)
         for name, line in st.get("statuses", {}).items():
             typer.echo(f"{name}: {line}", err=True)
@@ -59,27 +63,42 @@ def register(app: typer.Typer) -> None:
         gap: Optional[List[str]] = typer.Option(None, "--gap", help="'compute|network|storage: text' for the report's Gaps."),
         nccl_env_source: str = typer.Option("the environment the benchmarks ran in", "--nccl-env-source"),
         date: Optional[str] = typer.Option(None, "--date", help="Report date (default: today, UTC)."),
+        as_json: bool = typer.Option(False, "--json", help="With --check: print one JSON summary on stdout "
+                                     "(the rule violations as a list)."),
     ) -> None:
         """Acceptance evaluation (seed 003): environment, MAMF/MSMF, lemon GEMM, all-reduce, fio;
         writes reports/<gpu>-<date>-<HHMM>Z.md and checks it. --check only checks a report and names
         every broken rule (docs/rules.md)."""
-        from ..tools.cluster.report_check import check_file  # noqa: PLC0415
+        from ..tools.cluster.report_check import check_file_all  # noqa: PLC0415
 
         if check is not None:
+            from .options import echo_json  # noqa: PLC0415
+
+            def done(line: str, code: int, violations: list | None = None) -> None:
+                if as_json:
+                    echo_json("eval-cluster --check", line, report=str(check), exit_code=code,
+                              violations=None if violations is None else
+                              [{"rule": v.rule, "line": v.line, "message": v.message, "severity": v.severity}
+                               for v in violations])
+                else:
+                    for v in violations or []:
+                        typer.echo(str(v))
+                    typer.echo(line)
+                raise typer.Exit(code)
+
             if not check.is_file():
                 err.print(f"no report at {check}")
-                typer.echo(f"STATUS=fail; reason=no report at {check}")
-                raise typer.Exit(2)
+                done(f"STATUS=fail; reason=no report at {check}", 2)
             try:
-                bad = check_file(check)
+                found = check_file_all(check)
             except InputError as e:
                 err.print(f"error: {e}")
-                typer.echo(f"STATUS=fail; reason={e}")
-                raise typer.Exit(2)
-            for v in bad:
-                typer.echo(str(v))
-            typer.echo(f"STATUS={'fail' if bad else 'ok'}; reason={len(bad)} rule violation(s) in {check.name}")
-            raise typer.Exit(1 if bad else 0)
+                done(f"STATUS=fail; reason={e}", 2)
+            bad = [v for v in found if v.severity == "error"]
+            warn = len(found) - len(bad)
+            done(f"STATUS={'fail' if bad else 'ok'}; reason={len(bad)} rule violation(s)"
+                 + (f", {warn} house warning(s)" if warn else "") + f" in {check.name}",
+                 1 if bad else 0, found)
         from ..graph.health.eval_graph import run_eval_graph  # noqa: PLC0415
 
         node_list = [n for x in (nodes or []) for n in x.split(",") if n]

@@ -18,6 +18,7 @@ from rich.text import Text
 from ..graph.analysis.configuration import RunRequest
 from ..state import StatusLine
 from ..tools.errors import Ai4sError, ToolUnavailableError
+from . import options
 
 # soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
 console = Console(highlight=False, soft_wrap=True, markup=False)
@@ -61,6 +62,8 @@ def thread_id(req: RunRequest) -> str:
     resumes and a different one starts its own thread."""
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
                                   "submit", "submit_params", "slurm_array", "baseline"})
+    if req.cross_check:  # only when asked for: the threads of earlier runs keep their names
+        key["cross_check"] = list(req.cross_check)
     h = _short_hash(key)
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
@@ -128,9 +131,47 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
             for node_name, update in chunk.items():
                 if isinstance(update, dict):
+                    man = update.get("manifest")
+                    if man is not None and getattr(man, "artifacts", None) is not None:
+                        printer("graph:ranks", str(len(man.artifacts.traces)))
                     for n, line in (update.get("statuses") or {}).items():
                         printer(n, line)
         return dict(graph.get_state(cfg).values)
+
+
+class RankProgress:
+    """Progress of the rank fan-out on stderr: a rich bar when stderr is a terminal, else one line
+    per rank trace analysed (``progress: 3/8 rank traces analysed``); nothing for a single trace or
+    under ``-q``."""
+
+    def __init__(self) -> None:
+        self.total, self.done, self.bar, self.task = 0, 0, None, None
+
+    def start(self, total: int) -> None:
+        self.total = total
+        if total > 1 and not options.quiet() and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("rank traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=err_console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("ranks", total=total)
+
+    def rank_done(self) -> None:
+        self.done += 1
+        if self.total <= 1 or options.quiet():
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+            if self.done >= self.total:
+                self.close()
+        else:
+            err_console.print(f"progress: {self.done}/{self.total} rank traces analysed")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def register(app: typer.Typer) -> None:
@@ -149,7 +190,15 @@ def register(app: typer.Typer) -> None:
                                                "start one on loopback loaded with the run's telemetry/*.jsonl."),
         llm: Optional[str] = typer.Option(None, "--llm", help="none | anthropic (default: anthropic when "
                                           "ANTHROPIC_API_KEY is set, else none)."),
-        model: Optional[str] = typer.Option(None, "--model", help="LLM model name (with --llm anthropic)."),
+        llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (with --llm anthropic)."),
+        model: Optional[str] = typer.Option(None, "--model", hidden=True,
+                                            help="Deprecated: the LLM model name; use --llm-model."),
+        cross_check: list[str] = typer.Option([], "--cross-check", help="Also compute each rank's GPU timeline "
+                                              "with hta or tracelens (repeatable; needs the [hta] / [tracelens] "
+                                              "extra) and record whether they agree; default none."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout (the node STATUS "
+                                     "lines go to stderr)."),
+        quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only STATUS lines and errors."),
         max_tokens_total: Optional[int] = typer.Option(None, "--max-tokens-total", help="LLM token budget per run."),
         fresh: bool = typer.Option(False, "--fresh", help="Discard this run's checkpoint and start over."),
         checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="SQLite file or postgresql:// URL "
@@ -180,6 +229,11 @@ def register(app: typer.Typer) -> None:
                                    "--time=00:05:00 node probe (GPU clocks and power cap) on one of the job's nodes."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
+        options.set_quiet(quiet)
+        if model is not None:
+            err_console.print("warning: `run --model` is deprecated: it names the LLM, use --llm-model "
+                              "(in `optimize`, --model is the workload)")
+            llm_model = llm_model or model
         if not submit and not job and not perf_run:
             err_console.print("error: give --job (and --perf-run), or --submit")
             print("STATUS=fail; reason=no job given")
@@ -199,11 +253,11 @@ def register(app: typer.Typer) -> None:
         try:
             req = RunRequest(jobid=job, perf_run=str(perf_run.resolve()) if perf_run else None, out_dir=str(out_dir),
                          compare=str(compare.resolve()) if compare else None, tsdb_url=tsdb_url, llm=llm_mode,
-                         llm_model=model, max_tokens_total=max_tokens_total, submit=submit,
+                         llm_model=llm_model, max_tokens_total=max_tokens_total, submit=submit,
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
                          wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array,
                          baseline=str(baseline.resolve()) if baseline else None,
-                         probe=probe)
+                         probe=probe, cross_check=tuple(cross_check))
         except ValueError as e:
             msg = _first_error(e)
             err_console.print(f"error: {msg}")
@@ -219,10 +273,28 @@ def register(app: typer.Typer) -> None:
             print(f"STATUS=fail; reason={e}")
             raise typer.Exit(2)
 
+        progress = RankProgress()
+        statuses: list[dict[str, str]] = []
+        node_console = err_console if as_json else console
+
         def printer(node: str, line: str) -> None:
+            if node == "graph:ranks":
+                progress.start(int(line))
+                return
+            statuses.append({"node": node, "status": line})
             st = StatusLine.parse(line).status.value
             color = {"ok": "green", "partial": "yellow", "fail": "red"}[st]
-            console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
+            node_console.print(Text.assemble((f"{node:<20}", "bold"), " ", (line, color)))
+            if node == "trace_rank":
+                progress.rank_done()
+
+        def finish(line: str, code: int, rep: Any = None, out_final: Path | None = None) -> None:
+            progress.close()
+            if as_json:
+                options.echo_json("run", line, **_summary(req, rep, out_final, statuses, code))
+            else:
+                print(line)
+            raise typer.Exit(code)
 
         from ..graph.checkpoint import ThreadBusyError
 
@@ -234,23 +306,41 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         except Ai4sError as e:
             err_console.print(f"error: {e}")
-            print(f"STATUS=fail; reason={e}")
-            raise typer.Exit(1)
+            finish(f"STATUS=fail; reason={e}", 1)
         except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
             err_console.print(f"error: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
             err_console.print("The finished nodes are checkpointed: re-run the same command to resume.")
-            print(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume")
-            raise typer.Exit(1)
+            finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
         rep = final.get("report")
         if final.get("stop"):
-            print(f"STATUS=fail; reason=stopped: {final['stop']}")
-            raise typer.Exit(1)
+            finish(f"STATUS=fail; reason=stopped: {final['stop']}", 1)
         if not rep:
-            print("STATUS=fail; reason=no report written")
-            raise typer.Exit(1)
+            finish("STATUS=fail; reason=no report written", 1)
         out_final = Path(final["request"].out_dir)
-        console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", rep.executive_summary, "\n"))
-        console.print(f"report: {out_final / 'report.md'}")
-        print(rep.statuses["synthesizer"])
-        if rep.statuses["synthesizer"].startswith("STATUS=fail"):
-            raise typer.Exit(1)
+        if not as_json and not options.quiet():
+            console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", rep.executive_summary, "\n"))
+            console.print(f"report: {out_final / 'report.md'}")
+        line = rep.statuses["synthesizer"]
+        finish(line, 1 if line.startswith("STATUS=fail") else 0, rep, out_final)
+
+
+def _summary(req: RunRequest, rep: Any, out_dir: Path | None, statuses: list[dict[str, str]],
+             code: int) -> dict[str, Any]:
+    """The stable part of a run for ``--json``: job, output folder and files, the bottleneck class
+    (with the critical-path rank when there is one), claim counts by verdict, every node's STATUS
+    line in the order printed (``[{"node", "status"}]``) and the exit code (the report itself is
+    ``report.json``)."""
+    out: dict[str, Any] = {"jobid": req.jobid, "exit_code": code, "statuses": statuses,
+                           "out_dir": str(out_dir) if out_dir else req.out_dir}
+    if rep is None:
+        return {**out, "bottleneck": None, "claims": None, "files": None}
+    counts: dict[str, int] = {}
+    for vc in rep.claims:
+        v = getattr(vc.verdict, "value", str(vc.verdict))
+        counts[v] = counts.get(v, 0) + 1
+    b = rep.bottleneck
+    d = out_dir or Path(req.out_dir)
+    return {**out, "jobid": rep.jobid or req.jobid,
+            "bottleneck": {"class": b.klass.value, "critical_rank": b.critical_rank, "straggler": b.straggler,
+                           "confidence": b.confidence, "borderline": b.borderline},
+            "claims": counts, "files": {"report_md": str(d / "report.md"), "report_json": str(d / "report.json")}}

@@ -9,8 +9,9 @@ idle, total: ms and % of total), computed by the engine (one bounded-memory pass
 on stderr when the pass takes more than ~2 s). ``--csv DIR`` also writes the engine's tables as
 TraceLens-shaped CSVs (gpu_timeline, ops_summary_by_category, kernel_summary,
 short_kernels_summary). Input-hygiene warnings (clipped overlaps, a non-steady-state window) go to
-stderr. On bad input it writes ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to
-stdout, and exits 1.
+stderr. On bad input (a missing, empty, truncated or malformed trace, an unknown backend) it writes
+one line ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to stdout, and exits 2 (1 when
+the CSVs cannot be written); never a traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from rich.text import Text
 
 from ..state.status import StatusLine
 from ..tools.errors import Ai4sError
-from ..tools.trace.backends import BACKENDS, TIMELINE_ROWS, analyze_trace
+from ..tools.trace.backends import BACKENDS, TIMELINE_ROWS, analyze_trace, check_timeline
+from . import options
 
 trace_app = typer.Typer(help="Inspect PyTorch profiler (kineto) traces.", no_args_is_help=True)
 
@@ -42,6 +44,8 @@ class _LazyProgress:
         self.label, self.t0, self.bar, self.task = label, time.monotonic(), None, None
 
     def __call__(self, done: int, total: int) -> None:
+        if self.bar is None and options.quiet():
+            return
         if self.bar is None:
             if time.monotonic() - self.t0 < PROGRESS_DELAY_S:
                 return
@@ -58,10 +62,15 @@ class _LazyProgress:
             self.bar.stop()
 
 
-def _fail(msg: str) -> None:
+#: Exit status of a refused input (the project's convention for a refused invocation, README) and of
+#: any other failure (the CSVs could not be written).
+EXIT_INPUT, EXIT_OTHER = 2, 1
+
+
+def _fail(msg: str, code: int = EXIT_INPUT) -> None:
     typer.echo(f"error: {msg}", err=True)
     typer.echo(StatusLine.make("fail", msg).format())
-    raise typer.Exit(code=1)
+    raise typer.Exit(code=code)
 
 
 def _warn_or_json(warnings: list[str], model=None) -> bool:
@@ -81,37 +90,51 @@ def timeline(
     backend: str = typer.Option("auto", "--backend", help=f"One of: {', '.join(BACKENDS)} (auto = stream, the engine)."),
     totals: bool = typer.Option(False, "--totals", help="Also print total_comm_time and total_memcpy_time."),
     csv_dir: Path = typer.Option(None, "--csv", help="Write TraceLens-shaped CSVs of the engine's tables into DIR."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the STATUS line and errors (input notes too "
+                               "are silent; with --json they are under \"notes\")."),
 ) -> None:
     """GPU timeline of one trace, as TraceLens defines it (ms and % of total time)."""
+    options.set_quiet(quiet)
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bar = _LazyProgress(f"reading {trace.name}")
     try:
         if backend in ("auto", "stream"):
-            from ..tools.trace import engine, tables
+            from ..tools.trace import engine, tracelens_sheets
 
-            analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
-            if csv_dir is not None:
-                tables.write_tables(csv_dir, analysis, kernel_rows)
+            if csv_dir is not None:  # every TraceLens sheet, from the same read
+                analysis, kernel_rows = tracelens_sheets.analyze_with_sheets(trace, progress=bar)
+            else:
+                analysis, kernel_rows = engine.analyze_with_tables(trace, progress=bar)
+            check_timeline(analysis.timeline, trace)
         else:
-            analysis = analyze_trace(trace, backend=backend, progress=bar)
-            if csv_dir is not None:
-                from ..tools.trace import tables
-
-                tables.write_tables(csv_dir, analysis, None)
+            analysis, kernel_rows = analyze_trace(trace, backend=backend, progress=bar), None
     except Ai4sError as e:
         bar.close()
         _fail(str(e))
         return
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - an event no rule foresaw: one line, never a traceback
         bar.close()
-        _fail(f"cannot write the CSVs: {e}")
+        _fail(f"{trace.name}: malformed trace ({type(e).__name__}: {' '.join(str(e).split())[:160]})")
         return
     bar.close()
+    if csv_dir is not None:
+        from ..tools.trace import tables
+
+        try:
+            tables.write_tables(csv_dir, analysis, kernel_rows)
+        except OSError as e:
+            _fail(f"cannot write the CSVs: {e}", EXIT_OTHER)
+            return
+    if as_json:  # the input notes (e.g. sub-µs clipped overlaps) travel in the JSON
+        typer.echo(json.dumps({**analysis.timeline_json(with_totals=totals), "notes": list(analysis.warnings)}))
+        return
     for w in analysis.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    if as_json:
-        typer.echo(json.dumps(analysis.timeline_json(with_totals=totals)))
+        options.say(f"warning: {w}", err=True)
+    if options.quiet():
+        typer.echo(StatusLine.make("ok", f"backend={analysis.backend}; busy "
+                                         f"{analysis.timeline['busy_time'].percent:.1f}% of "
+                                         f"{analysis.timeline['total_time'].time_ms:.3f} ms").format())
         return
     table = Table(title=Text(f"GPU timeline: {trace.name}"), caption=f"backend: {analysis.backend}")
     table.add_column("row")

@@ -21,6 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .claims import BottleneckClass
+from .fom import FOM_DEFINITIONS, FOM_DIRECTIONS
 
 # --------------------------------------------------------------------------------------------
 # safe values
@@ -183,19 +184,13 @@ class Lever(BaseModel):
         return self
 
 
-FOM_DIRECTIONS: dict[str, Literal["lower", "higher"]] = {
-    "epoch_time_s": "lower",
-    "steady_step_time_s": "lower",
-    "throughput_samples_per_s": "higher",
-}
-"""The primary FOMs the loop knows and which way is better (lessons 5 and 31)."""
-
-
 class FomSpec(BaseModel):
     """How a run is scored.
 
-    ``primary``: ``epoch_time_s`` (latency-bound GNN work, lesson 5) or
-    ``throughput_samples_per_s`` (throughput-bound work, lesson 31); ``min_noise_pct``: floor
+    ``primary``: one of :data:`~ai4s_graph.state.fom.FOM_DEFINITIONS` (the one FOM definition the
+    loop shares with ``ai4s-graph diff`` and the log parser): ``epoch_time_s`` (latency-bound GNN
+    work, lesson 5) or ``throughput_samples_per_s`` (throughput-bound work, lesson 31);
+    ``min_noise_pct``: floor
     under the measured baseline spread (percent; the seed's noise-level deltas are +-1-3 %,
     lessons 22 and 24); ``replicate_tolerance_pct``: the +-5 % replicate rule (lesson 9);
     ``memory_tolerance_pct``: how far HBM reserved % / peak memory may move (relative percent)
@@ -214,8 +209,8 @@ class FomSpec(BaseModel):
     @field_validator("primary")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in FOM_DIRECTIONS:
-            raise ValueError(f"primary FOM {v!r} is not one of {sorted(FOM_DIRECTIONS)}")
+        if v not in FOM_DEFINITIONS:
+            raise ValueError(f"primary FOM {v!r} is not one of {sorted(FOM_DEFINITIONS)}")
         return v
 
     @property

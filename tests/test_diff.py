@@ -87,7 +87,9 @@ def test_different_models_refused_and_missing_report_is_bad_input(tmp_path):
 
     cp, d = _diff(side("1", "mlip-gnn", 1.0), side("2", "vit", 2.0), tmp_path / "d")
     assert cp.returncode == 1 and d["verdict"] == "not-comparable"
-    assert d["refused"] == ["different models (mlip-gnn vs vit)"]
+    # foms.json without step or epoch counts: no figure is known to be free of warm-up
+    assert d["refused"][0] == "different models (mlip-gnn vs vit)"
+    assert d["refused"][1].startswith("no steady-state figure of merit in both runs (") and "no n_epochs" in d["refused"][1]
     cp2 = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(tmp_path / "1"), str(tmp_path / "nope")],
                          env=_env(), capture_output=True, text=True, timeout=120)
     assert cp2.returncode == 1 and "not an analysed run" in cp2.stdout

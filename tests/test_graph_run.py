@@ -261,8 +261,10 @@ def test_trace_with_non_numeric_timestamps_is_one_line(shared_data, tmp_path):
     tr.write_bytes(gzip.compress(json.dumps(data).encode()))
     code, text = _run("--job", "91001", "--perf-run", str(run))
     rep = _report(run)
-    assert rep.statuses["trace_rank"].startswith("STATUS=fail")
-    assert any("trace_rank0.json.gz" in m and "\n" not in m for m in rep.missing), rep.missing
+    # the one kernel without a numeric ts is dropped by both readers and said, in one line; the rest is read
+    assert rep.statuses["trace_rank"].startswith("STATUS=ok") and "1 input warning" in rep.statuses["trace_rank"]
+    assert any("trace_rank0.json.gz" in m and "1 GPU event(s) without a numeric, finite ts or dur dropped" in m
+               and "\n" not in m for m in rep.missing), rep.missing
     assert rep.statuses["telemetry_analyst"].startswith("STATUS=ok")
 
 

@@ -34,7 +34,9 @@ def _run(args: list[str]) -> tuple[int, str]:
 def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monkeypatch, record_mode):
     run = shared_data / "perf-runs" / "91003"
     ck = tmp_path / "checkpoints.sqlite"
-    base = ["run", "--job", "91003", "--perf-run", str(run), "--checkpoint", str(ck), "--workers", "1"]
+    # the cassette was recorded with every cross-check on (they were not opt-in then)
+    base = ["run", "--job", "91003", "--perf-run", str(run), "--checkpoint", str(ck), "--workers", "1",
+            "--cross-check", "tracelens", "--cross-check", "hta"]
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     code, out = _run(base + ["--out", str(tmp_path / "det"), "--llm", "none"])
     assert code == 0, out

@@ -318,7 +318,7 @@ def test_cli_timeline_json(shared_data, cli_app):
     res = CliRunner().invoke(cli_app, ["trace", "timeline", str(_h100(shared_data, name)), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert list(data) == list(tl.MAIN_TIMELINE_ROWS)
+    assert list(data) == [*tl.MAIN_TIMELINE_ROWS, "notes"] and isinstance(data.pop("notes"), list)
     ref = _ref_timeline(shared_data, name)
     for row, v in data.items():
         assert set(v) == {"time_ms", "percent"}
@@ -345,6 +345,40 @@ def test_cli_timeline_error(tmp_path, cli_app):
     bad = tmp_path / "empty.json.gz"
     bad.write_bytes(b"")
     res = CliRunner().invoke(cli_app, ["trace", "timeline", str(bad), "--json"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # a refused input (README: a refused invocation exits 2)
     assert res.stderr.strip() == "error: empty.json.gz: trace file is empty"
     assert res.stdout.strip() == "STATUS=fail; reason=empty.json.gz: trace file is empty"
+
+
+# ---------------------------------------------------------------------------------------
+# ops_summary / short_kernels_summary in TraceLens's current layout (tools/trace/tracelens_sheets.py)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", H100)
+def test_ops_and_short_kernel_sheets_match_tracelens(shared_data, tmp_path, name):
+    """Our ops_summary.csv and short_kernels_summary.csv (grouped by input shapes) against TraceLens's
+    own, row for row: same columns in the same order, same keys, numbers within 1e-6 relative."""
+    from ai4s_graph.tools.trace import tables, tracelens_sheets
+
+    analysis, rows = tracelens_sheets.analyze_with_sheets(_h100(shared_data, name))
+    tables.write_tables(tmp_path, analysis, rows)
+    ref = shared_data / "traces" / "tracelens-h100" / f"{name}_perf_report_csvs"
+    for sheet, keys, nums in (
+            ("ops_summary", ("name",), ("total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "Count",
+                                        "Percentage (%)")),
+            ("short_kernels_summary", ("Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name"),
+             ("Short Kernel duration (µs) sum", "Short Kernel count",
+              "Short Kernel duration (µs) percent of total time"))):
+        with open(tmp_path / f"{sheet}.csv", newline="") as fh:
+            ours_cols = next(csv.reader(fh))
+        with open(ref / f"{sheet}.csv", newline="") as fh:
+            assert ours_cols == next(csv.reader(fh)), sheet
+        ours = {tuple(r[k] for k in keys): r for r in _csv(tmp_path / f"{sheet}.csv")}
+        theirs = {tuple(r[k] for k in keys): r for r in _csv(ref / f"{sheet}.csv")}
+        assert set(ours) == set(theirs), sheet
+        for k, r in theirs.items():
+            for c in nums:
+                assert float(ours[k][c]) == pytest.approx(float(r[c]), rel=1e-6, abs=1e-9), (sheet, k, c)
+        if sheet == "ops_summary":
+            assert all(ours[k]["Categories"] == r["Categories"] for k, r in theirs.items())

@@ -88,5 +88,7 @@ def straggler_steps(n: int = 4) -> dict[int, list[list[tuple[str, float, float]]
 
 
 def balanced_steps(n: int = 4) -> dict[int, list[list[tuple[str, float, float]]]]:
-    """Both ranks compute 4 ms, then all-reduce 4 ms together (no waiting): exposed comm 40%."""
-    return {r: [[("gemm", 0.0, 4.0), ("allreduce", 4.0 + 0.001 * r, 4.0)] for _ in range(n)] for r in (0, 1)}
+    """Both ranks compute 4 ms, then all-reduce 4 ms together (rank 1 arrives 1 µs late; both leave
+    at 8 ms, as ranks on one clock leave a collective together): exposed comm 40%."""
+    return {r: [[("gemm", 0.0, 4.0), ("allreduce", 4.0 + 0.001 * r, 4.0 - 0.001 * r)] for _ in range(n)]
+            for r in (0, 1)}

@@ -83,16 +83,21 @@ def finish(r: Ranks) -> None:
     dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, parallel: str, dev: torch.device, bucket_cap_mb: float = 25.0) -> nn.Module:
+def wrap(model: nn.Module, parallel: str, dev: torch.device, bucket_cap_mb: float = 25.0, *,
+         find_unused: bool = False, fsdp_prefetch: str = "full") -> nn.Module:
     """Wrap ``model`` for data parallelism: ``none`` returns it unchanged, ``ddp`` in
-    ``DistributedDataParallel``, ``fsdp`` with FSDP2 ``fully_shard`` on each child block (the
-    ``ModuleList``/``Sequential`` members that hold parameters) and on the root. Raises
-    ValueError for another ``parallel``."""
+    ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters=find_unused``),
+    ``fsdp`` with FSDP2 ``fully_shard`` on each child block (the ``ModuleList``/``Sequential``
+    members that hold parameters) and on the root, ``fsdp1`` with FSDP1
+    ``FullyShardedDataParallel`` wrapping the same blocks, with ``fsdp_prefetch`` ``full``
+    (``backward_prefetch=BACKWARD_PRE``, ``forward_prefetch=True``, seed 001 T23) or ``none``
+    (neither: each block's all-gather waits for the previous block's compute). Raises ValueError
+    for another ``parallel``."""
     if parallel == "none":
         return model
     if parallel == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None,
-                                                   bucket_cap_mb=bucket_cap_mb)
+                                                   bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused)
     if parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -100,7 +105,16 @@ def wrap(model: nn.Module, parallel: str, dev: torch.device, bucket_cap_mb: floa
             fully_shard(blk)
         fully_shard(model)
         return model
-    raise ValueError(f"unknown --parallel {parallel!r} (none, ddp, fsdp)")
+    if parallel == "fsdp1":
+        from torch.distributed.fsdp import BackwardPrefetch, FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        kinds = {type(b) for b in _blocks(model)}
+        full = fsdp_prefetch == "full"
+        return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy(kinds), device_id=dev,
+                                        backward_prefetch=BackwardPrefetch.BACKWARD_PRE if full else None,
+                                        forward_prefetch=full, use_orig_params=True)
+    raise ValueError(f"unknown --parallel {parallel!r} (none, ddp, fsdp, fsdp1)")
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:

@@ -8,9 +8,12 @@ environment (torch only, like ``train.py``; used by the GPU lever catalogs as
   models (the GNN's force loss) -- ``aot_autograd`` cannot differentiate its own backward;
 - ``AI4S_MATMUL_PRECISION=high|medium``: ``torch.set_float32_matmul_precision`` (TF32 on
   Ampere and later);
-- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True``.
+- ``AI4S_CUDNN_BENCHMARK=1``: ``torch.backends.cudnn.benchmark = True`` (``0``: False, torch's
+  default, set explicitly).
 
-Every argument goes to ``train.main`` unchanged; the hooks applied are printed to stderr.
+The other levers of ``tools/levers/catalogs/workload.yaml`` set ``train.py`` knobs (the injected
+causes of ``faults.py``). Every argument goes to ``train.main`` unchanged; the hooks applied are
+printed to stderr.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import torch
 
 if __package__:
     from . import train as _train
+    from . import tunable as _tunable
 else:  # run as a file on a GPU node that has only torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import train as _train  # type: ignore  # noqa: E402
+    import tunable as _tunable  # type: ignore  # noqa: E402
 
 
 def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
@@ -47,14 +52,40 @@ def apply_hooks(env: dict[str, str] | None = None) -> list[str]:
     if prec:
         torch.set_float32_matmul_precision(prec)
         done.append(f"float32_matmul_precision={prec}")
-    if env.get("AI4S_CUDNN_BENCHMARK") == "1":
-        torch.backends.cudnn.benchmark = True
-        done.append("cudnn.benchmark")
+    bench = env.get("AI4S_CUDNN_BENCHMARK")
+    if bench in ("0", "1"):
+        torch.backends.cudnn.benchmark = bench == "1"
+        done.append(f"cudnn.benchmark={bench == '1'}")
+    return done
+
+
+def apply_tunable(env: dict[str, str] | None = None, tunable_api=None) -> list[str]:
+    """``AI4S_TUNABLEOP_TIMEBOX_S=<s>`` (and ``AI4S_TUNABLEOP_DIR``): PyTorch TunableOp tuning for
+    that many seconds, then tuning off and the partial per-rank cache kept (seed 000 lesson 28;
+    :mod:`tunable`); the box is checked before every forward of the constructed model.
+    ``tunable_api``: the TunableOp module (default ``torch.cuda.tunable``). Returns what was applied."""
+    box = _tunable.from_env(dict(os.environ if env is None else env), tunable_api)
+    if box is None:
+        return []
+    done = [box.arm()]
+    holder = getattr(_train, "_models", _train)  # the module whose build_model train.main calls
+    build = holder.build_model
+
+    def boxed_build(*args, **kwargs):
+        model = build(*args, **kwargs)
+
+        def check_box(_module, _inputs):  # returns None: the inputs pass unchanged
+            box.check()
+
+        model.register_forward_pre_hook(check_box)
+        return model
+
+    holder.build_model = boxed_build
     return done
 
 
 def main(argv: list[str] | None = None) -> int:
-    done = apply_hooks()
+    done = apply_hooks() + apply_tunable()
     print(f"ai4s-lever-hooks: {', '.join(done) or 'none'}", file=sys.stderr)
     return _train.main(argv)
 

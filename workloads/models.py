@@ -15,7 +15,17 @@ Models (``--model``):
 - ``elementwise``: a chain of per-channel scale/shift/activation ops on a large activation --
   bandwidth-bound elementwise kernels;
 - ``attn``: pre-norm attention blocks calling ``F.scaled_dot_product_attention`` directly (so
-  the SDPA backend can be forced, see ``faults.py``).
+  the SDPA backend can be forced, see ``faults.py``);
+- ``conv``: a plain convolutional net (patchify stem, ``--depth`` 3x3 convolutions of ``--hidden``
+  channels, global pool) over host images ``3 x --tokens x --tokens`` (NCHW or channels_last);
+- ``experts``: ``--depth`` tiny experts (two ``--hidden``-square Linear weights with biases each, so
+  4 parameter tensors per expert) applied as one batched matmul over stacked weights: a step of
+  few kernels but thousands of parameter tensors (the per-parameter optimizer case).
+
+Options of the injected causes (``faults.py``, set through ``cfg``): ``checkpointing`` (activation
+checkpointing of every ViT layer), ``graph_breaks`` (``torch._dynamo.graph_break()`` after every
+hidden Linear of ``wide``/``gemm``), ``aux_head``/``per_sample`` (an auxiliary head over the first K
+samples, batched or one sample at a time in a Python loop).
 
 ``wide``, ``gemm``, ``elementwise`` and ``attn`` draw their inputs on the device from a seed the
 DataLoader hands over (a 256 MB host tensor per step would make them data-loader-bound).
@@ -31,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ON_DEVICE_INPUT = ("wide", "gemm", "elementwise", "attn")
+ON_DEVICE_INPUT = ("wide", "gemm", "elementwise", "attn", "experts")
 """Models whose batch is drawn on the device from a seed (see the module docstring)."""
 
 
@@ -45,20 +55,83 @@ def busy_cpu(ms: float) -> None:
 
 
 # ----------------------------------------------------------------------------- data
-class _Batches:
-    """Deterministic synthetic batches (batch ``i`` is the same in every run)."""
+def cpu_matmuls(count: int, dim: int, seed: int) -> float:
+    """``count`` float32 products of ``dim`` x ``dim`` matrices on the CPU through torch (intra-op
+    threads: what ``torch.set_num_threads`` sets); returns a checksum so the work is not dead."""
+    if count <= 0:
+        return 0.0
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(dim, dim, generator=g) / dim ** 0.5
+    c = a
+    for _ in range(count):
+        c = torch.tanh(a @ c)
+    return float(c[0, 0])
 
-    def __init__(self, model: str, cfg: dict, latency_ms: float, transform_ms: float = 0.0):
+
+class WorkerInit:
+    """DataLoader ``worker_init_fn``: sleep ``sleep_ms`` (standing for a worker that opens its
+    files or loads an index when it starts) and set ``torch.set_num_threads(threads)`` when
+    ``threads`` > 0 (PyTorch's own worker default is 1 thread)."""
+
+    def __init__(self, sleep_ms: float = 0.0, threads: int = 0):
+        self.sleep_ms, self.threads = sleep_ms, threads
+
+    def __call__(self, _worker_id: int) -> None:
+        if self.threads > 0:
+            torch.set_num_threads(self.threads)
+        if self.sleep_ms > 0:
+            time.sleep(self.sleep_ms / 1000.0)
+
+
+class _Batches:
+    """Deterministic synthetic batches (batch ``i`` is the same in every run).
+
+    Per batch, in the Dataset (so in a DataLoader worker when there are workers): ``latency_ms``
+    of sleep (I/O), ``transform_ms`` of CPU spin (a Python transform), ``burst_ms`` more sleep on
+    every ``burst_every``-th batch of an epoch (bursty fetch times), ``transform_matmuls`` torch
+    matmuls of ``transform_dim`` on the CPU (a multi-threaded tensor transform). ``conv`` images
+    come from a pool of ``POOL`` host batches made once (pinned when ``pin`` is set), so building
+    a batch costs nothing and the host-to-device copy is what the step pays for."""
+
+    POOL = 4
+
+    def __init__(self, model: str, cfg: dict, latency_ms: float, transform_ms: float = 0.0, *,
+                 burst_every: int = 0, burst_ms: float = 0.0, transform_matmuls: int = 0,
+                 transform_dim: int = 256, pin: bool = False):
         self.model, self.cfg, self.latency_s = model, cfg, latency_ms / 1000.0
         self.transform_ms = transform_ms
+        self.burst_every, self.burst_s = burst_every, burst_ms / 1000.0
+        self.transform_matmuls, self.transform_dim = transform_matmuls, transform_dim
+        self.pin = pin
+        self._pool: dict[int, list[dict[str, torch.Tensor]]] = {}
 
-    def make(self, idx: int, n: int) -> dict[str, torch.Tensor]:
+    def _conv_batch(self, idx: int, n: int) -> dict[str, torch.Tensor]:
+        pool = self._pool.setdefault(n, [])
+        if not pool:
+            c = self.cfg
+            for k in range(self.POOL):
+                g = torch.Generator().manual_seed(4321 + k)
+                b = {"x": torch.rand(n, 3, c["image"], c["image"], generator=g),
+                     "y": torch.randn(n, c["out_dim"], generator=g)}
+                if self.pin:
+                    b = {k2: v.pin_memory() for k2, v in b.items()}
+                pool.append(b)
+        return {**pool[idx % self.POOL], "n": torch.tensor(n)}
+
+    def make(self, idx: int, n: int, local: int | None = None) -> dict[str, torch.Tensor]:
+        """Batch ``idx`` of ``n`` samples; ``local`` is its index in the epoch (for the bursts)."""
         g = torch.Generator().manual_seed(1234 + idx)
         c = self.cfg
         if self.latency_s > 0:
             time.sleep(self.latency_s)  # stands for reading a shard from storage
+        if self.burst_every > 0 and (idx if local is None else local) % self.burst_every == 0:
+            time.sleep(self.burst_s)  # a slow shard now and then (bursty fetch times)
         if self.transform_ms > 0:
             busy_cpu(self.transform_ms)  # a slow per-batch transform (augmentation) on the CPU
+        if self.transform_matmuls > 0:
+            cpu_matmuls(self.transform_matmuls, self.transform_dim, 1234 + idx)
+        if self.model == "conv":
+            return self._conv_batch(idx, n)
         if self.model in ON_DEVICE_INPUT:
             return {"seed": torch.tensor(1234 + idx), "n": torch.tensor(n)}
         if self.model == "gnn":
@@ -90,7 +163,7 @@ class MapBatches(torch.utils.data.Dataset):
         return self.steps
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return self.src.make(self.off + i, self.bs)
+        return self.src.make(self.off + i, self.bs, local=i)
 
 
 class IterableShards(torch.utils.data.IterableDataset):
@@ -159,18 +232,107 @@ class MessagePassingPotential(nn.Module):
 
 
 class ViTEncoder(nn.Module):
-    """Patch-token transformer encoder (pre-norm), mean-pooled regression head."""
+    """Patch-token transformer encoder (pre-norm), mean-pooled regression head. With
+    ``checkpointing`` every encoder layer runs under ``torch.utils.checkpoint`` (non-reentrant):
+    its activations are recomputed in the backward instead of stored (seed 001 T17)."""
 
-    def __init__(self, in_dim: int, dim: int, depth: int, heads: int, out_dim: int):
+    def __init__(self, in_dim: int, dim: int, depth: int, heads: int, out_dim: int, checkpointing: bool = False):
         super().__init__()
         self.proj = nn.Linear(in_dim, dim)
         layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True,
                                            activation="gelu")
         self.enc = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.head = nn.Linear(dim, out_dim)
+        self.checkpointing = checkpointing
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.enc(self.proj(x)).mean(dim=1))
+        h = self.proj(x)
+        if self.checkpointing and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            for layer in self.enc.layers:
+                h = checkpoint(layer, h, use_reentrant=False)  # injected: activation-checkpointing
+        else:
+            h = self.enc(h)
+        return self.head(h.mean(dim=1))
+
+
+class ConvNet(nn.Module):
+    """Patchify stem (``stem`` x ``stem`` convolution of stride ``stem``, 3 -> ``width``
+    channels), ``depth`` x (3x3 convolution ``width`` -> ``width`` + ReLU), global average pool,
+    Linear head. Shapes: input (n, 3, H, W), output (n, out_dim)."""
+
+    def __init__(self, width: int, depth: int, stem: int, out_dim: int):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, kernel_size=stem, stride=stem)
+        self.convs = nn.ModuleList(nn.Conv2d(width, width, kernel_size=3, padding=1) for _ in range(depth))
+        self.head = nn.Linear(width, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.stem(x))
+        for conv in self.convs:
+            h = F.relu(conv(h))
+        return self.head(h.mean(dim=(2, 3)))
+
+
+class ExpertsNet(nn.Module):
+    """``experts`` independent 2-layer MLPs of width ``dim``, each with its own four parameter
+    tensors (w1, b1, w2, b2), applied to their own ``tokens`` rows as one batched matmul over the
+    stacked weights. Input (experts * tokens, dim) -> output (experts * tokens, 1)."""
+
+    def __init__(self, experts: int, dim: int):
+        super().__init__()
+        self.experts, self.dim = experts, dim
+        self.w1 = nn.ParameterList(nn.Parameter(torch.randn(dim, dim) / dim ** 0.5) for _ in range(experts))
+        self.b1 = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(experts))
+        self.w2 = nn.ParameterList(nn.Parameter(torch.randn(dim, dim) / dim ** 0.5) for _ in range(experts))
+        self.b2 = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.experts
+        h = x.view(e, -1, self.dim)
+        h = F.gelu(torch.baddbmm(torch.stack(list(self.b1)).unsqueeze(1), h, torch.stack(list(self.w1))))
+        h = torch.baddbmm(torch.stack(list(self.b2)).unsqueeze(1), h, torch.stack(list(self.w2)))
+        return h.reshape(-1, self.dim).mean(dim=1, keepdim=True)
+
+
+class BreakingLinear(nn.Module):
+    """A Linear whose forward calls ``torch._dynamo.graph_break()`` after the matmul: under
+    ``torch.compile`` every such layer is split into fragments with eager Python between them
+    (it stands for an untraceable call in a layer, e.g. a logging helper); a no-op in eager mode.
+    Holds the Linear as ``lin``."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.lin = nn.Linear(n_in, n_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torch._dynamo as dynamo
+
+        h = self.lin(x)
+        dynamo.graph_break()  # injected: graph-break
+        return h
+
+
+class WithAuxHead(nn.Module):
+    """``body`` plus an auxiliary head (Linear in_dim -> 256, GELU, Linear 256 -> 1) over the
+    first ``k`` samples of the batch, appended to the output: batched, or with ``per_sample``
+    one sample at a time in a Python loop (k launches of the same modules on batch-1 shapes).
+    Output (n + k, 1)."""
+
+    def __init__(self, body: nn.Module, in_dim: int, k: int, per_sample: bool = False):
+        super().__init__()
+        self.body, self.k, self.per_sample = body, k, per_sample
+        self.aux = nn.Sequential(nn.Linear(in_dim, 256), nn.GELU(), nn.Linear(256, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        xs = x[: self.k]
+        if self.per_sample:
+            a = torch.cat([self.aux(xs[i:i + 1]) for i in range(xs.shape[0])])  # injected: per-sample-loop
+        else:
+            a = self.aux(xs)
+        return torch.cat([y, a.to(y.dtype)])
 
 
 class ElementwiseNet(nn.Module):
@@ -227,7 +389,8 @@ def model_config(name: str, device: str, args: argparse.Namespace) -> dict:
         return {"atoms": 24, "box": 6.0, "cutoff": 3.0, "species": 8, "hidden": args.hidden or (128 if gpu else 32),
                 "layers": 3}
     if name == "vit":
-        return {"tokens": args.tokens or (256 if gpu else 32), "in_dim": 64, "dim": args.hidden or (1024 if gpu else 64),
+        return {"tokens": args.tokens or (256 if gpu else 32), "in_dim": 64,
+                "dim": args.hidden or (1024 if gpu else 64),
                 "depth": args.depth or (12 if gpu else 2), "heads": 16 if gpu else 4, "out_dim": 8}
     if name in ("wide", "gemm"):
         return {"in_dim": args.hidden or (4096 if gpu else 64), "hidden": args.hidden or (4096 if gpu else 64),
@@ -237,7 +400,22 @@ def model_config(name: str, device: str, args: argparse.Namespace) -> dict:
     if name == "attn":
         return {"tokens": args.tokens or (2048 if gpu else 64), "dim": args.hidden or (1024 if gpu else 64),
                 "depth": args.depth or (4 if gpu else 2), "heads": 16 if gpu else 4}
+    if name == "conv":
+        return {"image": args.tokens or (224 if gpu else 32), "width": args.hidden or (128 if gpu else 8),
+                "depth": args.depth or (8 if gpu else 2), "stem": 4, "out_dim": 8}
+    if name == "experts":
+        return {"experts": args.depth or (512 if gpu else 64), "dim": args.hidden or (64 if gpu else 16),
+                "tokens": args.tokens or (256 if gpu else 4)}
     return {"in_dim": 32, "hidden": args.hidden or 64, "out_dim": 1}
+
+
+def with_options(cfg: dict, args: argparse.Namespace) -> dict:
+    """``cfg`` with the injected-cause options of ``args`` the model builders read:
+    ``checkpointing``, ``graph_breaks``, ``aux_head`` (K), ``per_sample``."""
+    return {**cfg, "checkpointing": bool(getattr(args, "checkpointing", False)),
+            "graph_breaks": bool(getattr(args, "graph_breaks", False)),
+            "aux_head": int(getattr(args, "aux_head", 0) or 0),
+            "per_sample": bool(getattr(args, "per_sample_loop", False))}
 
 
 def build_model(name: str, cfg: dict) -> nn.Module:
@@ -245,12 +423,21 @@ def build_model(name: str, cfg: dict) -> nn.Module:
     if name == "gnn":
         return MessagePassingPotential(cfg["species"], cfg["hidden"], cfg["layers"], cfg["cutoff"])
     if name == "vit":
-        return ViTEncoder(cfg["in_dim"], cfg["dim"], cfg["depth"], cfg["heads"], cfg["out_dim"])
+        return ViTEncoder(cfg["in_dim"], cfg["dim"], cfg["depth"], cfg["heads"], cfg["out_dim"],
+                          checkpointing=cfg.get("checkpointing", False))
     if name in ("wide", "gemm"):
-        layers: list[nn.Module] = [nn.Linear(cfg["in_dim"], cfg["hidden"])]
+        lin = BreakingLinear if cfg.get("graph_breaks") else nn.Linear
+        layers: list[nn.Module] = [lin(cfg["in_dim"], cfg["hidden"])]
         for _ in range(cfg["depth"]):
-            layers += [nn.ReLU(), nn.Linear(cfg["hidden"], cfg["hidden"])]
-        return nn.Sequential(*layers, nn.ReLU(), nn.Linear(cfg["hidden"], cfg["out_dim"]))
+            layers += [nn.ReLU(), lin(cfg["hidden"], cfg["hidden"])]
+        body = nn.Sequential(*layers, nn.ReLU(), nn.Linear(cfg["hidden"], cfg["out_dim"]))
+        if cfg.get("aux_head"):
+            return WithAuxHead(body, cfg["in_dim"], cfg["aux_head"], cfg.get("per_sample", False))
+        return body
+    if name == "conv":
+        return ConvNet(cfg["width"], cfg["depth"], cfg["stem"], cfg["out_dim"])
+    if name == "experts":
+        return ExpertsNet(cfg["experts"], cfg["dim"])
     if name == "elementwise":
         return ElementwiseNet(cfg["channels"], cfg["layers"])
     if name == "attn":
@@ -265,6 +452,8 @@ def device_input(name: str, cfg: dict, b: dict, dtype: torch.dtype, device: torc
     n = int(b["n"])
     if name in ("wide", "gemm"):
         shape = (n, cfg["in_dim"])
+    elif name == "experts":
+        shape = (cfg["experts"] * cfg["tokens"], cfg["dim"])
     elif name == "elementwise":
         shape = (n, cfg["channels"])
     else:

@@ -12,6 +12,8 @@ What it samples, every ``interval_s`` (0.25 s on GPU, 0.5 s on CPU by default):
   gpu, device, modelName, Hostname, instance), like ``../shared/data/perf-runs/*/telemetry``;
 - CPU nodes, from /proc, named as node_exporter names them (``node_cpu_seconds_total{cpu,mode}``
   seconds, ``node_memory_MemAvailable_bytes``, ``node_memory_MemTotal_bytes``, ``node_load1``);
+  on GPU nodes too when ``$AI4S_TELEMETRY_HOST=1`` (node_exporter beside dcgm-exporter: the host
+  CPU that tells a CPU-transform-bound loader from an I/O-bound one, seed 001 T3/T8);
 - ``$AI4S_TELEMETRY_GPUS`` (comma-separated NVML indices) restricts the GPUs sampled, numbered
   from 0 in that order as the process sees them under the matching ``CUDA_VISIBLE_DEVICES``;
 - always Omnistat's ``rmsjob_info{jobid,user,partition,nodes,batchflag,jobstep,type,instance} = 1``
@@ -166,6 +168,7 @@ class Sampler(threading.Thread):
         self.instance = instance_name()
         self.host = socket.gethostname().split(".")[0]
         self.nvml = _Nvml()
+        self.host_cpu = os.environ.get("AI4S_TELEMETRY_HOST") == "1"
         self.interval_s = interval_s or float(os.environ.get("AI4S_TELEMETRY_INTERVAL",
                                                              0.25 if self.nvml.available else 0.5))
         self.jobid = str(jobid)
@@ -189,9 +192,12 @@ class Sampler(threading.Thread):
         tss.append(ts_ms)
 
     def sample_once(self) -> None:
-        """One sampling round (GPU through NVML when available, else /proc; plus rmsjob_info)."""
+        """One sampling round (GPU through NVML when available, else /proc, and /proc beside NVML
+        when ``$AI4S_TELEMETRY_HOST=1``; plus rmsjob_info)."""
         ts = int(time.time() * 1000)
-        rows = self.nvml.sample(self.host, self.instance) if self.nvml.available else sample_proc(self.instance)
+        rows = self.nvml.sample(self.host, self.instance) if self.nvml.available else []
+        if not self.nvml.available or self.host_cpu:
+            rows += sample_proc(self.instance)
         with self._lock:
             for labels, v in rows:
                 self._record(labels, v, ts)

@@ -13,6 +13,8 @@ on it in a fresh state directory and reads ``report.json``:
   report that names no cause scores wrong;
 - **rank**: for cases with a rank at fault, ``bottleneck.rank`` when present, else the rank of a
   claim whose metric names a straggler (``...straggler...``) with an integer value;
+- **first lever**: for cases whose truth names a ``lever`` (``cases.LEVERS``), the name of the
+  report's first lever (``levers[0].name``) equals it;
 - **claims confirmed**: the share of the report's claims with verdict ``confirmed``;
 - **wrong confident**: a class other than ``unknown`` that is not the truth's class (counted
   apart from ``unknown``, which is a miss but not a wrong answer).
@@ -31,6 +33,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -106,12 +110,20 @@ def named_rank(report: dict[str, Any]) -> int | None:
     return None
 
 
+def first_lever(report: dict[str, Any]) -> str | None:
+    """The name of the report's first lever (``levers[0].name``), None when it has none."""
+    levers = report.get("levers") or []
+    return str(levers[0].get("name")) if levers and isinstance(levers[0], dict) and levers[0].get("name") else None
+
+
 def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "") -> dict[str, Any]:
     """One case's score from its truth and report (None when the run failed)."""
-    row: dict[str, Any] = {"cause": truth["cause"], "truth_class": truth.get("class"), "truth_rank": truth.get("rank")}
+    row: dict[str, Any] = {"cause": truth["cause"], "truth_class": truth.get("class"), "truth_rank": truth.get("rank"),
+                           "truth_lever": truth.get("lever")}
     if report is None:
         return {**row, "class": None, "named_cause": None, "named_rank": None, "class_ok": False if truth.get("class")
                 else None, "cause_ok": False, "rank_ok": False if truth.get("rank") is not None else None,
+                "first_lever": None, "lever_ok": False if truth.get("lever") else None,
                 "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error,
                 **({"cause_ok": None} if truth["cause"] == "none" else {})}
     klass = (report.get("bottleneck") or {}).get("klass")
@@ -120,7 +132,9 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
     tc = truth.get("class")
     cause = named_cause(report)
     rank = named_rank(report)
-    return {**row, "class": klass, "named_cause": cause, "named_rank": rank,
+    lever = first_lever(report)
+    return {**row, "class": klass, "named_cause": cause, "named_rank": rank, "first_lever": lever,
+            "lever_ok": (lever == truth["lever"]) if truth.get("lever") else None,
             "class_ok": (klass == tc) if tc else None,
             "cause_ok": (cause == truth["cause"]) if truth["cause"] != "none" else None,
             "rank_ok": (rank == truth["rank"]) if truth.get("rank") is not None else None,
@@ -160,6 +174,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             return {"right": ok, "of": len(app), "accuracy": round(ok / len(app), 3) if app else None}
         claims = sum(r["claims"] for r in rs)
         return {"cases": len(rs), "class": frac("class_ok"), "cause": frac("cause_ok"), "rank": frac("rank_ok"),
+                "lever": frac("lever_ok"),
                 "claims": claims, "claims_confirmed": sum(r["confirmed"] for r in rs),
                 "claims_confirmed_share": round(sum(r["confirmed"] for r in rs) / claims, 3) if claims else None,
                 "wrong_confident": sum(1 for r in rs if r["wrong_confident"]),
@@ -169,16 +184,62 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "cases": rows}
 
 
-def score(cases_dir: Path = CASES_DIR, workers: int = 2, work: Path | None = None) -> dict[str, Any]:
-    """Run every case under ``cases_dir`` (``workers`` at a time) and summarize."""
+class _Progress:
+    """One line per finished case on stderr (``[3/12] case-name: class right, 41 s``), or a rich bar
+    when stderr is a terminal; silent with ``quiet``."""
+
+    def __init__(self, total: int, quiet: bool = False) -> None:
+        self.total, self.done, self.quiet, self.t0 = total, 0, quiet, time.monotonic()
+        self.lock = threading.Lock()
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("accuracy cases"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("cases", total=total)
+
+    def case_done(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self.done += 1
+            if self.quiet:
+                return
+            if self.bar is not None:
+                self.bar.update(self.task, completed=self.done)
+                return
+            ok = {True: "right", False: "wrong", None: "not scored"}
+            verdict = ("failed: " + str(row.get("error"))[:80] if row.get("error") else
+                       f"class {row.get('class')} ({ok[row.get('class_ok')]}), cause {ok[row.get('cause_ok')]}")
+            print(f"[{self.done}/{self.total}] {row.get('case')}: {verdict}, {time.monotonic() - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def score(cases_dir: Path = CASES_DIR, workers: int = 2, work: Path | None = None,
+          quiet: bool = False) -> dict[str, Any]:
+    """Run every case under ``cases_dir`` (``workers`` at a time) and summarize; a line per finished
+    case goes to stderr (:class:`_Progress`) unless ``quiet``."""
     cases = load_cases(cases_dir)
     tmp = tempfile.TemporaryDirectory(prefix="ai4s-acc-") if work is None else None
     wd = Path(tmp.name) if tmp else Path(work)
     wd.mkdir(parents=True, exist_ok=True)
+    progress = _Progress(len(cases), quiet)
+
+    def one(ct: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+        row = run_case(ct[0], ct[1], wd)
+        progress.case_done(row)
+        return row
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-            rows = list(ex.map(lambda ct: run_case(ct[0], ct[1], wd), cases))
+            rows = list(ex.map(one, cases))
     finally:
+        progress.close()
         if tmp:
             tmp.cleanup()
     return summarize(rows)
@@ -202,18 +263,21 @@ def markdown(res: dict[str, Any], cases_dir: Path) -> str:
     lines = [f"# Accuracy benchmark (injected faults with known causes)", "",
              f"Date {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, commit `{_commit()}`, "
              f"cases `{os.path.relpath(cases_dir, REPO)}` ({o['cases']}), `python -m bench.accuracy score`.", "",
-             "| fault kind (cause) | cases | right class | right cause | right rank | claims confirmed | "
-             "wrong confident | unknown |", "|---|---|---|---|---|---|---|---|"]
+             "| fault kind (cause) | cases | right class | right cause | right rank | right first lever | "
+             "claims confirmed | wrong confident | unknown |", "|---|---|---|---|---|---|---|---|---|"]
     for k, a in res["by_cause"].items():
         lines.append(f"| {k} | {a['cases']} | {_pct(a['class'])} | {_pct(a['cause'])} | {_pct(a['rank'])} | "
-                     f"{a['claims_confirmed']}/{a['claims']} | {a['wrong_confident']} | {a['unknown']} |")
+                     f"{_pct(a['lever'])} | {a['claims_confirmed']}/{a['claims']} | {a['wrong_confident']} | "
+                     f"{a['unknown']} |")
     lines.append(f"| **overall** | {o['cases']} | {_pct(o['class'])} | {_pct(o['cause'])} | {_pct(o['rank'])} | "
-                 f"{o['claims_confirmed']}/{o['claims']} | {o['wrong_confident']} | {o['unknown']} |")
-    lines += ["", "| case | truth class | answered class | truth cause | named cause | truth rank | named rank | error |",
-              "|---|---|---|---|---|---|---|---|"]
+                 f"{_pct(o['lever'])} | {o['claims_confirmed']}/{o['claims']} | {o['wrong_confident']} | "
+                 f"{o['unknown']} |")
+    lines += ["", "| case | truth class | answered class | truth cause | named cause | truth rank | named rank | "
+              "truth lever | first lever | error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["cases"]:
         lines.append(f"| {r['case']} | {r['truth_class']} | {r['class']} | {r['cause']} | {r['named_cause']} | "
-                     f"{r['truth_rank']} | {r['named_rank']} | {r['error']} |")
+                     f"{r['truth_rank']} | {r['named_rank']} | {r.get('truth_lever')} | {r.get('first_lever')} | "
+                     f"{r['error']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -251,15 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--results", default=None, help="write the markdown table here (e.g. bench/accuracy/RESULTS.md)")
     s.add_argument("--write-floor", action="store_true", help="record the measured score as bench/accuracy/floor.json")
     s.add_argument("--check-floor", action="store_true", help="exit 1 when the score is below floor.json")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
     try:
-        res = score(Path(a.cases), a.workers)
+        res = score(Path(a.cases), a.workers, quiet=a.quiet)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         print(f"STATUS=fail; reason={e}")
         return 2
     o = res["overall"]
     print(f"cases {o['cases']}: class {_pct(o['class'])}, cause {_pct(o['cause'])}, rank {_pct(o['rank'])}, "
+          f"first lever {_pct(o['lever'])}, "
           f"claims confirmed {o['claims_confirmed']}/{o['claims']}, wrong confident {o['wrong_confident']}, "
           f"unknown {o['unknown']}, failed runs {o['failed_runs']}")
     if a.json:

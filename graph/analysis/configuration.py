@@ -40,6 +40,19 @@ class RunRequest(BaseModel):
     slurm_array: bool = False  # analyse the rank traces as a SLURM job array
     baseline: str | None = None  # eval-cluster report or raw JSON: measured all-reduce busbw (issue 13)
     probe: bool = False  # the verifiers may run one srun -N1 --time=00:05:00 node probe (tools/slurm/probe.py)
+    # optional cross-checks of each rank's timeline (--cross-check hta|tracelens; none by default):
+    # tool names of tools/trace/backends.py CROSS_CHECK_TOOLS ("tracelens" brings "tracelens-csv")
+    cross_check: tuple[str, ...] = ()
+
+    @field_validator("cross_check")
+    @classmethod
+    def _cross_check(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        out: list[str] = []
+        for t in v:
+            if t not in ("hta", "tracelens", "tracelens-csv"):
+                raise ValueError(f"--cross-check must be hta or tracelens, not {t!r}")
+            out += ["tracelens", "tracelens-csv"] if t == "tracelens" else [t]
+        return tuple(dict.fromkeys(out))
 
     @field_validator("tsdb_url")
     @classmethod

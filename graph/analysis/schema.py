@@ -66,6 +66,7 @@ class RankResult(TypedDict, total=False):
     triage_names: dict[str, int]  # event-name counts the trace checks read (triage.EventNameCounter)
     roofline_totals: dict[str, Any] | None  # RooflineCollector.totals("external_id")
     device_name: str  # deviceProperties[0].name of the trace ("" when absent)
+    csv_dir: str | None  # the rank's TraceLens-layout CSVs, relative to the out dir (written by its worker)
 
 
 class RankTask(TypedDict):
@@ -104,6 +105,7 @@ class AnalysisState(TypedDict, total=False):
     - ``verdicts``: :class:`VerifiedClaim` from both verifiers.
     - ``statuses``: node name -> its STATUS line.
     - ``missing``: one line per missing or bad input.
+    - ``not_checked``: one ``not checked: needs ...`` line per check that could not run (issue 28).
     - ``usage``: node name -> :class:`Usage` (LLM token use).
     - ``report``: the synthesizer's :class:`Report`.
     """
@@ -119,6 +121,7 @@ class AnalysisState(TypedDict, total=False):
     verdicts: Annotated[list[VerifiedClaim], operator.add]
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: Annotated[list[str], operator.add]
+    not_checked: Annotated[list[str], operator.add]
     usage: Annotated[dict[str, Usage], merge_dicts]
     report: Report
 

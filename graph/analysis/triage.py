@@ -519,6 +519,10 @@ def attach_telemetry_triage(findings: dict[str, Any], manifest: Any, run_dir: st
             pass
     found = [f for f in found if f is not None]
     findings.setdefault("telemetry", tel)["triage"] = [{"id": f.claim.id, "lever": f.lever, "why": f.why} for f in found]
+    from ...tools.report.not_checked import triage_not_checked  # issue 28: a check that could not run says so
+
+    tel["not_checked"] = triage_not_checked(m.get("num_workers") if m.get("num_workers") is not None else js.get("num_workers"),
+                                            ranks, cores, cpu, traces)
     return [f.claim for f in found]
 
 

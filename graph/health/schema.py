@@ -17,7 +17,8 @@ class ProbeRequest(BaseModel):
     """``ai4s-graph probe``: ``out_dir`` (parts and node_health_probe.txt), this ``node``'s name,
     ``mounts`` as (label, path) pairs, ``gpu`` checks on/off, ``gather_only`` (``--gather``),
     STREAM array length ``stream_elems`` (float64 elements) and repetitions ``stream_ntimes``,
-    start time ``t0`` (unix s) and ``started_utc``."""
+    start time ``t0`` (unix s) and ``started_utc``; ``baseline``: a previous healthy probe's
+    ``node_health_probe.json``, the reference when no other node is probed with this one."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -30,6 +31,7 @@ class ProbeRequest(BaseModel):
     stream_ntimes: int = 6
     t0: float
     started_utc: str | None = None
+    baseline: str | None = None
 
 
 class ProbeState(TypedDict, total=False):
@@ -43,6 +45,7 @@ class ProbeState(TypedDict, total=False):
     missing: Annotated[list[str], operator.add]
     rows: list[dict[str, Any]]
     bad_nodes: list[str]
+    not_checked: list[str]
     exit_code: int
     txt: str
 

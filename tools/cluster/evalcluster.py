@@ -183,7 +183,41 @@ def write_report(nodes: list[dict[str, Any]], reports_dir: str | Path, *, date: 
     text = build_report(nodes, raw_dir=raw, access=access, inter=inter, extra_gaps=extra_gaps, nccl_env_source=nccl_env_source)
     path = rd / (name or report_name(nodes, date))
     path.write_text(text)
+    if save_raw:
+        inputs = {"report": path.name, "nodes": [f"eval-{n['node']}.json" for n in nodes],
+                  "inter": "allreduce-inter.json" if inter else None, "access": access, "extra_gaps": list(extra_gaps or []),
+                  "nccl_env_source": nccl_env_source}
+        (rd / raw / REPORT_INPUTS).write_text(json.dumps(inputs, indent=1) + "\n")
     return path, check_report(text, filename=path.name)
+
+
+REPORT_INPUTS = "report-inputs.json"
+"""Beside the raw results: the builder's inputs (result files, access, extra gaps, who set the NCCL
+environment), so the report can be rebuilt from ``raw-<datetime>/`` alone (:func:`rebuild_report`)."""
+
+
+def rebuild_report(raw_dir: str | Path) -> tuple[str, str]:
+    """``(report file name, text)`` of the report built again from ``raw_dir`` (its
+    :data:`REPORT_INPUTS` and the result files it names). Raises InputError when the inputs file
+    or a result it names is missing or not JSON."""
+    raw = Path(raw_dir)
+    inp = _read_json(raw / REPORT_INPUTS, f"no {REPORT_INPUTS} in {raw}: the report cannot be rebuilt from it")
+    nodes = load_results([raw / f for f in inp["nodes"]])
+    inter = json.loads((raw / inp["inter"]).read_text()) if inp.get("inter") else None
+    text = build_report(nodes, raw_dir=raw.name, access=inp["access"], inter=inter, extra_gaps=inp.get("extra_gaps") or [],
+                        nccl_env_source=inp["nccl_env_source"])
+    return inp["report"], text
+
+
+def _read_json(p: Path, missing: str) -> dict[str, Any]:
+    """The JSON object in ``p``. Raises InputError with ``missing`` when there is no file, or
+    naming the file when it is not JSON."""
+    if not p.is_file():
+        raise InputError(missing)
+    try:
+        return json.loads(p.read_text())
+    except ValueError as e:
+        raise InputError(f"{p}: not JSON ({e})") from e
 
 
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
@@ -191,13 +225,7 @@ def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
     missing, not JSON, or not an eval result."""
     out = []
     for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise InputError(f"no eval result at {p}")
-        try:
-            d = json.loads(p.read_text())
-        except ValueError as e:
-            raise InputError(f"{p}: not JSON ({e})") from e
+        d = _read_json(Path(p), f"no eval result at {p}")
         if d.get("kind") != "eval":
             raise InputError(f"{p}: not a gpu_bench eval result (kind={d.get('kind')!r})")
         out.append(d)

@@ -233,6 +233,12 @@ def probe_gpus(allreduce: bool = True, ar_max_bytes: int = 256 << 20) -> dict[st
     for i in range(n):
         g: dict[str, Any] = {"index": i}
         try:
+            import torch  # noqa: PLC0415
+
+            g["name"] = torch.cuda.get_device_name(i)  # the datasheet floor of the copy check needs the family
+        except Exception:  # noqa: BLE001
+            pass
+        try:
             g["launch_us"] = launch_latency_us(i)
         except Exception as e:  # noqa: BLE001
             g["launch_error"] = f"{type(e).__name__}: {e}"

@@ -14,6 +14,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -119,16 +120,32 @@ def fio_scan(path: str, sizes: list[str] | tuple[str, ...] = FIO_SIZES, runtime_
     return out
 
 
-def fs_info(path: str) -> dict[str, Any]:
+CONTAINER_LAYERS = ("overlay", "overlayfs", "aufs", "fuse-overlayfs")
+"""Union filesystems of containers: seed 003, "the backing FS (xfs, ext4) is the partition type to
+report" ("Overlay is not a partition type")."""
+
+
+def fs_info(path: str, _look_through: bool = True) -> dict[str, Any]:
     """Mount point, filesystem type, size (bytes) and source device/server of ``path`` (from
-    ``findmnt``; ``df`` as fallback). Capacity only, never use (seed 003)."""
+    ``findmnt``; ``df`` as fallback). Capacity only, never use (seed 003). On a container layer
+    (``overlay``) the type, size and source are the backing filesystem's (the one holding the
+    overlay's ``upperdir``), and ``layer`` names the overlay."""
     rc, out = _run(["findmnt", "-n", "-b", "-o", "TARGET,FSTYPE,SIZE,SOURCE", "-T", path])
+    info: dict[str, Any] | None = None
     if rc == 0 and out:
         parts = out.split()
         if len(parts) >= 4:
             with contextlib.suppress(ValueError):
-                return {"mount": parts[0], "type": parts[1], "size_bytes": int(parts[2]), "source": parts[3]}
-    st = os.statvfs(path)
-    return {"mount": path, "type": "", "size_bytes": st.f_blocks * st.f_frsize, "source": ""}
+                info = {"mount": parts[0], "type": parts[1], "size_bytes": int(parts[2]), "source": parts[3]}
+    if info is None:
+        st = os.statvfs(path)
+        return {"mount": path, "type": "", "size_bytes": st.f_blocks * st.f_frsize, "source": ""}
+    if _look_through and info["type"] in CONTAINER_LAYERS:
+        rc, opts = _run(["findmnt", "-n", "-o", "OPTIONS", "-T", path])
+        m = re.search(r"(?:^|,)upperdir=([^,]+)", opts or "")
+        if rc == 0 and m and os.path.isabs(m.group(1)):
+            back = fs_info(m.group(1), _look_through=False)
+            info.update(type=back["type"], size_bytes=back["size_bytes"], source=back["source"], layer=info["type"])
+    return info
 
 

@@ -17,10 +17,15 @@ Checks (one row each in ``node_health_probe.txt``, format in :mod:`ai4s_graph.to
 - ``gpu<i>:launch_latency``, ``gpu<i>:d2d_copy``, ``allreduce``: from
   :mod:`ai4s_graph.tools.cluster.gpu_bench` (torch).
 
-Thresholds (:class:`Thresholds`) are relative to the median of the nodes probed together plus a
-stated absolute ceiling for launch latency; a node with any ``fail`` row is bad and the probe exits
-:data:`BAD_NODE_EXIT_CODE` (42). Checks that cannot run (one GPU: no all-reduce; no GPU) are
-recorded under ``skipped`` in the JSON with the reason, not as rows.
+- ``roce_gid:<dev>/<port>``: the RoCE GID table, consistent across the nodes probed together
+  (lesson 26, :mod:`ai4s_graph.tools.cluster.roce_gid`).
+
+Judgement (:mod:`ai4s_graph.tools.cluster.probe_judge`): against the median of the nodes probed
+together; with no peer (a 1-node probe), against a measured baseline (``--baseline``, a previous
+healthy ``node_health_probe.json``) or a datasheet floor; otherwise the check says ``not checked:
+needs ...`` (a comment line in the txt, ``not_checked`` in the JSON), never a silent pass. A node
+with any ``fail`` row is bad and the probe exits :data:`BAD_NODE_EXIT_CODE` (42). Checks that
+cannot run (one GPU: no all-reduce; no GPU) are recorded under ``skipped`` with the reason.
 
 This module needs only the standard library, numpy and (for GPU parts) torch, so
 ``python3 -m ai4s_graph.tools.cluster.node_probe`` also runs where the full app is not installed.
@@ -33,42 +38,22 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import gpu_bench
+from . import gpu_bench, roce_gid
+from .probe_judge import Thresholds, judge  # noqa: F401  (Thresholds re-exported)
 from ..errors import InputError
 from ..files import import_root
 from ..slurm.health import BAD_NODE_EXIT_CODE, PROBE_FILE, ProbeRow, format_rows
 
 PROBE_JSON = "node_health_probe.json"
 PARTS_DIR = "parts"
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Pass/fail limits. Relative limits compare a value with the median of the same value over
-    all nodes (or all GPUs) probed together (seed 000 lesson 18: never a node class).
-
-    - ``stream_rel_min`` 0.80: lesson 18/19's degraded dual-NUMA STREAM node stood out against
-      statistically equivalent peers; 20% below the median is well outside run-to-run noise.
-    - ``launch_rel_max`` 2.0 and ``launch_abs_max_us`` 20.0: lesson 18 measured 3.5-3.8 µs per
-      empty launch on every GPU of every node; 20 µs is over 5x that.
-    - ``d2d_rel_min`` 0.80, ``allreduce_rel_min`` 0.80: same relative rule for device copy and
-      all-reduce bus bandwidth.
-    """
-
-    stream_rel_min: float = 0.80
-    launch_rel_max: float = 2.0
-    launch_abs_max_us: float = 20.0
-    d2d_rel_min: float = 0.80
-    allreduce_rel_min: float = 0.80
 
 
 def node_name(explicit: str | None = None) -> str:
@@ -243,6 +228,8 @@ def probe_node(node: str, mounts: list[tuple[str, str]], *, gpu: bool = True, st
     Measurements only: pass/fail comes from :func:`evaluate` over all parts."""
     part: dict[str, Any] = {"schema": "ai4s-probe/1", "node": node, "started_utc": gpu_bench.now_utc(), "skipped": []}
     part["mounts"] = [probe_mount(label, path, node) for label, path in mounts]
+    part["roce_gids"] = roce_gid.read_gid_tables()  # lesson 26: compared across the nodes in gather
+    part["env"] = {k: os.environ[k] for k in ("NCCL_IB_GID_INDEX", "NCCL_IB_HCA") if k in os.environ}
     try:
         part["stream"], notes = stream_domains(stream_elems, stream_ntimes)
         part["skipped"] += notes
@@ -261,85 +248,28 @@ def probe_node(node: str, mounts: list[tuple[str, str]], *, gpu: bool = True, st
     return part
 
 
-def _median(vals: Iterable[float]) -> float | None:
-    v = [x for x in vals if x is not None]
-    return statistics.median(v) if v else None
+def evaluate(parts: list[dict[str, Any]], th: Thresholds = Thresholds(), expected_nodes: Iterable[str] = (),
+             baseline: list[dict[str, Any]] | None = None) -> list[ProbeRow]:
+    """Pass/fail rows for every part (:func:`~ai4s_graph.tools.cluster.probe_judge.judge`: against
+    the nodes probed together, else the ``baseline`` parts, else a datasheet floor). A node in
+    ``expected_nodes`` with no part gets a ``probe`` fail row."""
+    return judge(parts, th, expected_nodes, baseline)[0]
 
 
-def evaluate(parts: list[dict[str, Any]], th: Thresholds = Thresholds(), expected_nodes: Iterable[str] = ()) -> list[ProbeRow]:
-    """Pass/fail rows for every part, judged against the median over all ``parts`` (the nodes
-    probed together) and the absolute limits of ``th``. A node in ``expected_nodes`` with no part
-    gets a ``probe`` fail row."""
-    rows: list[ProbeRow] = []
-    n_nodes = len(parts)
-    # medians over the nodes probed together
-    med_stream: dict[tuple[str, str], float | None] = {}
-    for p in parts:
-        for dom, ks in (p.get("stream") or {}).items():
-            for k in ks:
-                med_stream.setdefault((dom, k), None)
-    for dom, k in med_stream:
-        med_stream[(dom, k)] = _median(p.get("stream", {}).get(dom, {}).get(k) for p in parts)
-    gpus = [g for p in parts for g in (p.get("gpu") or {}).get("gpus", [])]
-    med_launch = _median(g.get("launch_us") for g in gpus)
-    med_d2d = _median(g.get("d2d_gbps") for g in gpus)
-
-    def peak_busbw(p):
-        ar = (p.get("gpu") or {}).get("allreduce") or {}
-        return max((r["busbw_gbps"] for r in ar.get("rows", [])), default=None)
-
-    med_ar = _median(peak_busbw(p) for p in parts)
-    seen = set()
-    for p in parts:
-        node = p["node"]
-        seen.add(node)
-        for m in p.get("mounts", []):
-            rows.append(ProbeRow(node, f"mount:{m['label']}", m["ok"], m["detail"]))
-        if p.get("stream_error"):
-            rows.append(ProbeRow(node, "stream", False, p["stream_error"]))
-        for dom, ks in (p.get("stream") or {}).items():
-            bad = [k for k, v in ks.items() if med_stream[(dom, k)] and v < th.stream_rel_min * med_stream[(dom, k)]]
-            vals = ", ".join(f"{k} {v:.1f}" for k, v in ks.items())
-            meds = ", ".join(f"{k} {med_stream[(dom, k)]:.1f}" for k in ks)
-            detail = f"GB/s {vals}; median of {n_nodes} node(s): {meds}; limit {th.stream_rel_min:.0%} of median"
-            if bad:
-                detail = f"below limit: {', '.join(bad)}; " + detail
-            rows.append(ProbeRow(node, f"stream:{dom}", not bad, detail))
-        g = p.get("gpu") or {}
-        for gi in g.get("gpus", []):
-            i = gi["index"]
-            if "launch_error" in gi:
-                rows.append(ProbeRow(node, f"gpu{i}:launch_latency", False, gi["launch_error"]))
-            elif "launch_us" in gi:
-                v = gi["launch_us"]
-                ok = v <= th.launch_abs_max_us and (not med_launch or v <= th.launch_rel_max * med_launch)
-                rows.append(ProbeRow(node, f"gpu{i}:launch_latency", ok,
-                                     f"{v:.2f} µs per empty launch; median of {len(gpus)} GPU(s) {med_launch:.2f} µs; "
-                                     f"limit {th.launch_rel_max:g}x median and {th.launch_abs_max_us:g} µs"))
-            if "d2d_error" in gi:
-                rows.append(ProbeRow(node, f"gpu{i}:d2d_copy", False, gi["d2d_error"]))
-            elif "d2d_gbps" in gi:
-                v = gi["d2d_gbps"]
-                ok = not med_d2d or v >= th.d2d_rel_min * med_d2d
-                rows.append(ProbeRow(node, f"gpu{i}:d2d_copy", ok,
-                                     f"{v:.1f} GB/s read+write; median of {len(gpus)} GPU(s) {med_d2d:.1f} GB/s; "
-                                     f"limit {th.d2d_rel_min:.0%} of median"))
-        ar = g.get("allreduce") or {}
-        if "error" in ar:
-            rows.append(ProbeRow(node, "allreduce", False, ar["error"]))
-        elif ar.get("rows"):
-            wrong = [r["bytes"] for r in ar["rows"] if not r["correct"]]
-            pk = peak_busbw(p)
-            ok = not wrong and (not med_ar or pk >= th.allreduce_rel_min * med_ar)
-            detail = (f"peak busbw {pk:.1f} GB/s over {ar['ranks']} GPUs; median of {n_nodes} node(s) {med_ar:.1f} GB/s; "
-                      f"limit {th.allreduce_rel_min:.0%} of median")
-            if wrong:
-                detail = f"wrong sum at {len(wrong)} payload(s); " + detail
-            rows.append(ProbeRow(node, "allreduce", ok, detail))
-    for n in expected_nodes:
-        if n not in seen:
-            rows.append(ProbeRow(n, "probe", False, "no probe result from this node"))
-    return rows
+def load_baseline(path: str | Path) -> list[dict[str, Any]]:
+    """The parts of a previous probe's ``node_health_probe.json`` (a measured cluster baseline:
+    the reference when a probe has no peers). Raises InputError when it is missing or not one."""
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except OSError as e:
+        raise InputError(f"no probe baseline at {p} ({e.strerror})") from None
+    except ValueError as e:
+        raise InputError(f"{p}: not JSON ({e})") from None
+    parts = d.get("parts") if isinstance(d, dict) else None
+    if not isinstance(parts, list) or not all(isinstance(x, dict) and "node" in x for x in parts):
+        raise InputError(f"{p}: not a node_health_probe.json (no parts with a node)")
+    return parts
 
 
 def bad_nodes(rows: Iterable[ProbeRow]) -> list[str]:
@@ -352,17 +282,20 @@ def bad_nodes(rows: Iterable[ProbeRow]) -> list[str]:
 
 
 def write_results(out_dir: str | Path, parts: list[dict[str, Any]], rows: list[ProbeRow],
-                  th: Thresholds = Thresholds()) -> tuple[Path, Path]:
-    """Write ``node_health_probe.txt`` (rows, ``BAD_NODES=``) and ``node_health_probe.json``
-    (parts, rows, thresholds, bad nodes) into ``out_dir``; returns both paths."""
+                  th: Thresholds = Thresholds(), not_checked: list[str] | None = None) -> tuple[Path, Path]:
+    """Write ``node_health_probe.txt`` (rows, ``BAD_NODES=``, then one ``# not checked: ...``
+    comment line per check that could not be judged, which the file's readers skip) and
+    ``node_health_probe.json`` (parts, rows, thresholds, bad nodes, ``not_checked``) into
+    ``out_dir``; returns both paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     txt = out / PROBE_FILE
-    txt.write_text(format_rows(rows))
+    txt.write_text(format_rows(rows) + "".join(f"# {n}\n" for n in not_checked or []))
     js = out / PROBE_JSON
     js.write_text(json.dumps({"schema": "ai4s-probe/1", "written_utc": gpu_bench.now_utc(),
                               "thresholds": asdict(th), "bad_nodes": bad_nodes(rows),
-                              "rows": [asdict(r) for r in rows], "parts": parts}, indent=1, default=str) + "\n")
+                              "rows": [asdict(r) for r in rows], "not_checked": list(not_checked or []), "parts": parts},
+                             indent=1, default=str) + "\n")
     return txt, js
 
 
@@ -406,9 +339,10 @@ def slurm_nodes() -> list[str]:
 
 
 def gather(out_dir: str | Path, expected_nodes: Iterable[str] = (), wait_s: float = 0.0,
-           th: Thresholds = Thresholds()) -> tuple[list[ProbeRow], list[str]]:
+           th: Thresholds = Thresholds(), baseline: list[dict[str, Any]] | None = None) -> tuple[list[ProbeRow], list[str]]:
     """Merge the parts under ``out_dir``: wait up to ``wait_s`` seconds for every expected node's
-    part, judge them together (:func:`evaluate`), write the merged txt/JSON into ``out_dir``.
+    part, judge them together (:func:`~ai4s_graph.tools.cluster.probe_judge.judge`, with the
+    ``baseline`` parts when there are no peers), write the merged txt/JSON into ``out_dir``.
     Returns (rows, bad nodes)."""
     expected = list(expected_nodes)
     deadline = time.time() + wait_s
@@ -419,16 +353,17 @@ def gather(out_dir: str | Path, expected_nodes: Iterable[str] = (), wait_s: floa
             break
         time.sleep(0.5)
     parts = read_parts(out_dir)
-    rows = evaluate(parts, th, expected)
-    write_results(out_dir, parts, rows, th)
+    rows, notes = judge(parts, th, expected, baseline)
+    write_results(out_dir, parts, rows, th, notes)
     return rows, bad_nodes(rows)
 
 
 def run_probe(out_dir: str | Path, *, node: str | None = None, mounts: list[tuple[str, str]] | None = None,
               gpu: bool = True, stream_elems: int = 1 << 25, stream_ntimes: int = 6,
-              gather_wait_s: float = 120.0) -> dict[str, Any]:
+              gather_wait_s: float = 120.0, baseline: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole probe on this node: measure, write the part; outside SLURM (or as SLURM task 0)
-    gather all parts and write the merged results. Returns ``{node, part, rows, bad_nodes,
+    gather all parts (``baseline``: a previous healthy probe's parts, the reference without
+    peers) and write the merged results. Returns ``{node, part, rows, bad_nodes,
     exit_code, gathered}``; ``exit_code`` is 42 when this node (or, for the gatherer, any node)
     failed."""
     node = node_name(node)
@@ -445,7 +380,7 @@ def run_probe(out_dir: str | Path, *, node: str | None = None, mounts: list[tupl
     rows, bad = own_rows, own_bad
     if gathered:
         expected = slurm_nodes() if procid is not None else [node]
-        rows, bad = gather(out_dir, expected, wait_s=gather_wait_s if len(expected) > 1 else 0)
+        rows, bad = gather(out_dir, expected, wait_s=gather_wait_s if len(expected) > 1 else 0, baseline=baseline)
     code = BAD_NODE_EXIT_CODE if (bad if gathered else own_bad) else 0
     return {"node": node, "part": part, "rows": rows, "bad_nodes": bad, "exit_code": code, "gathered": gathered}
 
@@ -462,16 +397,18 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream-only", action="store_true")
     ap.add_argument("--stream-elems", type=int, default=1 << 25)
     ap.add_argument("--stream-ntimes", type=int, default=6)
+    ap.add_argument("--baseline")
     a = ap.parse_args(argv)
     if a.stream_only:
         print(json.dumps(stream(a.stream_elems, a.stream_ntimes)))
         return 0
+    base = load_baseline(a.baseline) if a.baseline else None
     if a.gather:
-        rows, bad = gather(a.gather)
+        rows, bad = gather(a.gather, baseline=base)
     else:
         mounts = [parse_mount_arg(m) for m in a.mounts] if a.mounts else None
         r = run_probe(a.out, node=a.node, mounts=mounts, gpu=not a.no_gpu, stream_elems=a.stream_elems,
-                      stream_ntimes=a.stream_ntimes)
+                      stream_ntimes=a.stream_ntimes, baseline=base)
         rows, bad = r["rows"], r["bad_nodes"]
         for s in r["part"]["skipped"]:
             print(f"skipped: {s}", file=sys.stderr)

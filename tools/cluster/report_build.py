@@ -18,7 +18,8 @@ import jinja2
 from . import gpu_bench
 from ..errors import InputError
 from ..perfmodel.datasheet import find_gpu, official_bf16
-from .report_check import slug
+from .mdparse import slug
+from .report_findings import _size, findings, gpu_label, peak_of
 
 ML_ENG = "https://github.com/stas00/ml-engineering/blob/master"
 TFLOPS_TABLE = f"{ML_ENG}/compute/accelerator/README.md#tflops-comparison-table"
@@ -36,21 +37,8 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / (1 << 30):.1f} GiB"
 
 
-def _size(nbytes: float) -> str:
-    for unit, m in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
-        if nbytes >= m:
-            v = nbytes / m
-            return f"{v:.0f} {unit}" if v >= 10 else f"{v:.1f} {unit}"
-    return f"{nbytes:.0f} B"
-
-
 def _pct(v: float, ref: float) -> str:
     return f"{100 * v / ref:.1f}%"
-
-
-def gpu_label(host: str, idx: int, g: int) -> str:
-    """Seed 003's GPU name for Findings: ```host(nodeN):gpuK```."""
-    return f"`{host}(node{idx}):gpu{g}`"
 
 
 def _shape(s: list[int]) -> str:
@@ -71,14 +59,6 @@ def _saturated_mhz(msmf: dict[str, Any] | None) -> str:
         return ""
     lo, hi = min(vals), max(vals)
     return f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}"
-
-
-def _fio_line(rows: list[dict[str, Any]]) -> str:
-    by = {(r["size"], r["rw"]): r["bw_mibps"] for r in rows}
-    parts = []
-    for s in dict.fromkeys(r["size"] for r in rows):
-        parts.append(f"{s} **{by.get((s, 'read')):_.1f} MiB/s / {by.get((s, 'write')):_.1f} MiB/s**")
-    return "read / write: " + ", ".join(parts)
 
 
 def _fio_rows(rows: list[dict[str, Any]], local_rows: list[dict[str, Any]] | None) -> list[list[str]]:
@@ -105,7 +85,33 @@ def _ar_section(heading: str, sweep: dict[str, Any], plot: str | None, link_spec
             "header": ["payload", "time (µs)", "algbw (GB/s)", "busbw (GB/s)"],
             "rows": [[gpu_bench.format_iec(r["bytes"]), f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.1f}", f"{r['busbw_gbps']:.1f}"]
                      for r in rows],
-            "peak": peak + ".", "plot": plot}
+            "peak": peak + ".", "plot": plot,
+            "peaks": [dict(peak_of(rows), label="NVLink" if link_spec else "default", disabled=False)]}
+
+
+def _inter_notes(inter: dict[str, Any], intra: dict[str, Any], env: dict[str, Any], gaps: dict[str, list[str]]) -> str:
+    """Seed 003's inter-node content beside the table: the transport and NIC inventory (never a
+    busbw denominator), the NCCL path (IB or Socket, NVLS yes/no; a Network gap when the run did
+    not record it) and the 1-node all-reduce at the same payload (the scale-out cost)."""
+    out = []
+    nics = env.get("ib_devices") or []
+    if nics:
+        out.append("Transport: " + ", ".join(f"{d['name']} {d['rate']}" for d in nics) + " per node (inventory, not a busbw "
+                   "denominator).")
+    else:
+        gaps["network"].append("Inter-node all-reduce benchmark: the inter-node adapters are not checked: needs `ibstat` or "
+                               "`rdma link` on every node")
+    if inter.get("nccl_path"):
+        out.append(f"NCCL path: {inter['nccl_path']}.")
+    else:
+        gaps["network"].append("Inter-node all-reduce benchmark: the NCCL path (IB or Socket, NVLS yes or no) is not checked: "
+                               "needs the run's `NCCL_DEBUG=INFO` lines")
+    pk = max(inter["rows"], key=lambda r: r["busbw_gbps"])
+    same = next((r for r in intra.get("rows") or [] if r["bytes"] == pk["bytes"]), None)
+    if same:
+        out.append(f"At the same payload ({gpu_bench.format_iec(pk['bytes'])}) the 1-node all-reduce over {intra.get('ranks')} "
+                   f"ranks reached {same['busbw_gbps']:.1f} GB/s.")
+    return " ".join(out)
 
 
 def has_nvlink(topo: str | None) -> bool:
@@ -169,8 +175,12 @@ def _collective_section(c: dict[str, Any], raw_dir: str, link_spec: float | None
         if link_spec and "disable" not in str(v.get("variant", "")).lower():
             txt += f", {_pct(pk['busbw_gbps'], link_spec)} of the {link} spec of {link_spec:.0f} GB/s per direction"
         peaks.append(txt)
+    pk = [dict(peak_of(v["rows"]), label=v.get("variant", "default")
+               + (" (" + ", ".join(f"`{k}={val}`" for k, val in (v.get("env") or {}).items()) + ")" if v.get("env") else ""),
+               disabled="disable" in str(v.get("variant", "")).lower()) for v in variants]
     return {"heading": heading, "anchor": slug(heading), "ranks": variants[0].get("ranks"), "header": header, "rows": rows,
-            "peak": "; ".join(peaks) + ".", "plot": f"{raw_dir}/busbw-{c['collective']}.png", "collective": c["collective"]}
+            "peak": "; ".join(peaks) + ".", "plot": f"{raw_dir}/busbw-{c['collective']}.png", "collective": c["collective"],
+            "peaks": pk}
 
 
 def report_context(nodes: list[dict[str, Any]], *, raw_dir: str, access: str, inter: dict[str, Any] | None = None,
@@ -207,6 +217,11 @@ def report_context(nodes: list[dict[str, Any]], *, raw_dir: str, access: str, in
     for g in extra_gaps or []:
         sec, _, msg = g.partition(": ")
         gaps.setdefault(sec, []).append(msg)
+    torch_ver = env.get("torch") or "?"
+    if env.get("torch_newest") is not True and not any(f"torch {torch_ver}" in g for sec in gaps.values() for g in sec):
+        gaps["compute"].append(f"torch {torch_ver}: whether it was the newest release on its package index at eval time is not "
+                               "checked: needs `pip index versions torch --index-url <the CUDA/ROCm index>` run where that index "
+                               "is reachable")
     hosts = [n["node"] for n in nodes]
     mamf, msmf, lemon = comp.get("mamf"), comp.get("msmf"), comp.get("lemon")
     st = n0.get("storage") or {}
@@ -227,7 +242,9 @@ def report_context(nodes: list[dict[str, Any]], *, raw_dir: str, access: str, in
         net_sections.append(_ar_section("Intra-node all-reduce benchmark", intra, f"{raw_dir}/busbw-intra.png", link_spec, link))
     inter_ran = bool(inter and inter.get("rows")) and len(nodes) > 1
     if inter_ran:
-        net_sections.append(_ar_section("Inter-node all-reduce benchmark", inter, f"{raw_dir}/busbw-inter.png", None, ""))
+        sec = _ar_section("Inter-node all-reduce benchmark", inter, f"{raw_dir}/busbw-inter.png", None, "")
+        sec["peak"] += " " + _inter_notes(inter, intra, env, gaps)
+        net_sections.append(sec)
     nvls = nccl_env.get("NCCL_NVLS_ENABLE")
     nvls_sentence = (f"`NCCL_NVLS_ENABLE={nvls}` was set by {nccl_env_source}." if nvls is not None else
                      "`NCCL_NVLS_ENABLE` was unset, so NCCL chose (auto).")
@@ -248,12 +265,14 @@ def report_context(nodes: list[dict[str, Any]], *, raw_dir: str, access: str, in
                 f"`fio` (the Debian package, {r.get('fio_version', 'fio')}) on `{r['path']}` (on the `{r['fs'].get('mount')}` disk) — "
                 f"{len(r['rows'])} runs of `fio` against one scratch directory: file sizes {sizes}, each read and write; "
                 f"{first['numjobs']} parallel jobs, 4 KiB blocks, `{first['engine']}`, `O_DIRECT` (bypasses the page cache, so the "
-                f"numbers are the filesystem's, not RAM's), {first['runtime_s']} s of timed IO each. This is the baseline for the "
-                "shared tables' `local/shared ×` column.")
+                f"numbers are the filesystem's, not RAM's), {first['runtime_s']} s of timed IO each."
+                + (" This is the baseline of the shared tables' `local/shared ×` column, which divides this disk's bandwidth by "
+                   "the shared filesystem's on the same row: how many times slower the shared filesystem is (1 would mean as "
+                   "fast)." if shared else ""))
         for r in shared:
             storage_passes.append(f"`fio` on `{r['path']}` — the same runs on the shared filesystem.")
 
-    healthy, under, operator = findings(nodes, spec, local, shared, inter if inter_ran else None, net_sections, link_spec)
+    healthy, under, operator = findings(nodes, spec, local, shared, inter if inter_ran else None, net_sections, link_spec, link)
     ctx: dict[str, Any] = {
         "title": f"Cluster eval: {len(nodes)} node{'s' if len(nodes) > 1 else ''} of " + (f"{ngpu}× {short}" if ngpu else "CPU-only"),
         "datetime": env["datetime_utc"], "access": access, "raw_dir": raw_dir,
@@ -306,8 +325,10 @@ def _environment(env, gpus, gname, msmf, hosts, local, shared, fs_local, nccl_en
         gs = find_gpu(gname)
         if gs and nv:
             fabric[0] = ("intra-node", fabric[0][1] + f", {gs.link} spec {gs.link_gbps_uni:.0f} GB/s per direction per GPU")
-    else:
+    elif gpus:
         fabric = [("intra-node", "one GPU per node, so no GPU-to-GPU link")]
+    else:
+        fabric = [("intra-node", "no GPU on this node, so no GPU-to-GPU link")]
     if env.get("ib_devices"):
         fabric.append(("inter-node adapters", ", ".join(f"{d['name']} {d['rate']}" for d in env["ib_devices"])))
     fss = []
@@ -315,7 +336,9 @@ def _environment(env, gpus, gname, msmf, hosts, local, shared, fs_local, nccl_en
         fss.append(("Local", f"`{fs_local.get('mount')}`, {_size(fs_local.get('size_bytes', 0))} ({fs_local.get('type')})"))
     for r in shared:
         fss.append(("Shared network FS", f"`{r['fs'].get('mount')}`, {_size(r['fs'].get('size_bytes', 0))} ({r['fs'].get('type')})"))
-    sw = [("Python", env.get("python")), ("torch", env.get("torch"))]
+    sw = [("Python", env.get("python")),
+          ("torch", str(env.get("torch")) + (" (the newest release on its package index at eval time)"
+                                             if env.get("torch_newest") is True else ""))]
     if env.get("nccl"):
         sw.append(("NCCL (NVIDIA Collective Communications Library)", env["nccl"]))
     if nccl_env:
@@ -348,7 +371,7 @@ def _perf(nodes, spec, gname) -> dict[str, Any]:
               f"from {{{dims}}}, each for at least 10 back-to-back calls and 20 ms. ")
     if msmf:
         method += (f"It then ran {len(msmf['gpu0_candidates'])} candidate shapes (the fastest large ones, plus 8192³ and 16384³) back "
-                   f"to back for {msmf['seconds']:.0f} s each and kept the fastest that held the board within 10% of its power limit"
+                   f"to back for {msmf['seconds']:.0f} s each and selected the fastest that held the board within 10% of its power limit"
                    + (", while every other GPU of the node ran a continuous matmul; every other GPU then measured that winning shape "
                       "the same way." if msmf.get("siblings_busy") else
                       "; this node's only GPU had no siblings to keep busy during that run."))
@@ -456,69 +479,6 @@ def _toc(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     toc.append({"label": "Findings", "anchor": "findings", "note": "",
                 "children": [{"label": name, "anchor": a, "note": ""} for name, a, _ in ctx["findings"]]})
     return toc
-
-
-def findings(nodes, spec, local, shared, inter, net_sections=(), link_spec=None) -> tuple[list[str], list[str], list[str]]:
-    """(healthy, underperforming, needs-operator-input) bullets (seed 003 "Findings"): a verdict
-    only against a target (official TFLOPS, the node median); a measurement without a known
-    target goes to needs-operator-input with the ask in the measurement's shape."""
-    healthy: list[str] = []
-    under: list[str] = []
-    operator: list[str] = []
-    comp = nodes[0].get("compute", {})
-    if comp.get("lemon") or comp.get("msmf"):
-        bad = []
-        for i, n in enumerate(nodes):
-            lem = n["compute"].get("lemon") or {}
-            for g in lem.get("slow", []):
-                nums = " / ".join(f"{row[g]:.0f}" for row in lem["passes"])
-                pct = " / ".join(f"{100 * (1 - row[g] / m):.1f}%" for row, m in zip(lem["passes"], lem["medians"]))
-                bad.append(f"{gpu_label(n['node'], i, g)} — lemon GEMM {nums} TFLOPS in three passes, {pct} below the node median")
-            for g in lem.get("dead", []):
-                bad.append(f"{gpu_label(n['node'], i, g)} — dead: the lemon GEMM failed ({lem['errors'].get(str(g), 'no result')})")
-        under += bad
-        if not bad:
-            parts = []
-            if comp.get("mamf") and spec:
-                b = comp["mamf"]["best"]
-                parts.append(f"MAMF {b['tflops']:.0f} TFLOPS ({_pct(round(b['tflops']), spec)} of the official {spec:.0f} TFLOPS)")
-            if comp.get("msmf"):
-                t = min(g["tflops"] for n in nodes for g in n["compute"]["msmf"]["per_gpu"])
-                parts.append(f"MSMF {round(t)} TFLOPS" + (f" ({_pct(round(t), spec)} of the official {spec:.0f} TFLOPS)" if spec else ""))
-            if comp.get("lemon"):
-                ps = [v for n in nodes for row in n["compute"]["lemon"]["passes"] for v in row if v is not None]
-                parts.append(f"lemon GEMM {min(ps):.0f}–{max(ps):.0f} TFLOPS on every GPU in three passes with no GPU more than 2% "
-                             "below its node median in all three")
-            healthy.append("GPUs: " + "; ".join(parts) + ".")
-    for s in net_sections:
-        if s["heading"].startswith("Inter-node"):
-            continue
-        peak = s["peak"].rstrip(".")
-        ask = ("the vendor's expected busbw per payload for this collective and link to judge it" if link_spec
-               else "the link's advertised unidirectional GB/s to judge it")
-        operator.append(f"intra-node fabric, {s['heading'].replace('Intra-node ', '').replace(' benchmark', '')} over {s['ranks']} "
-                        f"ranks — {peak}; obtain {ask}.")
-    if inter:
-        pk = max(inter["rows"], key=lambda r: r["busbw_gbps"])
-        operator.append(f"inter-node fabric: peak busbw {pk['busbw_gbps']:.1f} GB/s at {gpu_bench.format_iec(pk['bytes'])} over "
-                        f"{inter['ranks']} ranks (a mixed NVLink + NIC figure, not a NIC rate); obtain the expected busbw per payload "
-                        "at this rank count to judge it.")
-    for r in local:
-        fs = r["fs"]
-        operator.append(
-            f"local disk (`{fs.get('mount')}`, {_size(fs.get('size_bytes', 0))}, {fs.get('type')} on `{fs.get('source')}`): "
-            f"{_fio_line(r['rows'])}. The provisioned figures of this disk are unknown, so there is no target to compare against; "
-            "obtain the expected MiB/s or IOPS at each measured file size, read and write, from one client with "
-            f"{r['numjobs']} jobs, 4 KiB blocks and `O_DIRECT`.")
-    for r in shared:
-        fs = r["fs"]
-        operator.append(
-            f"shared network FS `{fs.get('mount')}` ({_size(fs.get('size_bytes', 0))}, {fs.get('type')}): {_fio_line(r['rows'])}. "
-            "Its provisioned throughput is unknown, so there is no target to compare against: filesystem software publishes no "
-            "performance figures, because throughput is a property of the deployment (storage targets, their devices, the network, "
-            "the stripe count). Obtain the service tier purchased for this mount and its default stripe layout, as expected MiB/s "
-            f"or IOPS per measured file size, read and write, per client with {r['numjobs']} jobs, 4 KiB blocks and `O_DIRECT`.")
-    return healthy, under, operator
 
 
 def _env() -> jinja2.Environment:

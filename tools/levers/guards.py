@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...state.loop import FomSpec, GuardCheck, GuardResult, RunResult
+from .data_cap import batch_vs_staged
 
 MIB = 1024 * 1024
 MEMORY_KEYS = ("hbm_reserved_pct", "hbm_reserved_bytes", "hbm_used_peak_bytes", "peak_rss_bytes", "peak_memory_bytes")
@@ -180,6 +181,7 @@ def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict
     else:
         checks.append(GuardCheck(name="loss_finite", reference=ref.get("loss_sanity_pass"),
                                  value=r.get("loss_sanity_pass"), passed=ok, why=why))
+    checks.append(batch_vs_staged(r))  # lesson 25: the batch against the staged sample count
     if check_placement:
         a_n, b_n = sorted(_nodes(run)), sorted(_nodes(reference))
         if not a_n and not b_n:

@@ -14,11 +14,22 @@ realized batch, batches per epoch, memory, partial steps, loss; seed 000 lessons
 the model and nominal batch are the same; the node placement is noted (lessons 10, 18). An unlike
 pair is refused with its reasons: its FOM delta is shown but never called a regression.
 
-The FOM is the one the runs' parser declared (``foms.json`` ``primary_fom_name``: epoch time
-for latency work, throughput otherwise; lessons 5, 31). Noise band of the FOM:
-``max(floor, 2 * sqrt(semA**2 + semB**2))`` where sem is each run's standard error of that FOM in
-percent (:func:`_sem_pct`); floor = ``FomSpec().min_noise_pct`` (2 %, the seed's noise-level deltas of +-1-3 %,
-lessons 22 and 24) or ``--noise-pct`` (e.g. a loop's measured baseline spread).
+The FOM a verdict is taken on is the one definition shared with the optimizer and the log parser
+(:mod:`ai4s_graph.state.fom`): the steady epoch time when both runs have a complete epoch free of
+warm-up, else the steady step time (median step after warm-up). A pair where neither is free of
+warm-up in both runs is refused, with each run's reason (the pair is dominated by warm-up). The
+nominal and realized throughputs and the epoch time are listed beside it (``figures``); one that
+moves beyond noise against the verdict FOM is a contradiction (``contradictions``).
+
+Noise band: ``max(floor, 2 * sqrt(semA**2 + semB**2))``, sem each run's standard error of the
+verdict FOM in percent of it (:func:`median_sem_pct`: the standard error of a median,
+sqrt(pi/2) * sigma / sqrt(n), sigma from the median absolute deviation, 1.4826 * MAD, which holds
+with up to half the values outlying: Rousseeuw & Croux, JASA 88 (1993) 1273). The values are the
+steady epochs' times, or the steady step times re-read from the run's ``train.log`` with its own
+warm-up count; when the log is out of reach, sigma ~ (p90 - p10) / 2.563 from ``foms.json``, which
+holds with up to 10 % of outlying steps only (``noise_method`` says which). floor =
+``FomSpec().min_noise_pct`` (2 %, the seed's noise-level deltas of +-1-3 %, lessons 22 and 24) or
+``--noise-pct`` (e.g. a loop's measured baseline spread).
 
 Exit code: 0 = comparable and no regression beyond noise; 1 = a regression beyond noise, or the
 pair was refused as unlike (CI cannot certify it), or bad input.
@@ -33,11 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...state.loop import FOM_DIRECTIONS, FomSpec
-from ..errors import InputError
+from ...state.fom import FOM_DEFINITIONS, steady_epochs, verdict_fom, warmup_reason
+from ...state.loop import FomSpec
+from ..errors import Ai4sError, InputError
+from ..levers.catalog import improvement_pct
 from ..levers.guards import integrity_guard, memory_from_telemetry
+from .writer import write_text
 
-FOM_ORDER = ("epoch_time_s", "steady_step_time_s", "throughput_samples_per_s")
+#: sigma of a normal distribution = MAD x this (1 / Phi^-1(3/4); Rousseeuw & Croux 1993).
+MAD_TO_SIGMA = 1.4826
+#: standard error of a median = this x sigma / sqrt(n) (sqrt(pi/2): the median's asymptotic
+#: efficiency 2/pi against the mean under a normal distribution).
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
+#: sigma of a normal distribution = (p90 - p10) / this (2 x 1.2816, the 90 % normal quantile).
+P10_P90_TO_SIGMA = 2.563
 
 
 @dataclass
@@ -51,6 +71,8 @@ class Side:
     manifest: dict[str, Any]
     perf_run: Path | None = None
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    steps: list[float] | None = None  # steady step times re-read from train.log (None: not reachable)
+    steps_note: str = ""
 
     @property
     def jobid(self) -> str:
@@ -87,24 +109,64 @@ def load_side(path: str | Path) -> Side:
             p = (ev.get("args") or {}).get("path")
             if perf is None and p and str(p).endswith("train.log") and Path(p).parent.is_dir():
                 perf = Path(p).parent
-    return Side(d, rep, foms, man, perf, claims)
+    side = Side(d, rep, foms, man, perf, claims)
+    side.steps, side.steps_note = steady_steps(side)
+    return side
 
 
-def _sem_pct(foms: dict[str, Any], name: str | None = "epoch_time_s") -> float | None:
-    """Standard error of the FOM in percent: for ``epoch_time_s`` from the steady epochs' times
-    (first epoch skipped); for the step-based FOMs (steady step time, throughput = batch / median
-    step time) from the step-time spread: sigma ~ (p90 - p10) / 2.563 (normal quantiles), the
-    median's standard error ~ 1.253 sigma / sqrt(n) (asymptotic efficiency of the median)."""
-    if name == "epoch_time_s":
-        ep = [float(x) for x in (foms.get("epoch_times_s") or []) if isinstance(x, (int, float))][1:]
-        if len(ep) >= 3:
-            m = statistics.fmean(ep)
-            return 100.0 * statistics.stdev(ep) / m / math.sqrt(len(ep)) if m else None
-    p10, p90, med = (_num(foms.get(k)) for k in ("step_time_p10_s", "step_time_p90_s", "steady_step_time_s"))
-    n = (_num(foms.get("n_timed_steps")) or 0) - (_num(foms.get("warmup_steps_skipped")) or 0)
-    if p10 is None or p90 is None or not med or n < 3:
+def steady_steps(s: Side) -> tuple[list[float] | None, str]:
+    """The run's steady step times (s), re-read from its ``train.log`` (``foms.json`` ``source``, or
+    the run directory's) with the parser, rank, format and warm-up count of its ``foms.json``; the
+    re-read must give the same median step as ``foms.json`` (else the log changed since the
+    analysis). Returns ``(steps or None, why not)``."""
+    from ..trainlog.fom import parse_log
+
+    f = s.foms
+    cands = [Path(str(f["source"]))] if f.get("source") else []
+    if s.perf_run is not None:
+        cands.append(s.perf_run / "train.log")
+    log = next((p for p in cands if p.is_file()), None)
+    med = _num(f.get("steady_step_time_s"))
+    if log is None or med is None:
+        return None, "train.log out of reach" if log is None else "no steady step time in foms.json"
+    try:
+        r = parse_log(log, global_batch_size=f.get("global_batch_size"), rank=int(f.get("rank") or 0),
+                      warmup_steps=int(f.get("warmup_steps_skipped") or 0), fmt=f.get("format"))
+    except (Ai4sError, ValueError) as e:
+        return None, f"{log.name} re-read failed: {e}"
+    if not r.step_times_s or not math.isclose(statistics.median(r.step_times_s), med, rel_tol=1e-9):
+        return None, f"{log} no longer gives foms.json's steady step time {med:g} s"
+    return list(r.step_times_s), ""
+
+
+def median_sem_pct(values: list[float]) -> float | None:
+    """Standard error of the median of ``values``, in percent of it: sqrt(pi/2) x 1.4826 x MAD /
+    sqrt(n) (module docstring). None with fewer than 3 values or a zero median."""
+    if len(values) < 3:
         return None
-    return 100.0 * 1.253 * ((p90 - p10) / 2.563) / med / math.sqrt(n)
+    med = statistics.median(values)
+    if not med:
+        return None
+    mad = statistics.median(abs(v - med) for v in values)
+    return 100.0 * MEDIAN_SE_FACTOR * MAD_TO_SIGMA * mad / abs(med) / math.sqrt(len(values))
+
+
+def _sem_pct(s: Side, name: str | None) -> tuple[float | None, str]:
+    """(standard error of FOM ``name`` of run ``s`` in percent, how it was estimated)."""
+    f = s.foms
+    if name == "epoch_time_s":
+        ep = [float(x) for x in (f.get("epoch_times_s") or []) if _num(x) is not None]
+        steady = ep[len(ep) - steady_epochs(f):] if steady_epochs(f) else []
+        return median_sem_pct(steady), f"MAD of the {len(steady)} steady epoch times"
+    if s.steps is not None:
+        return median_sem_pct(s.steps), f"MAD of the {len(s.steps)} steady step times (train.log re-read)"
+    p10, p90, med = (_num(f.get(k)) for k in ("step_time_p10_s", "step_time_p90_s", "steady_step_time_s"))
+    n = steady_epochs(f) if f.get("format") == "hydragnn_tqdm" else \
+        int(_num(f.get("n_timed_steps")) or 0) - int(_num(f.get("warmup_steps_skipped")) or 0)
+    if p10 is None or p90 is None or not med or n < 3:
+        return None, "not estimated (fewer than 3 steady values)"
+    return (100.0 * MEDIAN_SE_FACTOR * ((p90 - p10) / P10_P90_TO_SIGMA) / med / math.sqrt(n),
+            f"p10-p90 of the {n} steady step times (foms.json; {s.steps_note})")
 
 
 def _num(v: Any) -> float | None:
@@ -181,35 +243,79 @@ def _top_kernels(s: Side, top: int) -> tuple[dict[str, float], str | None]:
     return {r["name"]: r["total_us"] / steps for r in kernel_counts(scan, top=top)}, None
 
 
+def _slowest(s: Side) -> dict[str, Any] | None:
+    if not s.steps:
+        return None
+    m = max(s.steps)
+    return {"slowest_step_s": m, "share_of_steady_time_pct": 100.0 * m / sum(s.steps)}
+
+
+def _figures(a: Side, b: Side, name: str | None, imp: float | None,
+             band: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every FOM both runs have, with its change and whether it is free of warm-up; and the
+    contradictions: a warm-up-free FOM that moves beyond noise against the verdict FOM (or beyond
+    noise while the verdict FOM does not)."""
+    rows, contra = [], []
+    verdict_moved = imp is not None and abs(imp) > band
+    for n, d in FOM_DEFINITIONS.items():
+        va, vb = _num(a.foms.get(n)), _num(b.foms.get(n))
+        if va is None or vb is None or not va:
+            continue
+        wa, wb = warmup_reason(n, a.foms), warmup_reason(n, b.foms)
+        ch = improvement_pct(vb, va, d.direction)
+        row = {"name": n, "a": va, "b": vb, "unit": d.unit, "direction": d.direction, "statistic": d.statistic,
+               "improvement_pct": ch, "verdict_fom": n == name, "warmup": {"a": wa, "b": wb}}
+        if d.statistic == "ratio of sums":
+            row["slowest"] = {"a": _slowest(a), "b": _slowest(b)}
+        rows.append(row)
+        if n == name or wa or wb or imp is None or abs(ch) <= band:
+            continue
+        if verdict_moved and (ch > 0) == (imp > 0):
+            continue
+        what = (f"{n} ({d.meaning}) is {ch:+.2f}% against {name} {imp:+.2f}% (noise {band:.2f}%)")
+        if d.statistic == "ratio of sums":
+            sa, sb = row["slowest"]["a"], row["slowest"]["b"]
+            what += (": a ratio of sums weighs the slowest steady steps in full" +
+                     (f" (A {sa['slowest_step_s']:.4g} s = {sa['share_of_steady_time_pct']:.0f}% of its steady time, "
+                      f"B {sb['slowest_step_s']:.4g} s = {sb['share_of_steady_time_pct']:.0f}%)" if sa and sb else "") +
+                     "; look at those steps (a trace export, a checkpoint, a data wait)")
+        contra.append(what)
+    return rows, contra
+
+
 def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) -> dict[str, Any]:
     """The diff of B against A as a JSON-able dict (see module doc); ``verdict`` is
     ``improvement``, ``within-noise``, ``regression`` or ``not-comparable``; ``exit_code`` 0/1."""
     floor = noise_pct if noise_pct is not None else FomSpec().min_noise_pct
-    declared = a.foms.get("primary_fom_name")
-    if declared in FOM_DIRECTIONS and declared == b.foms.get("primary_fom_name") and \
-            _num(a.foms.get(declared)) is not None and _num(b.foms.get(declared)) is not None:
-        name = declared  # the FOM the runs' own parser chose (lessons 5, 31)
-    else:
-        name = next((k for k in FOM_ORDER if _num(a.foms.get(k)) is not None and _num(b.foms.get(k)) is not None), None)
-    sems = [x for x in (_sem_pct(a.foms, name), _sem_pct(b.foms, name)) if x is not None]
+    name, notes = verdict_fom(a.foms, b.foms)
+    (sem_a, how_a), (sem_b, how_b) = _sem_pct(a, name), _sem_pct(b, name)
+    sems = [x for x in (sem_a, sem_b) if x is not None]
     band = max(floor, 2.0 * math.sqrt(sum(x * x for x in sems))) if len(sems) == 2 else floor
     comparable, reasons, checks, placement = comparability(a, b)
     fom: dict[str, Any] = {"name": name, "noise_pct": band, "noise_floor_pct": floor,
-                           "sem_pct": {"a": _sem_pct(a.foms, name), "b": _sem_pct(b.foms, name)}}
+                           "sem_pct": {"a": sem_a, "b": sem_b}, "noise_method": {"a": how_a, "b": how_b},
+                           "declared": {"a": a.foms.get("primary_fom_name"), "b": b.foms.get("primary_fom_name")},
+                           "why": notes}
     verdict = "within-noise"
     if name:
+        d = FOM_DEFINITIONS[name]
         va, vb = float(a.foms[name]), float(b.foms[name])
-        better = (va - vb) if FOM_DIRECTIONS[name] == "lower" else (vb - va)
-        imp = 100.0 * better / abs(va) if va else 0.0
-        fom.update(a=va, b=vb, direction=FOM_DIRECTIONS[name], improvement_pct=imp,
+        imp = improvement_pct(vb, va, d.direction) if va else 0.0
+        fom.update(a=va, b=vb, direction=d.direction, unit=d.unit, meaning=d.meaning, improvement_pct=imp,
                    beyond_noise=abs(imp) > band)
         if abs(imp) > band:
             verdict = "improvement" if imp > 0 else "regression"
+    elif any(_num(x.foms.get(k)) is not None for x in (a, b) for k in FOM_DEFINITIONS):
+        warm = all("warm-up" in n or "steady state" in n for n in notes)
+        reasons.append(("dominated by warm-up: no figure of merit is free of warm-up in both runs (" if warm else
+                        "no steady-state figure of merit in both runs (") + "; ".join(notes) + ")")
+        comparable = False
     else:
         reasons.append("no figure of merit in both runs")
         comparable = False
     if not comparable:
         verdict = "not-comparable"
+    figures, contradictions = _figures(a, b, name, fom.get("improvement_pct"), band)
     rows = _claim_rows(a, b, band)
     tk_a, why_a = _top_kernels(a, top)
     tk_b, why_b = _top_kernels(b, top)
@@ -223,7 +329,8 @@ def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) 
         "a": {"dir": str(a.path), "jobid": a.jobid, "nodes_list": placement["a"], "perf_run": str(a.perf_run or "")},
         "b": {"dir": str(b.path), "jobid": b.jobid, "nodes_list": placement["b"], "perf_run": str(b.perf_run or "")},
         "comparable": comparable, "refused": reasons, "guards": checks, "placement": placement,
-        "fom": fom, "bottleneck": {"a": ba, "b": bb, "moved": ba != bb},
+        "fom": fom, "figures": figures, "contradictions": contradictions,
+        "bottleneck": {"a": ba, "b": bb, "moved": ba != bb},
         "timeline": [r for r in rows if str(r.get("metric") or "").startswith("gpu_timeline.")],
         "collectives": [r for r in rows if str(r.get("metric") or "").startswith(("collectives.", "busbw", "comm"))],
         "telemetry": [r for r in rows if str(r.get("metric") or "").startswith("telemetry.")],
@@ -243,56 +350,19 @@ def _f(v: Any, nd: int = 4) -> str:
 
 
 def render_md(d: dict[str, Any]) -> str:
-    """``diff.md``: verdict first, then the FOM, comparability, bottleneck, moved claims, the
-    timeline, top kernels, collectives and telemetry tables."""
-    a, b, f = d["a"], d["b"], d["fom"]
-    lines = [f"# Diff: job {b['jobid']} (B) against job {a['jobid']} (A)", "",
-             f"**Verdict: {d['verdict']}** (exit {d['exit_code']})", ""]
-    if not d["comparable"]:
-        lines += ["Refused: these runs are not like for like, so no difference between them is called a regression:", ""]
-        lines += [f"- {r}" for r in d["refused"]] + [""]
-    if f.get("name"):
-        lines += [f"- FOM `{f['name']}` ({f['direction']} is better): A {_f(f['a'])}, B {_f(f['b'])}; "
-                  f"B is {f['improvement_pct']:+.2f}% {'better' if f['improvement_pct'] > 0 else 'worse'}; noise band "
-                  f"{f['noise_pct']:.2f}% (floor {f['noise_floor_pct']:g}%, standard errors of the FOM "
-                  f"{_f(f['sem_pct']['a'], 3)}% / {_f(f['sem_pct']['b'], 3)}%)"]
-    lines += [f"- Placement: A {','.join(a['nodes_list']) or '?'}; B {','.join(b['nodes_list']) or '?'} -- "
-              f"{d['placement']['note']}",
-              f"- Bottleneck: A {d['bottleneck']['a']}, B {d['bottleneck']['b']}"
-              f"{' (moved)' if d['bottleneck']['moved'] else ''}",
-              "- Guards: " + "; ".join(f"{g['name']} {g['verdict']}" for g in d["guards"]), ""]
+    """``diff.md`` from the jinja2 template ``templates/diff.md.j2``: verdict first, then the FOM,
+    the other figures of merit, contradictions, comparability, bottleneck, moved claims, the
+    timeline, top kernels, collectives and telemetry tables. Raises ``jinja2.TemplateError`` for a
+    broken template."""
+    from .templating import render
 
-    def table(title: str, rows: list[dict[str, Any]]) -> None:
-        lines.extend([f"## {title}", ""])
-        if not rows:
-            lines.extend(["(none in both reports)", ""])
-            return
-        lines.extend(["| claim | metric | A | B | change | moved beyond noise |", "|---|---|---:|---:|---:|---|"])
-        for r in rows:
-            ch = f"{r['change']:+.2f} {r['change_unit']}" if r.get("change") is not None else "-"
-            lines.append(f"| {r['id']} | {r['metric']} | {_f(r['a'])} | {_f(r['b'])} | {ch} | {'yes' if r['moved'] else 'no'} |")
-        lines.append("")
-
-    table("Claims that moved beyond noise", d["claims_moved"])
-    table("GPU timeline", d["timeline"])
-    lines += ["## Top kernels (µs per profiled step, rank 0)", ""]
-    if d["top_kernels"]:
-        lines += ["| kernel | A | B | change % |", "|---|---:|---:|---:|"]
-        for k in d["top_kernels"]:
-            lines.append(f"| `{k['name'][:80]}` | {_f(k['a_us_per_step'])} | {_f(k['b_us_per_step'])} | "
-                         f"{_f(k['change_pct'], 3)} |")
-    else:
-        lines.append(f"(not available: A {d['top_kernels_missing']['a']}, B {d['top_kernels_missing']['b']})")
-    lines.append("")
-    table("Collectives", d["collectives"])
-    table("Telemetry", d["telemetry"])
-    return "\n".join(lines)
+    return render("diff.md.j2", d=d, f=_f)
 
 
 def write_diff(d: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """Write ``diff.md`` and ``diff.json`` into ``out``; returns their paths."""
+    """Write ``diff.md`` and ``diff.json`` into ``out`` (atomically, :mod:`.writer`); returns their
+    paths."""
     o = Path(out)
-    o.mkdir(parents=True, exist_ok=True)
-    (o / "diff.json").write_text(json.dumps(d, indent=1, default=str) + "\n")
-    (o / "diff.md").write_text(render_md(d))
+    write_text(o / "diff.json", json.dumps(d, indent=1, default=str) + "\n")
+    write_text(o / "diff.md", render_md(d))
     return o / "diff.md", o / "diff.json"

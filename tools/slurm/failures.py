@@ -10,12 +10,14 @@ the lever; lessons 19 and 26 name the fabric, launcher, filesystem and library c
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import InputError
 
@@ -67,37 +69,89 @@ class Failure:
         return f"{self.klass}/{self.kind}{sig}{where}: {self.line[:240]}"
 
 
+class SignatureEntry(BaseModel):
+    """One entry of ``failure_signatures.yaml`` as written (validated like the lever catalogs,
+    :mod:`ai4s_graph.state.loop`): ``name``; ``class`` infra|lever; ``kind`` one of :data:`KINDS`;
+    ``source`` (required: every rule cites where it comes from); at least one of ``pattern`` (a
+    Python regex), ``exit_status``, ``slurm_state``; ``example`` / ``example_node`` for the tests.
+    Unknown keys are refused (a misspelt ``patern`` would otherwise match nothing, silently)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1)
+    klass: FailureClass = Field(alias="class")
+    kind: str
+    source: str | None = None
+    pattern: str | None = None
+    exit_status: int | None = None
+    slurm_state: str | None = None
+    example: str | None = ""
+    example_node: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        if v:
+            try:
+                re.compile(v)
+            except re.error as err:
+                raise ValueError(f"bad pattern: {err}") from None
+        return v or None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "SignatureEntry":
+        if self.kind not in KINDS:
+            raise ValueError(f"class must be infra|lever and kind one of {KINDS}, not {self.kind!r}")
+        if not self.source:
+            raise ValueError("cites no source")
+        if self.pattern is None and self.exit_status is None and not self.slurm_state:
+            raise ValueError("matches nothing (no pattern, exit_status or slurm_state)")
+        return self
+
+    def compiled(self) -> Signature:
+        """The runtime form, its pattern compiled."""
+        return Signature(name=self.name, klass=self.klass, kind=self.kind, source=str(self.source),
+                         pattern=re.compile(self.pattern) if self.pattern else None, exit_status=self.exit_status,
+                         slurm_state=self.slurm_state, example=self.example or "", example_node=self.example_node)
+
+
+class SignatureFile(BaseModel):
+    """The document: ``signatures``, a list of :class:`SignatureEntry` with unique names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    signatures: list[SignatureEntry]
+
+    @model_validator(mode="after")
+    def _unique(self) -> "SignatureFile":
+        twice = [n for n, k in Counter(e.name for e in self.signatures).items() if k > 1]
+        if twice:
+            raise ValueError(f"signature {twice[0]} appears twice")
+        return self
+
+
 def parse_signatures(data: object, source: str = "signatures") -> list[Signature]:
-    """Validate the YAML document of signatures; raises :class:`InputError` naming the bad entry."""
+    """Validate the YAML document of signatures (:class:`SignatureFile`); raises
+    :class:`InputError`, one line naming the bad entry by its name (or index) and field."""
     if not isinstance(data, dict) or not isinstance(data.get("signatures"), list):
         raise InputError(f"{source}: expected a mapping with a 'signatures' list")
-    out: list[Signature] = []
-    seen: set[str] = set()
-    for i, e in enumerate(data["signatures"]):
-        if not isinstance(e, dict) or not e.get("name"):
-            raise InputError(f"{source}: signature #{i} has no name")
-        name = str(e["name"])
-        if name in seen:
-            raise InputError(f"{source}: signature {name} appears twice")
-        seen.add(name)
-        klass, kind = e.get("class"), e.get("kind")
-        if klass not in ("infra", "lever") or kind not in KINDS:
-            raise InputError(f"{source}: signature {name}: class must be infra|lever and kind one of {KINDS}")
-        if not e.get("source"):
-            raise InputError(f"{source}: signature {name} cites no source")
-        pat = None
-        if e.get("pattern"):
-            try:
-                pat = re.compile(str(e["pattern"]))
-            except re.error as err:
-                raise InputError(f"{source}: signature {name}: bad pattern: {err}") from None
-        if pat is None and e.get("exit_status") is None and not e.get("slurm_state"):
-            raise InputError(f"{source}: signature {name} matches nothing (no pattern, exit_status or slurm_state)")
-        out.append(Signature(name=name, klass=klass, kind=kind, source=str(e["source"]), pattern=pat,
-                             exit_status=int(e["exit_status"]) if e.get("exit_status") is not None else None,
-                             slurm_state=e.get("slurm_state"), example=str(e.get("example") or ""),
-                             example_node=e.get("example_node")))
-    return out
+    try:
+        doc = SignatureFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = list(err["loc"])
+        where = "signatures"
+        if len(loc) >= 2 and loc[0] == "signatures" and isinstance(loc[1], int):
+            entry = data["signatures"][loc[1]]
+            name = entry.get("name") if isinstance(entry, dict) else None
+            where = f"signature {name}" if name else f"signature #{loc[1]}"
+            loc = loc[2:]
+        field = f" {'.'.join(str(x) for x in loc)}:" if loc else ":"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "missing" and loc == ["name"]:
+            msg = "has no name"
+        raise InputError(f"{source}: {where}{field} {msg}") from None
+    return [e.compiled() for e in doc.signatures]
 
 
 @lru_cache(maxsize=4)

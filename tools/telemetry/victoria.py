@@ -28,12 +28,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
 import requests
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
+from tenacity import (Retrying, retry, retry_if_exception_type, retry_if_result, stop_after_attempt, stop_after_delay,
+                      wait_fixed)
 
 from ..errors import InputError, ToolUnavailableError
 from .export import ExportReport, Series, export_raw, read_export, to_jsonl
@@ -178,8 +178,10 @@ class VictoriaMetrics:
         )
 
     def _wait_healthy(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
+        """Poll ``/health`` every 50 ms (tenacity) for ``start_timeout_s``: True once it answers OK,
+        False when the process exits or the time runs out."""
+
+        def probe() -> bool | None:  # None: not yet
             if self._proc is None or self._proc.poll() is not None:
                 return False
             try:
@@ -188,8 +190,11 @@ class VictoriaMetrics:
                     return True
             except requests.RequestException:
                 pass
-            time.sleep(0.05)
-        return False
+            return None
+
+        return bool(Retrying(stop=stop_after_delay(self.start_timeout_s), wait=wait_fixed(0.05),
+                             retry=retry_if_result(lambda r: r is None),
+                             retry_error_callback=lambda state: False)(probe))
 
     def _log_tail(self) -> str:
         try:

@@ -37,6 +37,7 @@ from typing import Any, Callable
 from . import engine, kineto
 from ..errors import InputError, NoGpuEventsError, ToolUnavailableError
 from .kineto import MAIN_TIMELINE_ROWS, TIMELINE_ROWS, TimelineRow
+from .hygiene import input_notes
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
 from .ranks import find_rank_traces
 
@@ -154,9 +155,17 @@ def _kineto_extras(tr: kineto.KinetoTrace, short_kernel_us: float) -> dict:
         "launch": kineto.launch_stats(tr),
         "gpu_ids": kineto.gpu_ids(tr),
         "rank": tr.rank,
-        "warnings": [f"GPU event '{a}' (stream {st}) runs {x:.3f} us past the start of '{b}' on the same stream: "
-                     "clipped at that start" for a, b, st, x in tr.overlaps],
+        "warnings": reader_warnings(tr),
     }
+
+
+def reader_warnings(tr: kineto.KinetoTrace) -> list[str]:
+    """What the verifier's reader did about a trace's input, one line each: its notes (categories
+    normalised, duration pairs joined, events dropped), several GPUs, unrecorded graph replays,
+    zero-length events left unclipping, clipped events."""
+    out = list(tr.notes) + input_notes(zero_inside=tr.zero_inside) + kineto.timeline_details(tr)[1]
+    return out + [f"GPU event '{a}' (stream {st}) runs {x:.3f} us past the start of '{b}' on the same stream: "
+                  "clipped at that start" for a, b, st, x in tr.overlaps]
 
 
 def _short(threshold: float, count: int, time_us: float, ktime_us: float, total_us: float,
@@ -222,12 +231,15 @@ def _timeline_from_df(df) -> dict[str, TimelineRow]:
             for k in TIMELINE_ROWS if k in vals}
 
 
-def _from_tracelens_frames(path: Path, backend: str, frames: dict, short_kernel_us: float) -> TraceAnalysis:
-    """Build a TraceAnalysis from TraceLens's sheets (DataFrames keyed by sheet name)."""
-    timeline = _timeline_from_df(frames["gpu_timeline"])
+def _from_tracelens_frames(path: Path, backend: str, frames: dict, short_kernel_us: float,
+                           timeline: dict[str, TimelineRow] | None = None, notes: list[str] = ()) -> TraceAnalysis:
+    """Build a TraceAnalysis from TraceLens's sheets (DataFrames keyed by sheet name); ``timeline``:
+    its gpu_timeline rows when already read, ``notes``: what was done about the sheets."""
+    timeline = timeline if timeline is not None else _timeline_from_df(frames["gpu_timeline"])
     tr = kineto.load_events(path)
     ex = _kineto_extras(tr, short_kernel_us)
     ex["trace"] = tr
+    ex["warnings"] = list(notes) + ex["warnings"]
     sources = {"timeline": backend}
     ops = None
     cat_df = frames.get("ops_summary_by_category")
@@ -264,20 +276,15 @@ def _from_tracelens_frames(path: Path, backend: str, frames: dict, short_kernel_
 
 
 def _analyze_tracelens_csv(path: Path, short_kernel_us: float) -> TraceAnalysis:
-    import pandas as pd
+    from .tracelens_csv import read_report_dir
 
     d = csv_report_dir(path)
     if d is None:
         raise InputError(f"{path.name}: no {_stem(path)}_perf_report_csvs/gpu_timeline.csv beside the trace")
-    frames = {}
-    for name in ("gpu_timeline", "ops_summary_by_category", "kernel_summary", "short_kernels_summary"):
-        f = d / f"{name}.csv"
-        if f.is_file() and f.stat().st_size:
-            try:
-                frames[name] = pd.read_csv(f)
-            except Exception as e:  # malformed CSV
-                raise InputError(f"{f.name}: cannot read TraceLens CSV ({e})") from e
-    return _from_tracelens_frames(path, "tracelens-csv", frames, short_kernel_us)
+    frames, ms, notes = read_report_dir(d)
+    total = ms["total_time"]
+    timeline = {k: TimelineRow(time_ms=v, percent=(v / total * 100.0) if total else 0.0) for k, v in ms.items()}
+    return _from_tracelens_frames(path, "tracelens-csv", frames, short_kernel_us, timeline, notes)
 
 
 def _analyze_tracelens(path: Path, short_kernel_us: float) -> TraceAnalysis:

@@ -82,3 +82,69 @@ def categorize_op(name: str, first_kernel_name: str = "") -> str:
             if needle in first_kernel_name:
                 return needle
     return "other"
+
+
+# Category spellings. kineto's current names are libkineto/include/ActivityType.h (``_activityTypeNames``).
+# Other PyTorch builds spell the kernel category ``Kernel`` (kineto PR #674 wrote it capitalised again for
+# TensorBoard 0.4; issues #659, #564), and kineto before Nov 2021 (libkineto/src/output_json.cpp before
+# commit bc4eaef5) wrote the legacy categories ``Kernel``, ``Runtime``, ``Memcpy``, ``Memset`` and flow
+# events ``async_gpu`` (HTA's test trace trace_file_list/inference_rank_1 is one); the local notes
+# (shared/notes/trace-libraries.md) record ``async_cpu_to_gpu`` flows in a 2022 trace.
+KINETO_CATEGORIES: frozenset[str] = frozenset({
+    "cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset", "kernel",
+    "external_correlation", "cuda_runtime", "cuda_driver", "cpu_instant_event", "python_function", "overhead",
+    "mtia_runtime", "mtia_ccp_events", "mtia_insight", "cuda_sync", "cuda_event", "mtia_counters", "glow_runtime",
+    "cuda_profiler_range", "hpu_op", "xpu_runtime", "xpu_driver", "collective_comm", "privateuse1_runtime",
+    "privateuse1_driver", "xpu_scope_profiler", "xpu_sync", "hardware_counters", "ac2g", "fwdbwd", "trace"})
+LEGACY_CATEGORIES: dict[str, str] = {"runtime": "cuda_runtime", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
+                                     "async_gpu": "ac2g", "async_cpu_to_gpu": "ac2g"}
+
+
+def canonical_category(cat: object) -> object:
+    """kineto's current name of a trace event category: ``Kernel`` -> ``kernel``, ``GPU_MEMCPY`` ->
+    ``gpu_memcpy``, legacy ``Runtime`` -> ``cuda_runtime``, ``Memcpy`` -> ``gpu_memcpy``, ``Memset`` ->
+    ``gpu_memset``, ``async_gpu`` -> ``ac2g`` (sources above). Any other string is returned as it is
+    (``Trace`` stays ``Trace``); a value that is not a string is no category (None)."""
+    if not isinstance(cat, str):
+        return None
+    low = cat.lower()
+    if low in KINETO_CATEGORIES:
+        return cat if low == "trace" else low
+    return LEGACY_CATEGORIES.get(low, cat)
+
+
+#: Device activity of kinds neither reader takes (they read CUDA/HIP ``kernel``, ``gpu_memcpy``,
+#: ``gpu_memset``), by kineto category (ActivityType.h), with what it is: a trace holding these and no
+#: CUDA/HIP GPU event is no CPU-only run.
+OTHER_DEVICE_CATEGORIES: dict[str, str] = {
+    "mtia_ccp_events": "MTIA device events",
+    "mtia_runtime": "MTIA runtime calls",
+    "mtia_insight": "MTIA Insight events",
+    "mtia_counters": "MTIA hardware counters",
+    "cuda_profiler_range": "CUPTI range-profiler ranges (kernels measured per range, not one by one)",
+    "hpu_op": "HPU (Gaudi) ops",
+    "xpu_runtime": "Intel XPU runtime calls",
+    "xpu_driver": "Intel XPU driver calls",
+    "xpu_scope_profiler": "Intel XPU scope-profiler ranges",
+    "privateuse1_runtime": "PrivateUse1-backend runtime calls",
+    "privateuse1_driver": "PrivateUse1-backend driver calls",
+    "glow_runtime": "Glow runtime calls",
+    "gpu_user_annotation": "GPU-side annotations (ranges, not kernels)",
+    "hardware_counters": "hardware counter samples",
+}
+
+
+def no_gpu_events_message(name: str, other: dict[str, int], dropped_gpu: int = 0) -> str:
+    """The one-line refusal of a trace without CUDA/HIP GPU events: ``other`` counts the events of
+    :data:`OTHER_DEVICE_CATEGORIES` it holds, ``dropped_gpu`` the GPU events the reader could not use
+    (no number for ts or dur, a begin never ended, an instant). With neither it may be a CPU-only
+    run; otherwise it says what is there and why it is not read."""
+    if dropped_gpu:
+        return (f"{name}: no usable GPU kernel, memcpy or memset event: {dropped_gpu} GPU event(s) on GPU rows could "
+                "not be read (the reasons follow)")
+    if not other:
+        return f"{name}: no GPU kernel, memcpy or memset events and no graph launch (a CPU-only run?)"
+    what = ", ".join(f"{n} {c} ({OTHER_DEVICE_CATEGORIES[c]})" for c, n in
+                     sorted(other.items(), key=lambda kv: -kv[1]))
+    return (f"{name}: no CUDA/HIP GPU events (kernel, gpu_memcpy, gpu_memset), but device activity of a kind this "
+            f"tool does not read: {what}. It reads kineto's CUDA/HIP GPU events only; not a CPU-only run")

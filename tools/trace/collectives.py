@@ -29,7 +29,15 @@ Definitions and their sources
 * Straggler summary (TraceLens ``build_df_straggler_summary``): per rank total and mean wait,
   times arrived last / first; the rank that arrives last most often waits least: it is the
   straggler. HTA's ``get_potential_stragglers`` (last long communication kernel starting latest)
-  is computed too (``hta_potential_stragglers``).
+  is computed too (``hta_potential_stragglers``, on the traces' own clocks, as HTA does).
+* Clocks (dftracer#160; TraceLens's straggler summary, PR#599, compares raw starts): each rank's
+  trace has its own clock, and an offset of a few hundred µs names the wrong straggler. All ranks
+  leave a synchronising collective together, so each rank's clock offset from the lowest rank's is
+  the median, over the implicit-sync collectives every rank ran, of its end minus the lowest rank's
+  end; starts and ends are compared after subtracting it (:func:`clock_offsets`). What is left of
+  the ends' spread bounds what the clocks can tell apart: a collective's arrival order is resolved
+  only when its start spread exceeds its end spread, and the straggler claim counts last arrivals at
+  resolved collectives only; when too few are resolved no straggler is named and a note says why.
 """
 
 from __future__ import annotations
@@ -71,6 +79,8 @@ BUSBW_FACTOR = {
 
 #: Collectives where every rank waits for the last one (TraceLens's implicit-sync category).
 IMPLICIT_SYNC = {"allreduce", "reducescatter", "allgather", "alltoall"}
+#: How the notes on the ranks' clocks begin (the report lists them under what was done to the inputs).
+CLOCK_NOTE_PREFIXES = ("ranks' clocks aligned", "the arrival order is resolved")
 
 # ============================================================================ result models
 
@@ -123,6 +133,8 @@ class CollectiveReport(BaseModel):
     stragglers: StragglerReport
     slowest_rank: int | None = Field(description="rank with the most computation time")
     notes: list[str] = Field(default_factory=list)
+    clock_offsets_us: dict[int, float] = Field(default_factory=dict,
+                                               description="each rank's clock offset from the lowest rank's (µs)")
 
 
 # ============================================================================ cross-rank (reduce)
@@ -160,6 +172,27 @@ def match_collectives(long: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
     df["index_in_group"] = df.groupby(["pg", "rank"]).cumcount()
     df["collective_id"] = df["pg"] + "_" + df["index_in_group"].astype(str)
     return df, simplified
+
+
+def clock_offsets(df: pd.DataFrame, simplified: bool) -> tuple[dict[int, float], int]:
+    """``({rank: clock offset µs from the lowest rank's}, collectives used)`` (module docstring,
+    "Clocks"): the median over the implicit-sync collectives matched on every rank of the rank's end
+    minus the lowest rank's end. Offsets 0 when fewer than two ranks or no such collective."""
+    import pandas as pd  # lazy: only multi-rank collectives need it (~40 MB)
+    ranks = sorted(int(r) for r in df["rank"].unique())
+    zero = {r: 0.0 for r in ranks}
+    sync = df["collective"].isin(IMPLICIT_SYNC)
+    if simplified:
+        sync |= df["args_name"].isna()
+    d = df[sync]
+    if len(ranks) < 2 or d.empty:
+        return zero, 0
+    ends = pd.DataFrame({"cid": d["collective_id"], "rank": d["rank"].astype(int), "end": d["ts"] + d["dur"]})
+    piv = ends.pivot_table(index="cid", columns="rank", values="end", aggfunc="first").reindex(columns=ranks).dropna()
+    if piv.empty:
+        return zero, 0
+    ref = piv[ranks[0]]
+    return {r: float((piv[r] - ref).median()) for r in ranks}, int(len(piv))
 
 
 def per_collective(df: pd.DataFrame, simplified: bool) -> pd.DataFrame:
@@ -277,28 +310,70 @@ def build_report(results: list[dict[str, Any]], *, num_candidates: int = 1) -> C
     rows: list[StragglerRow] = []
     hta_ranks: list[int] = []
     hta_kernel = None
+    claim = None
+    offsets: dict[int, float] = {}
     if long.empty:
         notes.append("no communication kernels in these traces")
     else:
         long, simplified = match_collectives(long)
-        coll = per_collective(long, simplified)
+        offsets, n_align = clock_offsets(long, simplified)
+        aligned = long.assign(ts=long["ts"] - long["rank"].astype(int).map(offsets))  # each rank on rank 0's clock
+        coll = per_collective(aligned, simplified)
         n_matched = int((coll["n_ranks"] > 1).sum())
         groups = _groups(coll)
-        rows = straggler_summary(coll, long)
+        rows = straggler_summary(coll, aligned)
+        claim, why = _resolved_claim(coll, rows, len(results))
+        notes += _clock_notes(offsets, n_align, coll) + ([why] if why else [])
         hta_ranks, hta_kernel = hta_potential_stragglers(results, long, num_candidates=num_candidates)
         if coll["msg_bytes"].isna().all():
             notes.append("communication kernels carry no message size (no 'In msg nelems'/'dtype' args; "
                          "PyTorch >= 2.1 with record_shapes records them): bandwidth not computed")
     comp = {p.rank: p.computation_us for p in per_rank}
     slowest = max(comp, key=comp.get) if len(comp) > 1 else None
-    claim = straggler_claim(rows, len(results))
     top = max(rows, key=lambda x: (x.times_arrived_last, -x.total_wait_us)) if rows else None
     return CollectiveReport(
         ranks=ranks, world_size=world, simplified_matching=simplified, per_rank=per_rank, groups=groups,
         n_collectives_matched=n_matched,
         stragglers=StragglerReport(rows=rows, straggler_rank=top.rank if top else None,
                                    hta_potential_stragglers=hta_ranks, hta_metric_kernel=hta_kernel, claim=claim),
-        slowest_rank=slowest, notes=notes)
+        slowest_rank=slowest, notes=notes, clock_offsets_us={int(r): float(v) for r, v in offsets.items()})
+
+
+def _sync_rows(coll: pd.DataFrame) -> pd.DataFrame:
+    return coll[coll["implicit_sync"] & (coll["n_ranks"] > 1)]
+
+
+def _resolved_claim(coll: pd.DataFrame, rows: list[StragglerRow], world: int) -> tuple[Any, str]:
+    """The straggler claim over the collectives whose arrival order the aligned clocks resolve
+    (start spread > end spread: module docstring), and why none is made when the unresolved ones
+    hide a rank that arrives last by the clocks as they are."""
+    sync = _sync_rows(coll)
+    if sync.empty:
+        return None, ""
+    resolved = sync[sync["skew_start_us"] > sync["skew_end_us"]]
+    last = {int(r): int(n) for r, n in resolved["last_arrival_rank"].value_counts().items()}
+    claim = straggler_claim(rows, world, last_resolved=last)
+    if claim is not None or straggler_claim(rows, world) is None:
+        return claim, ""
+    return None, (f"the arrival order is resolved at {len(resolved)} of {len(sync)} synchronising collectives only: "
+                  f"their start spread (median {float(sync['skew_start_us'].median()):.1f} us) does not exceed the "
+                  f"spread of their ends after aligning the clocks (median {float(sync['skew_end_us'].median()):.1f} "
+                  "us), so the clock skew between ranks exceeds what the arrival order can resolve: no straggler named")
+
+
+def _clock_notes(offsets: dict[int, float], n_used: int, coll: pd.DataFrame) -> list[str]:
+    """A note when the clock offsets exceed what is left of the ends' spread (they changed something)."""
+    sync = _sync_rows(coll)
+    if not n_used or sync.empty:
+        return []
+    spread = float(sync["skew_end_us"].median())
+    if max(abs(v) for v in offsets.values()) <= spread:
+        return []
+    ref = min(offsets)
+    return [f"ranks' clocks aligned on the ends of {n_used} synchronising collectives (all ranks leave one together): "
+            + ", ".join(f"rank {r} {v:+.1f} us" for r, v in sorted(offsets.items()) if r != ref)
+            + f" from rank {ref}'s clock; arrival order and waits use the aligned clocks (ends then spread by a median "
+              f"{spread:.1f} us)"]
 
 
 def aggregate_ranks(results: list[dict[str, Any]]) -> dict[str, Any]:

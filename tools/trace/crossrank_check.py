@@ -7,9 +7,13 @@ is re-read with the full-load reader (:mod:`.kineto`), and:
 * **arrival order**: per rank, the communication kernels of each collective type (from the kernel
   name: ``...AllReduce...``, ``...AllGather...``) in start order; the k-th kernel of a type on each
   rank is the same collective (NCCL and RCCL require every rank of a communicator to issue its
-  collectives in the same order: NCCL User Guide, "Collective Operations"). The rank whose kernel
-  starts last arrived last: the others wait for it. The straggler is the rank that arrives last
-  most often (over collectives present on every rank).
+  collectives in the same order: NCCL User Guide, "Collective Operations"). Each rank's trace has
+  its own clock; every rank leaves a synchronising collective together, so a rank's clock offset
+  is the median of its kernels' ends minus the lowest rank's ends over those collectives, and
+  starts are compared after subtracting it. A collective whose starts spread no wider than its
+  (aligned) ends has no resolved last arrival. The rank whose kernel starts last arrived last: the
+  others wait for it. The straggler is the rank that arrives last most often at resolved
+  collectives (over collectives present on every rank).
 * **bus bandwidth** (nccl-tests ``doc/PERFORMANCE.md``): for the k-th collective of a type and
   message size, time t = the shortest kernel duration across ranks (the ranks that arrived early
   also wait), size S = the kernel's own ``In msg nelems`` x dtype bytes (``Out msg nelems`` for
@@ -21,6 +25,7 @@ is re-read with the full-load reader (:mod:`.kineto`), and:
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -86,24 +91,35 @@ def _ranks(rank_results: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def arrival_straggler(rank_paths: dict[int, str]) -> dict[str, Any]:
-    """The rank that arrives last most often at collectives every rank ran (module docstring).
+    """The rank that arrives last most often at collectives every rank ran (module docstring), on
+    clocks aligned on the collectives' ends.
 
-    Returns ``{"rank", "times_last", "n_collectives", "last_counts": {rank: n}}``; ``rank`` is None
-    without a collective common to all ranks. Raises InputError (a trace that cannot be read)."""
+    Returns ``{"rank", "times_last", "n_collectives", "n_resolved", "last_counts": {rank: n},
+    "offsets_us": {rank: µs}}``; ``rank`` is None without a collective common to all ranks. Raises
+    InputError (a trace that cannot be read)."""
     kernels = {r: comm_kernels(p) for r, p in rank_paths.items()}
     counts = {r: 0 for r in kernels}
-    n = 0
+    matched = []  # one {rank: kernel} per collective common to all ranks
     for t in _SYNC:
         k_common = min((len(v.get(t, [])) for v in kernels.values()), default=0)
-        for k in range(k_common):
-            starts = {r: v[t][k].ts for r, v in kernels.items()}
-            last = max(starts, key=lambda r: (starts[r], -r))
-            counts[last] += 1
-            n += 1
-    if n == 0 or len(kernels) < 2:
-        return {"rank": None, "times_last": 0, "n_collectives": n, "last_counts": counts}
+        matched += [{r: v[t][k] for r, v in kernels.items()} for k in range(k_common)]
+    ref = min(kernels) if kernels else 0
+    offsets = {r: statistics.median(m[r].end - m[ref].end for m in matched) if matched else 0.0 for r in kernels}
+    resolved = 0
+    for m in matched:
+        starts = {r: g.ts - offsets[r] for r, g in m.items()}
+        ends = [g.end - offsets[r] for r, g in m.items()]
+        if max(starts.values()) - min(starts.values()) <= max(ends) - min(ends):
+            continue  # the clocks cannot tell which rank came last
+        resolved += 1
+        counts[max(starts, key=lambda r: (starts[r], -r))] += 1
+    n = len(matched)
+    out = {"rank": None, "times_last": 0, "n_collectives": n, "n_resolved": resolved, "last_counts": counts,
+           "offsets_us": offsets}
+    if resolved == 0 or len(kernels) < 2:
+        return out
     top = max(counts, key=lambda r: (counts[r], -r))
-    return {"rank": top, "times_last": counts[top], "n_collectives": n, "last_counts": counts}
+    return dict(out, rank=top, times_last=counts[top])
 
 
 def busbw(rank_paths: dict[int, str], ctype: str, msg_bytes: float) -> dict[str, Any]:
@@ -144,9 +160,12 @@ def rederive_claim(metric: str, rank_results: list[dict[str, Any]]) -> tuple[Any
     try:
         if metric == "collectives.straggler_rank":
             s = arrival_straggler(paths)
+            shift = ", ".join(f"rank {r} {v:+.1f} us" for r, v in sorted(s["offsets_us"].items()) if v)
             return (s["rank"], Tolerance(abs=0.0),
-                    f"arrival order re-derived from each rank's kernels by the full-load reader: rank {s['rank']} "
-                    f"starts last at {s['times_last']} of {s['n_collectives']} collectives common to all ranks")
+                    f"arrival order re-derived from each rank's kernels by the full-load reader on clocks aligned on "
+                    f"the collectives' ends ({shift or 'no offset'}): rank {s['rank']} starts last at "
+                    f"{s['times_last']} of {s['n_collectives']} collectives common to all ranks "
+                    f"({s['n_resolved']} resolved)")
         m = re.match(r"^collectives\.([a-z_]+)\.([0-9.eE+-]+)\.busbw_gbps$", metric)
         if m:
             b = busbw(paths, m.group(1), float(m.group(2)))

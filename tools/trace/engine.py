@@ -32,10 +32,11 @@ from array import array
 import numpy as np
 
 from .categories import categorize_op
+from .engine_window import launch_index, rank_timeline, step_unrecorded  # noqa: F401 (launch_index re-exported)
 from .kineto import LAUNCH_KERNEL_NAMES, TimelineRow
 from .hygiene import window_flags
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TraceAnalysis
-from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, gpu_timeline, overlap_warnings, scan_trace,
+from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
                      tracelens_classes, union_length, window_mask)
 
 #: TraceLens's default ``short_kernel_threshold_us`` (generate_perf_report_pytorch).
@@ -43,21 +44,6 @@ SHORT_KERNEL_US = 10.0
 
 
 # --------------------------------------------------------------------------- linking
-
-
-def launch_index(scan: TraceScan) -> np.ndarray:
-    """Per GPU event, the index of the launch (CPU call) with its correlation id, or -1."""
-    out = np.full(scan.n_gpu_events, -1, dtype=np.int64)
-    lc = scan.launch_corr
-    if lc.size == 0:
-        return out
-    order = np.argsort(lc, kind="stable")
-    lc_s = lc[order]
-    pos = np.searchsorted(lc_s, scan.corr)
-    pos_c = np.minimum(pos, lc_s.size - 1)
-    found = (pos < lc_s.size) & (lc_s[pos_c] == scan.corr)
-    out[found] = order[pos_c[found]]
-    return out
 
 
 def launch_parents(scan: TraceScan) -> np.ndarray:
@@ -239,14 +225,14 @@ def kernel_stats(scan: TraceScan, launcher: np.ndarray, total_us: float, *,
 
 def launch_stats(scan: TraceScan) -> dict[str, Any]:
     """``mean_kernel_us``, ``median_gap_us`` (start of a kernel minus end of the previous one on the
-    GPU, overlaps clipped to 0), ``launch_calls`` (cudaLaunchKernel / hipLaunchKernel and variants)
+    same GPU, overlaps clipped to 0), ``launch_calls`` (cudaLaunchKernel / hipLaunchKernel and variants)
     and ``mean_launch_cpu_us`` (their mean CPU duration)."""
     ki = np.flatnonzero(scan.kind == KIND_KERNEL)
-    ts, dur = scan.ts[ki], scan.dur[ki]
+    ts, dur, dev = scan.ts[ki], scan.dur[ki], scan.device[ki]
     end = ts + dur
-    order = np.lexsort((dur, end, ts))
-    s, e = ts[order], end[order]
-    gaps = np.maximum(0.0, s[1:] - e[:-1])
+    order = np.lexsort((dur, end, ts, dev))  # gaps within each GPU (a file may hold several)
+    s, e, dv = ts[order], end[order], dev[order]
+    gaps = np.maximum(0.0, s[1:] - e[:-1])[dv[1:] == dv[:-1]]
     lids = [i for i, nm in enumerate(scan.cpu_names) if nm in LAUNCH_KERNEL_NAMES]
     lm = np.isin(scan.launch_name, lids) if lids else np.zeros(scan.launch_corr.size, dtype=bool)
     ld = (scan.launch_end - scan.launch_ts)[lm]
@@ -260,8 +246,10 @@ def launch_stats(scan: TraceScan) -> dict[str, Any]:
 
 def per_step(scan: TraceScan, linked: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per ProfilerStep: ``step``, ``ts``, ``dur_ms``, ``gpu_events`` (GPU events whose launch call
-    starts inside the step; their own start when unlinked), ``gpu_busy_ms`` (union of those events);
-    and :func:`~ai4s_graph.tools.trace.hygiene.window_flags` over them."""
+    starts inside the step; their own start when unlinked), ``gpu_busy_ms`` (union of those events),
+    ``graph_launches_unrecorded`` (graph launches in it whose kernels were not recorded); and
+    :func:`~ai4s_graph.tools.trace.hygiene.window_flags` over them, an unrecorded graph launch
+    counting as GPU work launched."""
     if not scan.steps:
         return [], window_flags({})
     li = launch_index(scan)
@@ -272,13 +260,16 @@ def per_step(scan: TraceScan, linked: np.ndarray) -> tuple[list[dict[str, Any]],
     inside = (k >= 0) & linked
     inside[inside] &= t[inside] < (starts[k[inside]] + durs[k[inside]])
     rows, counts = [], {}
+    unrec = step_unrecorded(scan)
     for j, (num, st, d) in enumerate(scan.steps):
         sel = inside & (k == j)
         n = int(sel.sum())
         busy = union_length(scan.ts[sel] - st, scan.ts[sel] - st + scan.dur[sel]) if n else 0.0
-        rows.append({"step": num, "ts": st, "dur_ms": d / 1e3, "gpu_events": n, "gpu_busy_ms": busy / 1e3})
+        rows.append({"step": num, "ts": st, "dur_ms": d / 1e3, "gpu_events": n, "gpu_busy_ms": busy / 1e3,
+                     "graph_launches_unrecorded": unrec.get(num, 0)})
         counts[num] = counts.get(num, 0) + n
-    return rows, window_flags(counts)
+    # a graph launch without recorded kernels did launch GPU work in its step
+    return rows, window_flags({s: c + unrec.get(s, 0) for s, c in counts.items()})
 
 
 def dataloader_stats(scan: TraceScan) -> dict[str, Any]:
@@ -305,7 +296,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
     ``keep``: when a dict is given, the intermediate arrays the CSV tables need (``linked``,
     ``launcher``, ``categories``) are stored in it. Raises NoGpuEventsError when no GPU event links."""
     linked = window_mask(scan, "linked")
-    tl_us = gpu_timeline(scan, linked)
+    tl_us, per_device, notes = rank_timeline(scan, linked)
     total = tl_us["total_time"]
     timeline = {k: TimelineRow(time_ms=v / 1e3, percent=(v / total * 100.0) if total > 0 else 0.0)
                 for k, v in tl_us.items()}
@@ -315,7 +306,9 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
     steps, window = per_step(scan, linked)
     sk = ks["short_kernels"]
     n_steps = st["n_steps"]
-    warnings = overlap_warnings(scan)
+    warnings = overlap_warnings(scan) + notes
+    if scan.link_ids().size and linked.all() and not np.isin(scan.corr, scan.link_ids()).any():
+        warnings.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
     if window.get("degenerate"):
         warnings.append(window["reason"])
     gl = scan.graph_launches()
@@ -335,7 +328,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
         launch=LaunchStats(**launch_stats(scan)),
         dataloader_ms_per_step=st["dataloader_ms_per_step"], step_time_ms=st["step_time_ms"],
         gpu_ids=gpu_ids(scan), sources={"all": "stream (the engine: one bounded-memory pass, TraceLens definitions)"},
-        warnings=warnings, window=window, per_step=steps, graph_launches=gl,
+        warnings=warnings, window=window, per_step=steps, graph_launches=gl, per_device=per_device,
         clipped_excess_us=float(sum(x[2] for x in scan.overlaps)),
     )
 

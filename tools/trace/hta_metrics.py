@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from .stream import TraceScan, union_length
+from .stream import NO_STREAM, TraceScan, union_length
 
 
 # HolisticTraceAnalysis kernel types (hta/common/types.py patterns, re.match = anchored at start).
@@ -42,7 +42,7 @@ def hta_temporal_breakdown(scan: TraceScan, mask: np.ndarray | None = None) -> d
     """HTA's ``get_temporal_breakdown`` for one rank, in µs: ``idle_time``, ``compute_time``,
     ``non_compute_time``, ``kernel_time`` (first start to last end of GPU kernels on a stream); all
     zero when no selected event names its stream (HTA keeps only events with a stream)."""
-    sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
+    sel = (scan.stream != NO_STREAM) if mask is None else (mask & (scan.stream != NO_STREAM))
     if not sel.any():
         return {"idle_time": 0.0, "compute_time": 0.0, "non_compute_time": 0.0, "kernel_time": 0.0}
     t0 = scan.ts[sel].min()
@@ -60,7 +60,7 @@ def hta_temporal_breakdown(scan: TraceScan, mask: np.ndarray | None = None) -> d
 def hta_comm_comp_overlap(scan: TraceScan, mask: np.ndarray | None = None) -> float | None:
     """HTA's ``get_comm_comp_overlap`` for one rank: percent of (merged) communication-kernel time
     that overlaps (merged) computation-kernel time; None without communication kernels."""
-    sel = (scan.stream >= 0) if mask is None else (mask & (scan.stream >= 0))
+    sel = (scan.stream != NO_STREAM) if mask is None else (mask & (scan.stream != NO_STREAM))
     if not sel.any():
         return None
     cls = hta_classes(scan)[sel]

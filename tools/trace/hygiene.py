@@ -82,3 +82,39 @@ def window_flags(step_gpu_events: dict[int, int]) -> dict:
                   "window, so the GPU timeline describes the busy part only")
     return {"n_steps": n, "steps_with_gpu": with_gpu, "steps_without_gpu": without, "degenerate": degenerate,
             "reason": reason}
+
+
+def input_notes(*, renamed: list[tuple[str, str, int]] = (), joined: tuple[int, int, int] = (0, 0, 0),
+                lone_ends: tuple[int, int] = (0, 0), never_ended: tuple[int, int] = (0, 0), instants: int = 0,
+                bad_durations: int = 0, bad_numbers: int = 0, zero_inside: int = 0) -> list[str]:
+    """The lines that say what a reader did about a trace's input, from the counts each reader
+    takes with its own code: ``renamed`` ``(category as written, kineto's name, events)``;
+    ``joined`` ``(B/E pairs, async b/e pairs, of them GPU events)``; ``lone_ends`` / ``never_ended``
+    ``(events, of them GPU events)``; ``instants`` on GPU rows; GPU events dropped for a negative
+    or non-finite dur (``bad_durations``) or for no numeric ts / dur (``bad_numbers``); zero-length
+    GPU events inside another event on their stream (``zero_inside``: they clip nothing)."""
+    out = []
+    if renamed:
+        out.append("categories normalised to kineto's names: " + ", ".join(f"'{r}' -> {c} ({k} events)"
+                                                                         for r, c, k in sorted(renamed)))
+    sync, asyn, gpu = joined
+    if sync or asyn:
+        out.append(f"{sync + asyn} Trace Event Format duration pair(s) joined into complete events "
+                   f"({sync} \"ph\": \"B\"/\"E\", {asyn} async \"b\"/\"e\"; {gpu} of them GPU events)")
+    if lone_ends[0]:
+        out.append(f"{lone_ends[0]} end event(s) (\"ph\": \"E\"/\"e\") close no open begin on their thread or id "
+                   f"({lone_ends[1]} of them GPU events): dropped")
+    if never_ended[0]:
+        out.append(f"{never_ended[0]} begin event(s) (\"ph\": \"B\"/\"b\") never ended ({never_ended[1]} of them GPU "
+                   "events): their length is unknown, left out")
+    if instants:
+        out.append(f"{instants} instant event(s) (\"ph\": \"i\") on GPU rows: a moment, not GPU work: left out")
+    if bad_durations:
+        out.append(f"{bad_durations} GPU event(s) with a negative or non-finite dur dropped (an export fault): "
+                   "the figures leave them out")
+    if bad_numbers:
+        out.append(f"{bad_numbers} GPU event(s) without a numeric, finite ts or dur dropped: the figures leave them out")
+    if zero_inside:
+        out.append(f"{zero_inside} zero-length GPU event(s) (dur 0) lie inside another event on their stream: "
+                   "a point in time, they clip nothing (pytorch/kineto#136)")
+    return out

@@ -116,47 +116,144 @@ def timeline_from_intervals(comp, comm, memcpy) -> dict[str, TimelineRow]:
 
 def timeline_from_unions(comp_u, comm_u, mem_u) -> dict[str, TimelineRow]:
     """:func:`timeline_from_intervals` of three lists already merged (:func:`merge_intervals`)."""
+    return _as_rows(_values_from_unions(comp_u, comm_u, mem_u))
+
+
+def _as_rows(values: dict[str, float]) -> dict[str, TimelineRow]:
+    total = values["total_time"]
+    return {k: TimelineRow(time_ms=v / 1e3, percent=(v / total * 100.0) if total > 0 else 0.0)
+            for k, v in values.items()}
+
+
+def _values_from_unions(comp_u, comm_u, mem_u) -> dict[str, float]:
+    """The eight rows in µs from the three merged unions."""
     all_u = merge_intervals(comp_u + comm_u + mem_u)  # the union of the three unions
     if not all_u:
         raise NoGpuEventsError("no GPU events to build a timeline from")
     total = all_u[-1][1] - all_u[0][0]
-    comp_t = total_length(comp_u)
-    exposed_comm = total_length(subtract_intervals(comm_u, comp_u))
-    exposed_mem = total_length(subtract_intervals(subtract_intervals(mem_u, comp_u), comm_u))
     busy = total_length(all_u)
-    values = {
-        "computation_time": comp_t,
-        "exposed_comm_time": exposed_comm,
-        "exposed_memcpy_time": exposed_mem,
+    return {
+        "computation_time": total_length(comp_u),
+        "exposed_comm_time": total_length(subtract_intervals(comm_u, comp_u)),
+        "exposed_memcpy_time": total_length(subtract_intervals(subtract_intervals(mem_u, comp_u), comm_u)),
         "busy_time": busy,
         "idle_time": total - busy,
         "total_time": total,
         "total_comm_time": total_length(comm_u),
         "total_memcpy_time": total_length(mem_u),
     }
-    return {
-        k: TimelineRow(time_ms=v / 1e3, percent=(v / total * 100.0) if total > 0 else 0.0)
-        for k, v in values.items()
-    }
 
 
 def timeline_of(trace: KinetoTrace) -> dict[str, TimelineRow]:
     """gpu_timeline rows of a loaded trace (linked GPU events only, unless the trace has no
-    link or was loaded with ``include_unlinked=True``); computed once per trace."""
+    link or was loaded with ``include_unlinked=True``); computed once per trace. A file holding
+    several GPUs gets rows per device over the common window, summed; the time where graph replays
+    without recorded kernels ran is left out of idle and total (:func:`timeline_details`)."""
     if "timeline" not in trace.memo:
-        trace.memo["timeline"] = _timeline_of(trace)
+        values, per_device, notes = _timeline_of(trace)
+        trace.memo.update(timeline=_as_rows(values), per_device=per_device, timeline_notes=notes)
     return trace.memo["timeline"]
 
 
-def _timeline_of(trace: KinetoTrace) -> dict[str, TimelineRow]:
-    buckets: tuple[list, list, list] = ([], [], [])
-    for g in trace.gpu:
-        if trace.linked_only and not g.linked:
-            continue
-        buckets[g.kind].append(g)
-    if not any(buckets):
+def timeline_details(trace: KinetoTrace) -> tuple[list[dict], list[str]]:
+    """``(per_device, notes)`` of :func:`timeline_of`: one dict per device when the file holds
+    several (``device``, ``n_events``, the rows in µs, ``busy_pct``, ``idle_pct``), and the notes on
+    several devices and unrecorded graph replays."""
+    timeline_of(trace)
+    return trace.memo["per_device"], trace.memo["timeline_notes"]
+
+
+def device_of(g: GpuEvent):
+    """A GPU event's device: ``args.device``, else its pid (kineto writes each GPU under its own pid)."""
+    return g.device if g.device is not None else g.pid
+
+
+def _timeline_of(trace: KinetoTrace) -> tuple[dict[str, float], list[dict], list[str]]:
+    counted = [g for g in trace.gpu if g.linked or not trace.linked_only]
+    if not counted:
         raise NoGpuEventsError(f"{trace.path.name}: no GPU events linked to a CPU launch")
-    return timeline_from_unions(*(_union_of(b) for b in buckets))
+    by_dev: dict = {}
+    for g in counted:
+        d = device_of(g)
+        by_dev.setdefault(d if _hashable(d) else repr(d), []).append(g)
+    launches = sorted(ts for ts, _api in trace.unrecorded_graph)
+    if len(by_dev) == 1:
+        values = _device_values(counted, launches)
+        return values, [], _graph_notes(trace, values.pop("_unrecorded_us"))
+    window = max(g.end for g in counted) - min(g.ts for g in counted)
+    total: dict[str, float] = {}
+    per_device = []
+    unknown = 0.0
+    ids = sorted(d for d in by_dev if isinstance(d, int) and not isinstance(d, bool))
+    for dev in ids + [d for d in by_dev if d not in ids]:  # device ids, then named GPUs as first seen
+        evs = by_dev[dev]
+        v = _device_values(evs, launches)
+        left_out = v.pop("_unrecorded_us")
+        unknown += left_out
+        v["total_time"] = window - left_out
+        v["idle_time"] = max(0.0, v["total_time"] - v["busy_time"])
+        per_device.append({"device": str(dev), "n_events": len(evs), **v,
+                           "busy_pct": 100.0 * v["busy_time"] / (v["total_time"] or 1.0),
+                           "idle_pct": 100.0 * v["idle_time"] / (v["total_time"] or 1.0)})
+        for k, x in v.items():
+            total[k] = total.get(k, 0.0) + x
+    busiest = max(per_device, key=lambda r: (r["busy_time"], -r["n_events"]))
+    note = (f"{len(per_device)} GPUs in one trace file (devices {', '.join(r['device'] for r in per_device)}), "
+            f"each over the common window of {window / 1e3:.3f} ms: "
+            + ", ".join(f"device {r['device']} busy {r['busy_pct']:.1f}%" for r in per_device)
+            + f"; rows summed over the devices; device {busiest['device']} is the busiest (the straggling device)")
+    return total, per_device, [note] + _graph_notes(trace, unknown)
+
+
+def _device_values(events: list[GpuEvent], launches: list[float]) -> dict[str, float]:
+    """The eight rows (µs) of one device's events, less the time where unrecorded graph replays
+    ran (launch-order gaps: the work launched before a graph launch ends before its replay starts,
+    the work launched after it starts after), reported under ``_unrecorded_us``."""
+    buckets: tuple[list, list, list] = ([], [], [])
+    for g in events:
+        buckets[g.kind].append(g)
+    unions = [_union_of(b) for b in buckets]
+    values = _values_from_unions(*unions)
+    values["_unrecorded_us"] = 0.0
+    if launches:
+        import bisect
+
+        launched = sorted((g.launch_ts, g.ts, g.end) for g in events if g.launch_ts is not None)
+        keys = [x[0] for x in launched]
+        end_upto, start_from = [], [0.0] * len(launched)  # running max of ends / min of starts from the back
+        for _t, _s, e in launched:
+            end_upto.append(e if not end_upto or e > end_upto[-1] else end_upto[-1])
+        low = float("inf")
+        for j in range(len(launched) - 1, -1, -1):
+            low = min(low, launched[j][1])
+            start_from[j] = low
+        gaps = []
+        for t in launches:
+            i = bisect.bisect_left(keys, t)
+            if 0 < i < len(launched) and start_from[i] > end_upto[i - 1]:
+                gaps.append((end_upto[i - 1], start_from[i]))
+        if gaps:
+            busy = merge_intervals(unions[0] + unions[1] + unions[2])
+            unknown = total_length(merge_intervals(busy + gaps)) - total_length(busy)
+            values["_unrecorded_us"] = unknown
+            values["total_time"] -= unknown
+            values["idle_time"] = max(0.0, values["idle_time"] - unknown)
+    return values
+
+
+def _graph_notes(trace: KinetoTrace, unknown_us: float) -> list[str]:
+    if not trace.unrecorded_graph:
+        return []
+    return [f"{len(trace.unrecorded_graph)} of {sum(trace.graph_launches.values())} graph launches have no recorded "
+            f"kernels: {unknown_us / 1e3:.3f} ms where their replays ran left out of idle and total time"]
+
+
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
 
 
 def _union_of(events: list[GpuEvent]) -> list[tuple[float, float]]:
@@ -294,7 +391,8 @@ def count_kernels(path: str | Path, short_kernel_us: float = 10.0) -> dict:
 
 def step_gpu_events(trace: KinetoTrace) -> dict[int, int]:
     """``{ProfilerStep number: GPU events launched in it}``: a counted GPU event belongs to the step
-    whose CPU interval holds the start of its launch call (its own start when it has no launch)."""
+    whose CPU interval holds the start of its launch call (its own start when it has no launch); a
+    graph launch whose kernels were not recorded counts as one (the step launched GPU work)."""
     import bisect
 
     steps = sorted(trace.steps)
@@ -306,6 +404,10 @@ def step_gpu_events(trace: KinetoTrace) -> dict[int, int]:
         if trace.linked_only and not g.linked:
             continue
         t = g.launch_ts if g.launch_ts is not None else g.ts
+        k = bisect.bisect_right(starts, t) - 1
+        if k >= 0 and t < steps[k][0] + steps[k][1]:
+            counts[steps[k][2]] += 1
+    for t, _api in trace.unrecorded_graph:  # a graph launch without recorded kernels did launch GPU work
         k = bisect.bisect_right(starts, t) - 1
         if k >= 0 and t < steps[k][0] + steps[k][1]:
             counts[steps[k][2]] += 1
@@ -331,9 +433,17 @@ def launch_stats(trace: KinetoTrace) -> dict:
     """Figures for a launch/dispatch-bound diagnosis: ``mean_kernel_us``, ``median_gap_us``
     (start of a kernel minus end of the previous one on the GPU, negative overlaps clipped to
     0), ``launch_calls`` (cudaLaunchKernel/hipLaunchKernel and their variants) and
-    ``mean_launch_cpu_us`` (their mean CPU duration)."""
+    ``mean_launch_cpu_us`` (their mean CPU duration). Gaps are taken within each GPU."""
     ks = sorted((g.ts, g.end, g.dur) for g in trace.gpu if g.cat == "kernel")
-    gaps = [max(0.0, ks[i][0] - ks[i - 1][1]) for i in range(1, len(ks))]
+    per_dev: dict = defaultdict(list)  # gaps within each GPU (a file may hold several)
+    for g in trace.gpu:
+        if g.cat == "kernel":
+            d = device_of(g)
+            per_dev[d if _hashable(d) else repr(d)].append((g.ts, g.end, g.dur))
+    gaps = []
+    for dk in per_dev.values():
+        dk.sort()
+        gaps += [max(0.0, dk[i][0] - dk[i - 1][1]) for i in range(1, len(dk))]
     launches = [end - ts for ts, end, name, *_ in trace.runtime if name in LAUNCH_KERNEL_NAMES]
     return {
         "mean_kernel_us": (sum(k[2] for k in ks) / len(ks)) if ks else 0.0,
@@ -371,8 +481,10 @@ def figures_of(tr: KinetoTrace) -> dict:
     """:func:`rederive_figures` of a trace already loaded (e.g. by a :class:`KinetoLoader` fed
     during the analysis pass)."""
     ks = kernel_stats(tr)
+    per_device, _notes = timeline_details(tr)
     out: dict = {
         "timeline": {k: v.model_dump() for k, v in timeline_of(tr).items()},
+        "per_device": per_device,
         "launch": launch_stats(tr),
         "ops_by_category": ops_by_category(tr),
         "kernel_count": ks["kernel_count"],

@@ -7,7 +7,6 @@ loads; the linking and clipping rules are those of :mod:`.kineto`'s docstring.
 from __future__ import annotations
 
 import gzip
-import math
 import re
 import sys
 import zlib
@@ -18,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
-from .categories import _COMM_RE
-from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
+from .categories import _COMM_RE, OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
+from .kineto_pairs import finite as _finite, hashable as _hashable
+from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id,
+                      graph_not_recorded_message, input_notes)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -97,6 +99,9 @@ class KinetoTrace:
     linked_only: bool = True
     overlaps: list[tuple] = field(default_factory=list)  # (name, next name, stream, excess µs)
     graph_launches: dict = field(default_factory=dict)  # {API name: calls}
+    unrecorded_graph: list = field(default_factory=list)  # (launch ts, API name) of graph launches without kernels
+    notes: list = field(default_factory=list)  # what the reader did about the input (KinetoLoader.notes)
+    zero_inside: int = 0  # zero-length GPU events inside another event on their stream (they clip nothing)
     memo: dict = field(default_factory=dict)  # figures computed once per loaded trace (the timeline)
 
 
@@ -226,6 +231,12 @@ class KinetoLoader:
         self.g_name, self.g_pid, self.g_stream, self.g_device = array("i"), array("i"), array("i"), array("i")
         self.g_kind, self.g_cat = array("b"), array("i")
         self.g_comm: dict[int, dict] = {}  # GPU index -> collective metadata of a communication kernel
+        self._cats: dict = {}  # category as written -> (kineto's name, flags: 1 renamed, 2 other device)
+        self.renamed: dict[tuple, int] = {}  # (category as written, kineto's name) -> events
+        self.other_device: dict[str, int] = {}  # categories.OTHER_DEVICE_CATEGORIES -> events
+        self.pairs = Pairs(GPU_CATS)  # Trace Event Format duration pairs (kineto_pairs)
+        self.instants = 0  # instant events on GPU rows (left out)
+        self.bad_numbers = 0  # GPU events without a numeric, finite ts or dur (dropped)
 
     def _nid(self, name: str) -> int:
         i = self._name_ix.get(name)
@@ -292,8 +303,31 @@ class KinetoLoader:
         self.n += 1
         if type(ev) is not dict:
             return
-        cat = ev.get("cat")
+        raw = ev.get("cat")
+        try:
+            cat, flag = self._cats[raw]
+        except KeyError:
+            cat = canonical_category(raw)
+            flag = (1 if isinstance(raw, str) and cat != raw else 0) | (2 if cat in OTHER_DEVICE_CATEGORIES else 0)
+            self._cats[raw] = (cat, flag)
+        except TypeError:  # an unhashable category is no category
+            cat, flag = None, 0
+        if flag:
+            if flag & 1:
+                self.renamed[(raw, cat)] = self.renamed.get((raw, cat), 0) + 1
+            if flag & 2:
+                self.other_device[cat] = self.other_device.get(cat, 0) + 1
         ph = ev.get("ph")
+        order = self.n
+        if type(ph) is str and ph in _PAIR_PH:
+            ev = self.pairs.take(ev, ph, cat, self.n)
+            if ev is None:
+                return
+            cat, ph, order = ev["cat"], "X", self.pairs.begin_order
+        elif type(ph) is str and ph in _INSTANT_PH:
+            if cat in GPU_CATS:
+                self.instants += 1
+            return
         if cat == "ac2g":
             if ph == "s":  # the start half sits on the launching CPU thread
                 fid = as_id(ev.get("id"))
@@ -305,15 +339,19 @@ class KinetoLoader:
         # events mark no step or DataLoader
         if (not gpu_cat and ph not in ("X", None)) or cat == "python_function":
             return
-        try:
-            ts = float(ev["ts"])
-            dur = float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            return
-        name = ev.get("name") or ""
-        args = ev.get("args") or {}
+        ts = _finite(ev.get("ts"))
+        dur = _finite(ev.get("dur"))
+        name = ev.get("name")
+        if type(name) is not str:
+            name = "" if name is None else str(name)
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = {}
         if gpu_cat:
-            if not (dur >= 0.0 and math.isfinite(dur)):  # a negative / NaN / inf duration: dropped, counted
+            if ts is None or dur is None:  # no ts / dur, or not a finite number: dropped, counted
+                self.bad_numbers += 1
+                return
+            if dur < 0.0:  # a negative duration: dropped, counted
                 self.bad_durations += 1
                 return
             kk = (cat, name)
@@ -335,30 +373,29 @@ class KinetoLoader:
             self._ids(args, self.g_corr, self.g_ext)
             if kind == COMM:
                 self.g_comm[i] = {k: args[k] for k in _COMM_ARG_KEYS if k in args}
-        elif cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
+            return
+        if ts is None:
+            return
+        if dur is None:
+            dur = 0.0
+        if cat in RUNTIME_CATS or (cat not in _CPU_SIDE_CATS and "correlation" in args):
             if self.launch_key is None and "launch" in name.lower():
                 self.launch_key = "correlation" if "correlation" in args else "External id"
-            key = (ev.get("pid"), ev.get("tid"))
-            thr = self.threads.get(key)
-            if thr is None:
-                thr = self.threads[key] = len(self.threads)
+            thr = self._thread(ev)
             self.r_ts.append(ts)
             self.r_end.append(ts + dur)
             self.r_name.append(self._nid(name))
             self.r_thr.append(thr)
-            self.r_ord.append(self.n)
+            self.r_ord.append(order)
             self._ids(args, self.r_corr, self.r_ext)
         elif cat == "cpu_op":
-            key = (ev.get("pid"), ev.get("tid"))
-            thr = self.threads.get(key)
-            if thr is None:
-                thr = self.threads[key] = len(self.threads)
+            thr = self._thread(ev)
             nid = self._nid(name)
             self.o_ts.append(ts)
             self.o_end.append(ts + dur)
             self.o_name.append(nid)
             self.o_thr.append(thr)
-            self.o_ord.append(self.n)
+            self.o_ord.append(order)
             step, dl = self._role_of(nid)
             if step is not None:
                 self.steps.append((ts, dur, step))
@@ -370,6 +407,24 @@ class KinetoLoader:
                 self.steps.append((ts, dur, step))
             elif dl:
                 self.dataloader.append((ts, dur, name))
+
+    def _thread(self, ev: dict) -> int:
+        """The small code of an event's (pid, tid); an unhashable pid or tid is named by its text."""
+        key = (ev.get("pid"), ev.get("tid"))
+        try:
+            thr = self.threads.get(key)
+        except TypeError:
+            key = (repr(key[0]), repr(key[1]))
+            thr = self.threads.get(key)
+        if thr is None:
+            thr = self.threads[key] = len(self.threads)
+        return thr
+
+    def notes(self) -> list[str]:
+        """What this reader did about the input (categories normalised, pairs joined or unmatched,
+        instants and events without numbers left out), one line each (:func:`.hygiene.input_notes`)."""
+        return input_notes(renamed=[(r, c, k) for (r, c), k in self.renamed.items()], instants=self.instants,
+                           bad_durations=self.bad_durations, bad_numbers=self.bad_numbers, **self.pairs.counts())
 
     def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
         """Link, clip and attribute what was fed; see :func:`load_events` (same errors)."""
@@ -386,7 +441,9 @@ class KinetoLoader:
                     graphs[names[nid]] += 1
             if graphs:
                 raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, dict(graphs)))
-            raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events (CPU-only run?)")
+            lost = self.bad_numbers + self.bad_durations + self.instants + self.pairs.gpu_lost()
+            raise NoGpuEventsError(no_gpu_events_message(p.name, self.other_device, lost)
+                                   + "".join(f"; {x}" for x in self.notes()))
 
         # host call stacks first (CPU columns only): its temporaries are gone before the GPU objects exist
         runtime_cpu_op = _runtime_parents(self)
@@ -412,14 +469,16 @@ class KinetoLoader:
         linked = bytearray(n_gpu)
         graph_calls: dict[str, int] = defaultdict(int)
         graph_ids = {nid for nid, nm in enumerate(names) if GRAPH_LAUNCH_RE.match(nm)}
+        unrecorded: list[tuple[float, str]] = []  # graph launches none of whose kernels was recorded
         for ri, link in enumerate(links):
             nid = self.r_name[ri]
-            if nid in graph_ids:
+            graph = nid in graph_ids
+            if graph:
                 graph_calls[names[nid]] += 1
-            if link is None:
-                continue
-            hit = by_link.get(link)
+            hit = by_link.get(link) if link is not None else None
             if hit is None:
+                if graph:
+                    unrecorded.append((self.r_ts[ri], names[nid]))
                 continue
             for gi in (hit if type(hit) is list else (hit,)):
                 linked[gi] = 1
@@ -444,9 +503,12 @@ class KinetoLoader:
             if ri >= 0:
                 g.launch_ts = r_ts[ri]
                 g.launcher = runtime_cpu_op[ri]
-        overlaps = _clip_streams(gpu)
+        overlaps, zero_inside = _clip_streams(gpu)
         # A trace where nothing links (no runtime events) counts every GPU event.
         linked_only = any(linked)
+        notes = self.notes()
+        if not linked_only and (len(self.r_ts) or len(self.flow_ids)):
+            notes.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
 
         cpu_ops = _Rows((self.o_ts, self.o_end, self.o_name, self.o_thr), names, 2)
         runtime = _Rows((self.r_ts, self.r_end, self.r_name, links, self.r_thr), names, 2)
@@ -454,6 +516,7 @@ class KinetoLoader:
             path=p, rank=rank, gpu=gpu, cpu_ops=cpu_ops, runtime=runtime, steps=sorted(self.steps),
             dataloader=self.dataloader, has_flows=has_flows,
             linked_only=linked_only and not include_unlinked, overlaps=overlaps, graph_launches=dict(graph_calls),
+            unrecorded_graph=unrecorded, notes=notes, zero_inside=zero_inside,
         )
 
 
@@ -476,24 +539,34 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     return loader.finish(rank, include_unlinked=include_unlinked)
 
 
-def _clip_streams(gpu: list[GpuEvent]) -> list[tuple]:
+def _clip_streams(gpu: list[GpuEvent]) -> tuple[list[tuple], int]:
     """Clip, in place, each GPU event whose end runs past the start of the next event on its
-    (device, stream); returns ``(name, next name, stream, excess µs)`` per clipped event."""
+    (device, stream); a zero-length event is a point in time that neither clips nor is clipped.
+    Returns ``(name, next name, stream, excess µs)`` per clipped event, and how many zero-length
+    events lay inside another event on their stream (the ones such a rule must not let clip it)."""
     per_stream: dict = defaultdict(list)
     for g in gpu:
         g.dur_raw = g.dur
         g.end = g.ts + g.dur
-        if g.stream is not None:
-            per_stream[(g.device if g.device is not None else g.pid, g.stream)].append(g)
+        if g.stream is not None and _hashable(g.stream):
+            dev = g.device if g.device is not None else g.pid
+            per_stream[(dev if _hashable(dev) else repr(dev), g.stream)].append(g)
     out = []
+    zero_inside = 0
     for (_dev, stream), evs in per_stream.items():
         evs.sort(key=lambda x: x.ts)
-        for a, b in zip(evs, evs[1:]):
-            if a.end > b.ts:
-                out.append((a.name, b.name, stream, a.end - b.ts))
-                a.end = b.ts
-                a.dur = b.ts - a.ts
-    return out
+        prev = None  # the latest event of positive length so far on this stream
+        for g in evs:
+            if g.dur == 0.0:
+                if prev is not None and prev.ts <= g.ts < prev.ts + prev.dur_raw:
+                    zero_inside += 1
+                continue
+            if prev is not None and prev.ts + prev.dur_raw > g.ts:
+                out.append((prev.name, g.name, stream, prev.ts + prev.dur_raw - g.ts))
+                prev.end = g.ts
+                prev.dur = g.ts - prev.ts
+            prev = g
+    return out, zero_inside
 
 
 def _runtime_parents(ld: KinetoLoader) -> array:

@@ -77,6 +77,9 @@ class TraceAnalysis(BaseModel):
     window: dict[str, Any] = Field(default_factory=dict, description="hygiene.window_flags of the profiled steps")
     per_step: list[dict[str, Any]] = Field(default_factory=list, description="step, ts, dur_ms, gpu_events, gpu_busy_ms")
     graph_launches: dict[str, int] = Field(default_factory=dict, description="graph-launch API -> calls")
+    per_device: list[dict[str, Any]] = Field(default_factory=list,
+                                             description="one file holding several GPUs: each device's gpu_timeline "
+                                                         "rows (µs) over the common window, busy_pct, idle_pct")
     cross_checks: list[dict[str, Any]] = Field(default_factory=list,
                                                description="optional TraceLens / CSV / HTA comparisons, or why not")
 

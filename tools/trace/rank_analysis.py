@@ -19,14 +19,19 @@ import numpy as np
 
 from . import engine
 from . import stream as ts_mod
-from .backends import CROSS_CHECK_MAX_BYTES
+from .backends import CROSS_CHECK_MAX_BYTES, CROSS_CHECK_TOOLS
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
+from .engine_window import rank_timeline
 from .tables import kernel_tables
+from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
 ANALYSIS_VERSION = f"rank-3.s{ts_mod.STREAM_VERSION}"
+#: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
+#: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
+SHEETS_VERSION = 1
 
 
 
@@ -56,7 +61,7 @@ def _step_of(launch_ts: np.ndarray, steps: list[tuple[int, float, float]]) -> np
 def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     """The JSON-able per-rank record that :func:`~.collectives.aggregate_ranks` consumes (see analyze_rank)."""
     linked = ts_mod.window_mask(scan, "linked")
-    tl = ts_mod.gpu_timeline(scan, linked)
+    tl, per_device, _notes = rank_timeline(scan, linked)  # the notes reach the rank through engine.analyze_scan
     hta_mask = ts_mod.window_mask(scan, "drop_last_step")
     hta = {"window": "drop_last_step" if scan.steps else "linked"}
     if hta_mask.any():
@@ -69,7 +74,7 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     steps_out = []
     ends = scan.ts + scan.dur
     for num, t, d in scan.steps:
-        sel = (iteration == num) & (scan.stream >= 0)
+        sel = (iteration == num) & (scan.stream != ts_mod.NO_STREAM)
         steps_out.append({"step": num, "ts": t, "dur": d,
                           "gpu_max_end": float(ends[sel].max()) if sel.any() else None})
     idx = np.fromiter(scan.comm_args.keys(), dtype=np.int64, count=len(scan.comm_args))
@@ -84,7 +89,8 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
         nm = scan.names[scan.name_id[i]]
         comm["ts"].append(float(scan.ts[i]))
         comm["dur"].append(float(scan.dur[i]))
-        comm["stream"].append(int(scan.stream[i]))
+        sid = scan.stream_id(i)
+        comm["stream"].append(sid if isinstance(sid, int) and not isinstance(sid, bool) else None)
         comm["name"].append(nm)
         comm["args_name"].append(a.get("Collective name"))
         comm["collective"].append(collective_type(a.get("Collective name"), nm))
@@ -113,6 +119,7 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
         "n_events": scan.n_events,
         "n_gpu_events": int(linked.sum()),
         "timeline_us": tl,
+        "per_device": per_device,
         "timeline": {r["type"]: {"time_ms": r["time ms"], "percent": r["percent"]} for r in ts_mod.timeline_rows(tl)},
         "hta": hta,
         "steps": steps_out,
@@ -122,9 +129,25 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     }
 
 
-def _rank_params(path: Path, cross_check: bool) -> dict[str, Any]:
+def cross_check_tools(cross_check: bool | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """The cross-check tools asked for: ``True`` = all of :data:`~.backends.CROSS_CHECK_TOOLS`,
+    ``False``/``None``/``()`` = none (the default: opt-in with ``--cross-check``), else the names
+    given, in that tuple's order. Raises ``ValueError`` for an unknown tool."""
+    if cross_check is True:
+        return CROSS_CHECK_TOOLS
+    if not cross_check:
+        return ()
+    bad = [t for t in cross_check if t not in CROSS_CHECK_TOOLS]
+    if bad:
+        raise ValueError(f"unknown cross-check {bad[0]!r}; choose from {', '.join(CROSS_CHECK_TOOLS)}")
+    return tuple(t for t in CROSS_CHECK_TOOLS if t in cross_check)
+
+
+def _rank_params(path: Path, cross_check: bool | tuple[str, ...]) -> dict[str, Any]:
     size = path.stat().st_size if path.is_file() else 0
-    return {"cross_check": bool(cross_check and 0 < size <= CROSS_CHECK_MAX_BYTES)}
+    tools = cross_check_tools(cross_check)
+    return {"cross_check": list(tools) if (tools and 0 < size <= CROSS_CHECK_MAX_BYTES) else False,
+            "sheets": SHEETS_VERSION}
 
 
 def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | None = None) -> dict[str, Any]:
@@ -139,7 +162,7 @@ def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | N
     return rec
 
 
-def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool = True,
+def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                 label: str | None = None) -> dict[str, Any] | None:
     """:func:`analyze_rank`'s result if it is already in the cache (the trace is hashed, not
     parsed), else None. Lets the graph skip the fan-out for ranks analysed in an earlier run."""
@@ -151,14 +174,15 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
     return _label(rec, p, rank, True, label) if rec is not None else None
 
 
-def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool = True,
+def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                  label: str | None = None, progress=None, also: tuple = ()) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
-    ``cross_check`` and a file of at most :data:`~.backends.CROSS_CHECK_MAX_BYTES`, the optional
-    cross-checks (TraceLens, TraceLens CSVs beside the trace, HTA) also run and are recorded under
-    ``cross_checks``; their failures are notes there, never errors of the rank.
+    ``cross_check`` (the tools, :func:`cross_check_tools`; none by default) and a file of at most
+    :data:`~.backends.CROSS_CHECK_MAX_BYTES`, those optional cross-checks (TraceLens, TraceLens CSVs
+    beside the trace, HTA) also run and are recorded under ``cross_checks``; their failures are
+    notes there, never errors of the rank.
 
     The result is cached under ``cache_dir`` (default: cache.default_cache_dir()) keyed by the sha256
     of the trace bytes, ANALYSIS_VERSION and whether cross-checks ran; ``"from_cache"`` says whether
@@ -170,26 +194,29 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
     comm_comp_overlap_pct), steps, comm (columnar communication kernels), top_kernels, tables
-    (kernel_summary / short_kernels_summary rows, :mod:`.tables`), cross_checks,
+    (kernel_summary / short_kernels_summary rows, :mod:`.tables`), tracelens_sheets (the other TraceLens
+    sheets and short_kernels_summary by input shapes, :mod:`.tracelens_sheets`), cross_checks,
     from_cache. Raises InputError / NoGpuEventsError / GraphKernelsNotRecordedError."""
     p = Path(path)
     params = _rank_params(p, cross_check)
     cache = TraceCache(cache_dir)
 
     def compute() -> dict[str, Any]:
-        scan = ts_mod.scan_trace(p, progress, also)
+        args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
+        scan = ts_mod.scan_trace(p, progress, (*also, args.feed))
         rec = rank_record(scan, rank)
         keep: dict[str, Any] = {}
         analysis = engine.analyze_scan(scan, keep=keep)
         rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+        rec["tracelens_sheets"] = build_sheets(scan, keep, args)  # written as CSVs, then dropped (big)
         n_events = scan.n_events
-        del scan, keep
+        del scan, keep, args
         rec["analysis"] = analysis.model_dump(mode="json")
         rec["cross_checks"] = []
         if params["cross_check"]:
             from .backends import cross_checks  # noqa: PLC0415
 
-            rec["cross_checks"] = cross_checks(p, analysis, n_events=n_events)
+            rec["cross_checks"] = cross_checks(p, analysis, tools=tuple(params["cross_check"]), n_events=n_events)
         return rec
 
     rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params)
@@ -202,7 +229,7 @@ def _analyze_rank_star(args: tuple) -> dict[str, Any]:
 
 
 def analyze_ranks(rank_traces: dict[int, str | os.PathLike], cache_dir: str | None = None,
-                  workers: int = 0, *, cross_check: bool = False) -> list[dict[str, Any]]:
+                  workers: int = 0, *, cross_check: bool | tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """:func:`analyze_rank` for each rank in a process pool (``workers=0``: one per CPU, at most
     one per rank; 1: in this process). Each worker holds one trace at a time, so peak memory is
     ``workers`` x the per-trace bound. ``cross_check`` runs the optional cross-checks of small

@@ -130,23 +130,28 @@ def hta_potential_stragglers(results: list[dict[str, Any]], long: pd.DataFrame, 
     return ranked[:kk], name
 
 
-def straggler_claim(rows: list[StragglerRow], world: int) -> StragglerClaim | None:
-    """A claim when one rank arrives last at >= max(50 %, 1.5 x 100/n %) of the collectives."""
+def straggler_claim(rows: list[StragglerRow], world: int,
+                    last_resolved: dict[int, int] | None = None) -> StragglerClaim | None:
+    """A claim when one rank arrives last at >= max(50 %, 1.5 x 100/n %) of the collectives.
+
+    ``last_resolved``: ``{rank: times arrived last}`` counted at the collectives whose arrival order
+    the clocks resolve (:mod:`.collectives`, "Clocks"); by default the rows' own counts."""
     if len(rows) < 2:
         return None
-    top = max(rows, key=lambda x: (x.times_arrived_last, -x.total_wait_us))
+    last = last_resolved if last_resolved is not None else {x.rank: x.times_arrived_last for x in rows}
+    top = max(rows, key=lambda x: (last.get(x.rank, 0), -x.total_wait_us))
     need = max(50.0, 150.0 / world)
-    if top.pct_arrived_last < need:
+    n_last = last.get(top.rank, 0)
+    pct = 100.0 * n_last / top.num_collectives if top.num_collectives else 0.0
+    if pct < need:
         return None
     others = [x.mean_wait_us for x in rows if x.rank != top.rank]
     imposed = float(np.mean(others)) - top.mean_wait_us
     return StragglerClaim(
         rank=top.rank,
-        statement=(f"rank {top.rank} is a straggler: it arrives last at {top.times_arrived_last} of "
-                   f"{top.num_collectives} collectives ({top.pct_arrived_last:.0f}%); the other ranks wait "
+        statement=(f"rank {top.rank} is a straggler: it arrives last at {n_last} of "
+                   f"{top.num_collectives} collectives ({pct:.0f}%); the other ranks wait "
                    f"{imposed:.1f} us longer per collective on average"),
-        pct_arrived_last=top.pct_arrived_last, times_arrived_last=top.times_arrived_last,
+        pct_arrived_last=pct, times_arrived_last=n_last,
         num_collectives=top.num_collectives, wait_imposed_us=imposed,
         rule=f"pct_arrived_last >= max(50, 150/n_ranks) = {need:.1f}% (n_ranks={world})")
-
-

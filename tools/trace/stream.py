@@ -28,10 +28,15 @@ graph launch (they share its correlation id) links to it. A finishing half alone
 traces hold such halves for kernels launched before the profiled window began (TraceLens leaves
 those kernels out too).
 
-**Clipping.** Work on one stream runs in issue order (CUDA C++ Programming Guide, "Streams":
-commands in a stream execute in order; HIP likewise). An event whose recorded end runs past the
-start of the next event on the same (device, stream) is clipped at that start, and the scan keeps
-a warning naming the pair (a known rocprof/MI355 export fault writes such ``dur`` values).
+**Clipping and other input fixes** (:mod:`.stream_fix`). Work on one stream runs in issue order (CUDA
+C++ Programming Guide, "Streams": commands in a stream execute in order; HIP likewise). An event
+whose recorded end runs past the start of the next event on the same (device, stream) is clipped at
+that start, and the scan keeps a warning naming the pair (a known rocprof/MI355 export fault writes
+such ``dur`` values); a zero-length event never clips another. A stream is ``args.stream`` as
+written (64-bit HIP stream handles, strings, negatives: each value its own stream). Categories are
+read by kineto's current names (``Kernel``, legacy ``Runtime`` / ``Memcpy`` / ``Memset``:
+:func:`.categories.canonical_category`), Trace Event Format duration pairs (``ph`` B/E, b/e) are
+joined into complete events, and what was done goes to :attr:`.scan.TraceScan.notes`.
 
 The gpu_timeline rows follow TraceLens's (over the linked GPU events, as TraceLens's default
 ``include_unlinked_kernels=False``) ``GPUEventAnalyser.compute_metrics`` definitions
@@ -45,20 +50,23 @@ events; total = last end - first start; idle = total - busy. All times are µs.
 from __future__ import annotations
 
 import gzip
-import math
 import os
 import re
 import zlib
 from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
-from .hygiene import GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message
-from .categories import _COMM_RE, TIMELINE_ROWS
+from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
+from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
+                   GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
+                   LaunchWindow, TraceScan)
+from .stream_fix import (INSTANT_PHASES, PAIR_PHASES, DurationPairs, clip_stream_overlaps,  # noqa: F401
+                         num, overlap_warnings)
 from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
 from ijson.common import ObjectBuilder
 
@@ -72,118 +80,12 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "2"
-
-#: GPU event categories of kineto traces, as TraceLens and HTA read them.
-GPU_CATS: dict[str, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
-KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
-
-#: Class codes of the gpu_timeline (TraceLens semantics).
-CLS_COMP, CLS_COMM, CLS_MEMCPY = 0, 1, 2
-
-#: Communication kernels: TraceLens ``COMMUNICATION_KEYS`` (``nccl``, ``rccl``, substring, any case)
-#: plus its default custom collective ``cross_device_reduce`` (vLLM).
-COMM_RE = _COMM_RE  # the same rule as the single-trace path
-#: ROCm 7.1 legacy copy / fill kernels that TraceLens re-routes (memcpy / computation).
-ROCM_LEGACY_MEMCPY_RE = re.compile(
-    r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
-    r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$"
-)
-
-#: Kernel args that carry collective metadata (PyTorch >= 2.1 record_param_comms on the kernel).
-COLLECTIVE_ARG_KEYS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Description",
-    "Process Group Ranks",
-    "In split size",
-    "Out split size",
-)
+STREAM_VERSION = "3"
 
 _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 #: CPU-side categories that are never launches, even when they carry a correlation id.
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
-
-GPU_TIMELINE_ROWS = TIMELINE_ROWS  # TraceLens gpu_timeline.csv row names, in its order
-
-LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
-
-
-@dataclass
-class TraceScan:
-    """What one streaming pass keeps of a trace. Times are µs as in the trace (float64).
-
-    GPU events, trace order: ``ts``, ``dur`` (clipped on its stream), ``dur_raw`` (as recorded),
-    ``name_id`` (into ``names``), ``kind``, ``device``, ``stream``, ``corr``.
-    Launches (CPU events with a correlation id): ``launch_corr``, ``launch_ts``, ``launch_end``,
-    ``launch_name`` (into ``cpu_names``), ``launch_thread``, ``launch_order`` (event index).
-    cpu_ops: ``op_ts``, ``op_end``, ``op_name`` (into ``cpu_names``), ``op_thread``, ``op_order``.
-    ``flow_ids``: ids of ``ac2g`` flow start halves (written on the launching CPU thread). ``steps``: ``(number, ts, dur)``.
-    ``dataloader``: ``(ts, dur)`` of CPU events whose name mentions DataLoader.
-    ``comm_args``: GPU event index -> collective metadata, for communication kernels.
-    ``overlaps``: ``(i, j, excess_us)``: event i ran ``excess_us`` past the start of j, next on its
-    stream (i was clipped). ``header``: top-level keys before ``traceEvents``."""
-
-    path: str
-    n_events: int
-    ts: np.ndarray
-    dur: np.ndarray
-    name_id: np.ndarray
-    kind: np.ndarray
-    stream: np.ndarray
-    corr: np.ndarray
-    names: list[str]
-    launch_corr: np.ndarray
-    launch_ts: np.ndarray
-    dur_raw: np.ndarray | None = None
-    device: np.ndarray | None = None
-    launch_end: np.ndarray | None = None
-    launch_name: np.ndarray | None = None
-    launch_thread: np.ndarray | None = None
-    launch_order: np.ndarray | None = None
-    op_ts: np.ndarray | None = None
-    op_end: np.ndarray | None = None
-    op_name: np.ndarray | None = None
-    op_thread: np.ndarray | None = None
-    op_order: np.ndarray | None = None
-    flow_ids: np.ndarray | None = None
-    cpu_names: list[str] = field(default_factory=list)
-    steps: list[tuple[int, float, float]] = field(default_factory=list)
-    dataloader: list[tuple[float, float]] = field(default_factory=list)
-    comm_args: dict[int, dict[str, Any]] = field(default_factory=dict)
-    header: dict[str, Any] = field(default_factory=dict)
-    cat_counts: dict[str, int] = field(default_factory=dict)
-    overlaps: list[tuple[int, int, float]] = field(default_factory=list)
-    bad_durations: int = 0  # GPU events dropped for a negative or non-finite ``dur`` (an export fault)
-
-    @property
-    def n_gpu_events(self) -> int:
-        return int(self.ts.shape[0])
-
-    def nbytes(self) -> int:
-        """Bytes held by the numpy arrays (the part that grows with the trace)."""
-        return int(sum(a.nbytes for a in vars(self).values() if isinstance(a, np.ndarray)))
-
-    def link_ids(self) -> np.ndarray:
-        """Sorted unique ids a GPU event can link to: launch correlations and ac2g flow-start ids."""
-        ids = self.launch_corr if self.flow_ids is None else np.concatenate([self.launch_corr, self.flow_ids])
-        return np.unique(ids)
-
-    def graph_launches(self) -> dict[str, int]:
-        """``{API name: calls}`` of graph launches (runtime and driver APIs, CUDA and HIP)."""
-        if self.launch_name is None or self.launch_name.size == 0:
-            return {}
-        gids = [i for i, nm in enumerate(self.cpu_names) if GRAPH_LAUNCH_RE.match(nm)]
-        if not gids:
-            return {}
-        cnt = np.bincount(self.launch_name, minlength=len(self.cpu_names))
-        return {self.cpu_names[i]: int(cnt[i]) for i in gids if cnt[i]}
-
 
 def _open(path: Path):
     with open(path, "rb") as fh:
@@ -345,7 +247,8 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     applies its own rules; only the bytes are read and parsed once).
     Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
     launches but no GPU event: the replayed kernels were not recorded) and NoGpuEventsError (no
-    kernel, memcpy or memset event and no graph launch)."""
+    kernel, memcpy or memset event and no graph launch; the message names device activity of other
+    kinds the trace holds, :func:`.categories.no_gpu_events_message`)."""
     p = _check_path(path)
     header = read_header(p)
     ts, dur = array("d"), array("d")
@@ -366,41 +269,84 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     comm_args: dict[int, dict[str, Any]] = {}
     comm_name_cache: dict[int, bool] = {}
     dev_codes: dict = {}  # non-numeric device / pid values -> codes -2, -3, ...
-    cat_counts: dict[str, int] = {}
+    stream_codes: dict = {}  # args.stream value as written -> code 0, 1, ... (any width or type)
+    cat_counts: dict[Any, int] = {}
+    cat_of: dict[Any, tuple] = {}  # category as written -> (kineto's name: categories.canonical_category, GPU kind)
     marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
     o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
+    pairs = DurationPairs()
     n = 0
-    bad_dur = 0
+    bad_dur = bad_num = instants = 0
     trailer: dict[str, Any] = {}
     for ev in iter_events(p, progress, trailer):
         n += 1
         for f in also:
             f(ev)
-        cat = ev.get("cat")
-        cat_counts[cat] = cat_counts.get(cat, 0) + 1
-        k = GPU_CATS.get(cat)  # type: ignore[arg-type]
+        if type(ev) is not dict:
+            continue
+        raw = ev.get("cat")
+        try:
+            cat, k = cat_of[raw]
+        except KeyError:
+            c_ = canonical_category(raw)
+            cat, k = cat_of[raw] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
+        except TypeError:  # an unhashable category is no category
+            raw = cat = k = None
+        cat_counts[raw] = cat_counts.get(raw, 0) + 1
+        ph = ev.get("ph")
+        order = n
+        if ph != "X" and type(ph) is str:
+            if ph in PAIR_PHASES:  # Trace Event Format duration pairs (stream_fix.DurationPairs)
+                ev = pairs.take(ev, ph, n, cat)
+                if ev is None:
+                    continue
+                cat, order, ph = ev["cat"], pairs.order, "X"
+                k = GPU_CATS.get(cat)
+            elif ph in INSTANT_PHASES:
+                instants += k is not None
+                continue
         if k is not None:
             t = ev.get("ts")
             d = ev.get("dur")
-            if t is None or d is None:
+            if type(t) is not float:
+                t = num(t)
+            if type(d) is not float:
+                d = num(d)
+            if t is None or d is None:  # no ts or dur, or not a finite number
+                bad_num += 1
                 continue
-            if not (float(d) >= 0.0 and math.isfinite(float(d))):  # a negative / NaN / inf duration
+            if d < 0.0:  # a negative duration (an export fault)
                 bad_dur += 1
                 continue
-            nm = ev.get("name") or ""
+            nm = ev.get("name")
+            if type(nm) is not str:
+                nm = "" if nm is None else str(nm)
             i = name_index.get(nm)
             if i is None:
                 i = name_index[nm] = len(names)
                 names.append(nm)
-            args = ev.get("args") or {}
+            args = ev.get("args")
+            if type(args) is not dict:
+                args = {}
             idx = len(ts)
-            ts.append(float(t))
-            dur.append(float(d))
+            ts.append(t)
+            dur.append(d)
             name_id.append(i)
             kind.append(k)
-            s = _num(args.get("stream"), _I32)
-            stream.append(s if s is not None else -1)
-            dv = args.get("device", ev.get("pid"))
+            sv = args.get("stream")
+            if sv is None:
+                stream.append(NO_STREAM)
+            else:
+                try:
+                    s = stream_codes.get(sv)
+                    if s is None:
+                        s = stream_codes[sv] = len(stream_codes)
+                except TypeError:  # unhashable: no stream
+                    s = NO_STREAM
+                stream.append(s)
+            dv = args.get("device")
+            if dv is None:
+                dv = ev.get("pid")
             d_ = _num(dv, _I32)
             if d_ is None:  # a GPU named only by a string pid ("GPU 0"): its own code, below -1
                 try:
@@ -419,22 +365,25 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             continue
         if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
             continue
-        ph = ev.get("ph")
         if cat == "ac2g":
             fid = _num(ev.get("id"))
             if fid is not None and ph == "s":  # the start half sits on the launching CPU thread
                 flows.append(fid)
             continue
-        if ph not in ("X", None):
+        if ph != "X" and ph is not None:
             continue
         t = ev.get("ts")
-        if t is None:
-            continue
-        t = float(t)
-        e = t + float(ev.get("dur") or 0.0)
-        nm = ev.get("name") or ""
+        if type(t) is not float:
+            t = num(t)
+            if t is None:
+                continue
+        d = ev.get("dur")
+        e = t + (d if type(d) is float else (num(d) or 0.0))
+        nm = ev.get("name")
+        if type(nm) is not str:
+            nm = "" if nm is None else str(nm)
         args = ev.get("args")
-        c = _num(args.get("correlation")) if args and cat not in _CPU_SIDE_CATS else None
+        c = _num(args.get("correlation")) if type(args) is dict and cat not in _CPU_SIDE_CATS else None
         is_op = cat == "cpu_op"
         if c is not None or is_op:
             j = cpu_index.get(nm)
@@ -443,7 +392,11 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 cpu_names.append(nm)
                 marks.append(_name_mark(nm))
             key = (ev.get("pid"), ev.get("tid"))
-            th = threads.get(key)
+            try:
+                th = threads.get(key)
+            except TypeError:  # an unhashable pid / tid: named by its text
+                key = (repr(key[0]), repr(key[1]))
+                th = threads.get(key)
             if th is None:
                 th = threads[key] = len(threads)
             if is_op:
@@ -451,7 +404,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 o_end_a(e)
                 o_name_a(j)
                 o_thr_a(th)
-                o_ord_a(n)
+                o_ord_a(order)
                 mark = marks[j]
             else:
                 l_corr.append(c)
@@ -459,7 +412,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 l_end.append(e)
                 l_name.append(j)
                 l_thr.append(th)
-                l_ord.append(n)
+                l_ord.append(order)
                 continue
         elif cat is None or cat == "user_annotation":
             mark = _name_mark(nm) if nm else None
@@ -490,62 +443,32 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
         op_order=np.frombuffer(o_ord, dtype=np.int32), flow_ids=np.frombuffer(flows, dtype=np.int64),
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
-        header=header, cat_counts=cat_counts, bad_durations=bad_dur,
+        header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
+        device_names={c: v for v, c in dev_codes.items()},
+        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur),
     )
     if len(ts) == 0:
         gl = scan.graph_launches()
         if gl:
             raise GraphKernelsNotRecordedError(graph_not_recorded_message(p.name, gl))
-        raise NoGpuEventsError(f"{p.name}: no GPU kernel, memcpy or memset events and no graph launch (a CPU-only run?)")
+        other: dict[str, int] = {}
+        for r, (c, _k) in cat_of.items():
+            if c in OTHER_DEVICE_CATEGORIES:
+                other[c] = other.get(c, 0) + cat_counts.get(r, 0)
+        dropped = bad_num + bad_dur + instants + pairs.gpu_lost(GPU_CATS)
+        raise NoGpuEventsError(no_gpu_events_message(p.name, other, dropped) + "".join(f"; {x}" for x in scan.notes))
     clip_stream_overlaps(scan)
     return scan
 
 
-def clip_stream_overlaps(scan: TraceScan) -> list[tuple[int, int, float]]:
-    """Clip each GPU event whose end runs past the start of the next event on its (device, stream)
-    at that start (in place on ``scan.dur``; ``scan.dur_raw`` keeps the recorded values).
-
-    Work on one stream executes in issue order (CUDA C++ Programming Guide, "Streams"), so such an
-    end is an export fault, not real overlap. Events without a stream (-1) are left alone. Returns
-    and stores ``scan.overlaps``: ``(i, j, excess_us)`` per clipped event i, j its successor."""
-    has = scan.stream >= 0
-    idx = np.flatnonzero(has)
-    out: list[tuple[int, int, float]] = []
-    if idx.size > 1:
-        order = idx[np.lexsort((scan.ts[idx], scan.stream[idx], scan.device[idx]))]
-        same = (scan.device[order][1:] == scan.device[order][:-1]) & (scan.stream[order][1:] == scan.stream[order][:-1])
-        end = scan.ts[order] + scan.dur_raw[order]
-        nxt = scan.ts[order][1:]
-        bad = np.flatnonzero(same & (end[:-1] > nxt))
-        for b in bad.tolist():
-            i, j = int(order[b]), int(order[b + 1])
-            excess = float(end[b] - nxt[b])
-            scan.dur[i] = max(0.0, float(nxt[b] - scan.ts[i]))
-            out.append((i, j, excess))
-    scan.overlaps = out
-    return out
-
-
-def _short(name: str, n: int = 60) -> str:
-    return name if len(name) <= n else name[: n - 3] + "..."
-
-
-def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
-    """One warning line per clipped event (the ``limit`` largest excesses, then a count), and one
-    for GPU events dropped for a negative or non-finite duration."""
-    bad = ([f"{scan.bad_durations} GPU event(s) with a negative or non-finite dur dropped (an export fault): "
-            "the figures leave them out"] if scan.bad_durations else [])
-    if not scan.overlaps:
-        return bad
-    rows = sorted(scan.overlaps, key=lambda x: -x[2])
-    out = []
-    for i, j, excess in rows[:limit]:
-        out.append(f"GPU event '{_short(scan.names[scan.name_id[i]])}' (stream {int(scan.stream[i])}, ts {scan.ts[i]:.3f} us) "
-                   f"runs {excess:.3f} us past the start of '{_short(scan.names[scan.name_id[j]])}' (ts {scan.ts[j]:.3f} us) "
-                   "on the same stream: clipped at that start")
-    if len(rows) > limit:
-        out.append(f"... and {len(rows) - limit} more overlapping GPU events on one stream, clipped the same way")
-    return bad + out
+def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,
+                bad_dur: int) -> list[str]:
+    """The pass's notes (:func:`.hygiene.input_notes`): categories normalised, duration pairs joined
+    or unmatched, instants and GPU events without numbers or with a negative dur left out."""
+    renamed = [(r, c, cat_counts.get(r, 0)) for r, (c, _k) in cat_of.items()
+               if isinstance(r, str) and c is not None and c != r]
+    return input_notes(renamed=renamed, instants=instants, bad_numbers=bad_num, bad_durations=bad_dur,
+                       **pairs.counts(GPU_CATS))
 
 
 # --------------------------------------------------------------------------- classification
@@ -598,7 +521,7 @@ def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
 
     ``linked`` (default): events whose correlation id matches a CPU-side launch or an ac2g flow
     half in the trace (see the module docstring), which is what TraceLens's gpu_timeline keeps (``include_unlinked_kernels=False``); a trace with no
-    launch correlation at all (GPU-only) keeps every event. ``all``: every GPU event.
+    launch correlation at all (GPU-only), or none that a GPU event carries, keeps every event. ``all``: every GPU event.
     ``profiler_steps``: events launched by a CPU-side event starting at or before the end of the
     last ProfilerStep (HTA with ``include_last_profiler_step=True``). ``drop_last_step``: launched
     before the start of the last ProfilerStep (HTA's default, which drops the possibly incomplete
@@ -608,8 +531,11 @@ def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
         raise InputError(f"unknown launch window {window!r}: use linked, all, profiler_steps or drop_last_step")
     if window == "all" or scan.link_ids().size == 0:
         return np.ones(scan.n_gpu_events, dtype=bool)
+    linked = np.isin(scan.corr, scan.link_ids())
+    if not linked.any():  # launches, but no GPU event links to one: every GPU event counts (as the reader)
+        return np.ones(scan.n_gpu_events, dtype=bool)
     if window == "linked" or not scan.steps:
-        return np.isin(scan.corr, scan.link_ids())
+        return linked
     if window == "profiler_steps":
         ok = scan.launch_ts <= max(s[1] + s[2] for s in scan.steps)
     else:

@@ -52,7 +52,7 @@ def kernel_tables(scan: TraceScan, keep: dict[str, Any], total_us: float,
         op_name = scan.cpu_names[int(scan.op_name[op])] if op >= 0 else ""
         name = scan.names[int(scan.name_id[i])]
         d = float(scan.dur[i])
-        key = (cats[i], op_name, name, int(scan.stream[i]))
+        key = (cats[i], op_name, name, scan.stream_id(i))
         g = groups.get(key)
         if g is None:
             groups[key] = [d, 1, d, d]
@@ -108,6 +108,8 @@ def write_tables(out_dir: str | os.PathLike, analysis: TraceAnalysis,
     if kernel_rows is not None:
         tables.append(("kernel_summary.csv", KERNEL_SUMMARY_COLUMNS, kernel_rows.get("kernel_summary") or []))
         tables.append(("short_kernels_summary.csv", SHORT_COLUMNS, kernel_rows.get("short_kernels_summary") or []))
+        # the other TraceLens sheets (:mod:`.tracelens_sheets`: ops_summary, ops_unique_args, roofline, ...)
+        tables += [(f"{n}.csv", tuple(sh["columns"]), sh["rows"]) for n, sh in (kernel_rows.get("sheets") or {}).items()]
     out = []
     for name, cols, rows in tables:
         p = d / name

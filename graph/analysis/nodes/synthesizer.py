@@ -153,8 +153,9 @@ def context_markdown(rep: Report) -> list[str]:
     return L
 
 
-def render_markdown(rep: Report, manifest: Manifest) -> str:
-    """``report.md`` text (see the module docstring for its order)."""
+def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()) -> str:
+    """``report.md`` text (see the module docstring for its order); ``not_checked``: the checks
+    that could not run, listed with what was missing (they never lower STATUS)."""
     L: list[str] = [f"# ai4s-graph report — job {rep.jobid}", ""]
     L += [f"**Nodes:** {', '.join(rep.nodes_list) or 'unknown'} · **State:** {rep.state} · **Model:** {rep.model} · "
           f"**Precision:** {manifest.precision} · **Global batch:** {manifest.global_batch_size} · "
@@ -197,7 +198,7 @@ def render_markdown(rep: Report, manifest: Manifest) -> str:
     else:
         L.append("The bottleneck class is unknown, so no lever is recommended; fill the missing inputs first.")
     L += ["", "## What was missing", ""]
-    L += [f"- {m}" for m in rep.missing] or ["Every input the graph reads was present."]
+    L += [f"- {m}" for m in rep.missing + list(not_checked)] or ["Every input the graph reads was present."]
     L += ["", "## Node status", "", "```"] + [f"{k}: {v}" for k, v in rep.statuses.items()] + ["```", ""]
     if rep.usage:
         tot_in = sum(u.input_tokens for u in rep.usage.values())
@@ -331,6 +332,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
-    (out_dir / "report.json").write_text(rep.model_dump_json(indent=1) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest) + agent_notes_markdown(out_dir, rep))
+    not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
+    (out_dir / "report.json").write_text(json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked), indent=1,
+                                                    ensure_ascii=False) + "\n")
+    (out_dir / "report.md").write_text(render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep))
     return {"report": rep}, status

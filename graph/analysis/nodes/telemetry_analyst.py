@@ -45,7 +45,11 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None) -> tupl
     log = run_dir / (manifest.artifacts.train_log or "train.log")
     res = fom.parse_log(log, global_batch_size=manifest.global_batch_size, fom_kind=_fom_kind(manifest.model))
     if out_dir is not None:
-        fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes)
+        from ....tools.trainlog.fom_fields import extra_foms  # lessons 4, 24: HBM total, MFMA FLOP/s (two methods)
+
+        tel = extra_foms(run_dir, manifest)
+        fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes,
+                       hbm_total_bytes=tel.pop("hbm_total_bytes"), extra=tel)
     d = res.model_dump()
     q = f"parse_log({log.name}, global_batch_size={manifest.global_batch_size})"
     bad = [k for k in ("steady_step_time_s", "epoch_time_s") if d.get(k) is not None
@@ -422,7 +426,8 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
         missing.append(f"{ANALYST}: telemetry: {e}")
         outcomes.append(Outcome.partial)
     claims += triage.attach_telemetry_triage(findings, manifest, run_dir)
-    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing}
+    not_checked = (findings.get("telemetry") or {}).pop("not_checked", [])  # issue 28: to the report, not to the agents
+    update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing, "not_checked": not_checked}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
     if req.llm != "none":

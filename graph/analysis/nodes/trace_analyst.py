@@ -30,6 +30,7 @@ from ....state import BottleneckClass, Claim, Evidence, Outcome, StatusLine
 from ....tools.errors import Ai4sError, NoGpuEventsError
 from ....tools.trace import ranks as rank_identity
 from ....tools.trace.hygiene import GraphKernelsNotRecordedError
+from ....tools.trace.stream_fix import is_clip_warning
 
 ANALYST = "trace_analyst"
 _POOL: ProcessPoolExecutor | None = None
@@ -105,13 +106,18 @@ def fan_out_ranks(state: AnalysisState) -> list[Send]:
                                         n_ranks=len(files))) for f in files]
 
 
-def _as_rank_result(rec: dict[str, Any]) -> RankResult:
+def _as_rank_result(rec: dict[str, Any], out_dir: str | None = None) -> RankResult:
     """An ``analyze_rank`` record in the shape the analyst reads: the engine's ``TraceAnalysis``
     fields on top, the per-rank record (timeline, comm kernels, steps) under ``stream``, plus
-    ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``."""
+    ``label``, ``tables`` (kernel rows of the CSVs) and ``cross_checks``. With ``out_dir`` the
+    rank's TraceLens-layout CSVs are written here, into ``<out_dir>/perf_report_csvs/rank<label>/``
+    (``csv_dir``; its large sheets never enter the graph state)."""
     rec = dict(rec)
+    sheets = rec.pop("tracelens_sheets", None) or {}
     out = dict(rec.pop("analysis"))
     out["tables"] = rec.pop("tables", None)
+    if out_dir is not None and out["tables"] is not None:
+        out["csv_dir"] = _write_rank_csvs(Path(out_dir), out, rec.get("label") or str(rec.get("rank")), sheets)
     out["cross_checks"] = rec.get("cross_checks") or []
     out["stream"] = rec
     out["from_cache"] = rec.get("from_cache", False)
@@ -121,7 +127,24 @@ def _as_rank_result(rec: dict[str, Any]) -> RankResult:
     return out
 
 
-def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> RankResult:
+def _write_rank_csvs(out_dir: Path, res: dict[str, Any], label: str, sheets: dict[str, Any]) -> str | None:
+    """One rank's CSVs (:func:`ai4s_graph.tools.trace.tables.write_tables`, every TraceLens sheet);
+    the folder relative to ``out_dir``, or None when it cannot be written (the report says so under
+    missing)."""
+    from ....tools.trace import tables
+    from ....tools.trace.models import TraceAnalysis
+
+    d = out_dir / "perf_report_csvs" / f"rank{label}"
+    try:
+        fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
+        tables.write_tables(d, TraceAnalysis.model_validate(fields), {**(res.get("tables") or {}), **sheets})
+    except (OSError, ValueError):
+        return None
+    return str(d.relative_to(out_dir))
+
+
+def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str,
+                 cross_check: tuple[str, ...] = (), out_dir: str | None = None) -> RankResult:
     """Worker-process body: ONE read of one rank trace feeding (a) the engine, through the
     content-hash cache (:func:`ai4s_graph.tools.trace.rank_analysis.analyze_rank`, plus the optional
     cross-checks), (b) the verifier's own reader (:class:`ai4s_graph.tools.trace.kineto.KinetoLoader`:
@@ -135,8 +158,8 @@ def _analyze_one(path: str, rank: int, cache_dir: str | None, label: str) -> Ran
 
     loader, names, roof = kineto.KinetoLoader(path), triage.EventNameCounter(), RooflineCollector()
     consumers = (loader.feed, names.feed, roof.feed)
-    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=True,
-                                                     also=consumers))
+    res = _as_rank_result(rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
+                                                     also=consumers), out_dir)
     if loader.n == 0:  # the engine's result came from the cache: the others read the file themselves
         stream.feed_events(path, consumers)
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
@@ -190,9 +213,10 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     label = task.get("label") or str(rank)
     try:
         if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
-            res = _analyze_one(path, rank, cache_dir, label)
+            res = _analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir)
         else:
-            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label).result()
+            res = _pool(workers).submit(_analyze_one, path, rank, cache_dir, label, req.cross_check,
+                                        req.out_dir).result()
     except NoGpuEventsError as e:
         graphs = isinstance(e, GraphKernelsNotRecordedError)
         return ({"rank_results": [{"rank": rank, "label": label, "path": path, "error": str(e),
@@ -251,7 +275,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     except slurm.WaitTimeout as e:
         return ({"missing": [f"trace_array: {e}"]}, StatusLine.make(Outcome.fail, str(e)))
     try:
-        results = [_as_rank_result(r) for r in slurm_array.gather_rank_results(work)]
+        results = [_as_rank_result(r, state["request"].out_dir) for r in slurm_array.gather_rank_results(work)]
     except Ai4sError as e:
         states = ",".join(sorted({t.base_state for t in tasks}))
         return ({"missing": [f"trace_array: array job {jobid} ({states}): {e}"]},
@@ -366,24 +390,28 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     claims: list[Claim] = []
     for res in good:
         claims.extend(claims_for_rank(res))
-        if (_material_clip(res) or (res.get("window") or {}).get("degenerate")
-                or any("non-finite dur" in w for w in res.get("warnings") or [])):
-            missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []]
+        material = _material_clip(res)  # every condition the readers handled; sub-µs clips stay in the findings
+        missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
+                    if material or not is_clip_warning(w)]
     tables = _write_tables(state, good)
-    findings = {"trace": {"ranks": good, "errors": bad, "rank_notes": id_notes, "tables": tables,
+    ranks = [{k: v for k, v in r.items() if k != "csv_dir"} for r in good]  # the folders are under "tables"
+    findings = {"trace": {"ranks": ranks, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
     claims.extend(triage.attach_trace_triage(findings["trace"], good, state.get("manifest"), str(run_dir(state))))
     if len(good) > 1:
+        from ....tools.trace.collectives import CLOCK_NOTE_PREFIXES
+
         findings["trace"]["multi_rank"] = _multi_rank(state, good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
+        missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
+            "notes", []) if n.startswith(CLOCK_NOTE_PREFIXES)]
     update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing}
     if not good:
         graphs = [r for r in bad if r.get("graph_kernels_not_recorded")]
         if graphs:
             st = StatusLine.make(Outcome.partial, graphs[0]["error"])
         elif all(r.get("no_gpu_events") for r in bad):
-            st = StatusLine.make(Outcome.partial, "no GPU events and no graph launch in the trace (CPU-only run): "
-                                                  "no GPU timeline")
+            st = StatusLine.make(Outcome.partial, f"no GPU events read, no GPU timeline: {bad[0]['error']}")
         else:
             st = StatusLine.make(Outcome.fail, bad[0]["error"])
         return update, st
@@ -426,6 +454,9 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
     out_dir = Path(state["request"].out_dir) / "perf_report_csvs"
     written = []
     for res in good:
+        if res.get("csv_dir"):  # the rank's worker wrote them, with every TraceLens sheet
+            written.append(str(out_dir.parent / res["csv_dir"]))
+            continue
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"

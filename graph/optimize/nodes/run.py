@@ -163,7 +163,7 @@ def run_fom(cat: Catalog, change: LeverChange, perf_run: Path) -> dict[str, Any]
     res = parse_log(perf_run / "train.log", global_batch_size=int(gbs) if gbs else None, fom_kind=kind)
     fom = res.model_dump(mode="json")
     for k in ("hbm_reserved_bytes", "hbm_reserved_pct", "hbm_total_bytes", "peak_rss_bytes", "num_workers",
-              "dataset", "device", "realized_batch_mean", "max_batches_per_epoch"):
+              "dataset", "device", "realized_batch_mean", "max_batches_per_epoch", "staged_samples"):
         if k in info:
             fom[k] = info[k]
     if isinstance(info.get("peak_memory"), dict):

@@ -1,0 +1,2 @@
+"""Stand-in for the hydragnn package (see ../README.md)."""
+from . import models  # noqa: F401

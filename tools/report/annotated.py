@@ -1,0 +1,231 @@
+"""``<out>/annotated_trace.json.gz``: one rank's kineto trace with the findings drawn on it, for
+Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+Every event of the rank's trace is copied as it is, then one more process (``ai4s-graph findings
+(rank N)``, a pid the trace does not use, sorted first) holds three tracks of complete (``"X"``)
+events in the Trace Event Format (Google, "Trace Event Format", 2016: ``ph``, ``ts``/``dur`` in µs,
+``pid``/``tid``, ``M`` metadata events ``process_name``, ``thread_name``, ``process_sort_index``):
+
+- ``steps``: one event per ``ProfilerStep#N`` (the one rule of what a step is,
+  :data:`ai4s_graph.tools.trace.hygiene.STEP_NAME_RE`), its number and duration in ``args``;
+- ``GPU idle``: the gaps between the rank's busy GPU intervals (the union of its kernel, memcpy and
+  memset events, as the engine's ``idle_time`` is ``total - busy``: :func:`~ai4s_graph.tools.trace.
+  stream.gpu_timeline`), each named by its cause: the ``gap_label`` hook when one is given (the
+  per-step host attribution will provide it), else the DataLoader's CPU events it overlaps, else
+  ``idle: cause not attributed``;
+- ``collective waits``: per matched collective, the time from this rank's communication kernel start
+  to the last rank's arrival (:func:`collective_waits`, from :mod:`ai4s_graph.tools.trace.collectives`:
+  TraceLens's matching), named after the rank waited for.
+
+The copy streams: one event in memory at a time (:func:`~ai4s_graph.tools.trace.stream.iter_events`),
+plus 16 bytes per GPU event for the busy intervals; the output is gzip-compressed and written
+atomically (:mod:`.writer`). Top-level keys before ``traceEvents`` (``distributedInfo``,
+``deviceProperties``...) are written before it, those after it after it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+from array import array
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import orjson
+from pydantic import BaseModel
+
+from ..trace.hygiene import STEP_NAME_RE
+from ..trace.stream import iter_events, merged_intervals, read_header
+from .writer import open_atomic
+
+#: Top-level keys kineto writes before ``traceEvents`` (torch/profiler, libkineto ChromeTraceLogger).
+HEADER_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "record_shapes", "with_stack", "with_modules",
+               "with_flops", "profile_memory", "cuda_runtime_version", "cuda_driver_version", "cupti_version",
+               "hip_runtime_version", "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+CAT = "ai4s_graph"
+TRACKS = {"steps": 1, "GPU idle": 2, "collective waits": 3}
+"""Track name -> tid in the findings process."""
+_TRACK_NAMES = {tid: name for name, tid in TRACKS.items()}
+
+#: Gaps shorter than this (µs) are not drawn: below TraceLens's/HTA's 1 µs timestamp resolution a
+#: "gap" is rounding between back-to-back kernels (HTA rounds event bounds to whole µs).
+MIN_GAP_US = 1.0
+
+GapLabel = Callable[[float, float], "tuple[str, dict[str, Any]] | None"]
+
+
+class AnnotatedTrace(BaseModel):
+    """What :func:`write_annotated_trace` wrote: ``path``, events copied, and the events of each
+    track (``steps``, ``idle_gaps``, ``collective_waits``), the findings' ``pid`` and the idle time
+    drawn (µs)."""
+
+    path: str
+    events_copied: int
+    steps: int
+    idle_gaps: int
+    idle_us: float
+    collective_waits: int
+    pid: int
+
+
+def collective_waits(rank_results: list[dict[str, Any]], rank: int) -> list[dict[str, Any]]:
+    """Rank ``rank``'s waits at matched collectives, from the per-rank records of
+    :func:`~ai4s_graph.tools.trace.rank_analysis.analyze_rank` (their ``comm`` columns): for each
+    collective where another rank arrived later, ``{"ts", "dur", "name", "args"}`` with ``ts`` this
+    rank's kernel start (its own trace clock) and ``dur`` the wait (latest start - own start, µs).
+    Empty with fewer than two ranks or no communication kernel."""
+    from ..trace.collectives import _long_comm_frame, match_collectives, per_collective
+
+    if len({int(r["rank"]) for r in rank_results}) < 2:
+        return []
+    long = _long_comm_frame(rank_results)
+    if long.empty:
+        return []
+    df, simplified = match_collectives(long)
+    per = per_collective(df, simplified).set_index("collective_id")
+    mine = df[df["rank"] == int(rank)]
+    out = []
+    for cid, ts in zip(mine["collective_id"].tolist(), mine["ts"].tolist()):
+        row = per.loc[cid]
+        wait = float(row["latest_start"]) - float(ts)
+        if wait <= 0:
+            continue
+        last = int(row["last_arrival_rank"])
+        size = row["msg_bytes"]
+        out.append({"ts": float(ts), "dur": wait,
+                    "name": f"wait {wait:.0f} µs for rank {last} ({row['collective']})",
+                    "args": {"collective_id": str(cid), "collective": str(row["collective"]), "waits_for_rank": last,
+                             "wait_us": wait, "msg_bytes": float(size) if size == size else None}})
+    return out
+
+
+def idle_intervals(scan: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's idle intervals of a :class:`~ai4s_graph.tools.trace.stream.TraceScan`: the gaps
+    between the merged busy blocks of its linked GPU events (clipped durations), ``(starts, ends)``
+    in µs; their lengths sum to the engine's ``idle_time`` (``total - busy``)."""
+    from ..trace.stream import window_mask
+
+    sel = window_mask(scan, "linked")
+    bs, be = merged_intervals(scan.ts[sel], scan.ts[sel] + scan.dur[sel])
+    return be[:-1], bs[1:]
+
+
+def _dataloader_label(loader: list[tuple[float, float]]) -> GapLabel:
+    """The default gap cause: the DataLoader's CPU events the gap overlaps (by its largest share)."""
+    starts = np.asarray([s for s, _ in loader], dtype=float)
+    ends = np.asarray([e for _, e in loader], dtype=float)
+
+    def label(a: float, b: float) -> tuple[str, dict[str, Any]] | None:
+        if not starts.size:
+            return None
+        ov = float(np.sum(np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0.0, None)))
+        if ov <= 0:
+            return None
+        return "waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * min(ov, b - a) / (b - a)}
+
+    return label
+
+
+def _int_pid(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[str], *, rank: int | None = None,
+                          waits: Iterable[dict[str, Any]] = (), gap_label: GapLabel | None = None,
+                          idle: tuple[np.ndarray, np.ndarray] | None = None,
+                          min_gap_us: float = MIN_GAP_US) -> AnnotatedTrace:
+    """Copy the kineto trace ``trace`` (``.json`` / ``.json.gz``) to ``out`` (gzip JSON) with the
+    findings tracks of the module docstring. ``waits``: the rank's collective waits
+    (:func:`collective_waits`); ``gap_label(start_us, end_us) -> (name, args) | None``: the cause of
+    an idle gap (None: the default rule); ``idle``: the gaps to draw, ``(starts, ends)`` µs (the
+    engine's, :func:`idle_intervals`, when the caller holds the rank's scan; default: the gaps
+    between the busy blocks of every GPU event copied); ``min_gap_us``: shortest gap drawn.
+
+    Returns an :class:`AnnotatedTrace`. Raises InputError (one line) for a missing, empty, truncated
+    or malformed trace; ``OSError`` when ``out`` cannot be written (an earlier file there is kept)."""
+    src = Path(trace)
+    head = read_header(src, HEADER_KEYS)
+    trailer: dict[str, Any] = {}
+    g_ts, g_end = array("d"), array("d")
+    steps: list[tuple[int, float, float]] = []
+    loader: list[tuple[float, float]] = []
+    pids: set[int] = set()
+    n = 0
+    with open_atomic(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as z, \
+            io.BufferedWriter(z, buffer_size=1 << 20) as gz:  # type: ignore[arg-type]
+        gz.write(b"{")
+        for k, v in head.items():
+            gz.write(orjson.dumps(k) + b":" + orjson.dumps(v) + b",")
+        gz.write(b'"traceEvents":[')
+        for ev in iter_events(src, trailer=trailer):
+            gz.write((b"," if n else b"") + orjson.dumps(ev, option=orjson.OPT_SERIALIZE_NUMPY))
+            n += 1
+            p = _int_pid(ev.get("pid"))
+            if p is not None:
+                pids.add(p)
+            cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
+            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
+                continue
+            if cat in GPU_CATS:
+                if idle is not None:
+                    continue
+                g_ts.append(float(ts))
+                g_end.append(float(ts) + float(dur))
+                continue
+            name = ev.get("name") or ""
+            if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):
+                steps.append((int(m.group(1)), float(ts), float(dur)))
+            elif cat in ("cpu_op", "user_annotation", "python_function", None) and "dataloader" in name.lower():
+                loader.append((float(ts), float(ts) + float(dur)))
+        pid = (max(pids) + 1) if pids else 1_000_000
+        label = gap_label or (lambda a, b: None)
+        fallback = _dataloader_label(loader)
+        if idle is None:
+            bs, be = (merged_intervals(np.frombuffer(g_ts, dtype=np.float64), np.frombuffer(g_end, dtype=np.float64))
+                      if len(g_ts) else (np.zeros(0), np.zeros(0)))
+            idle = (be[:-1], bs[1:])
+        counts = dict.fromkeys(TRACKS, 0)
+        idle_us = 0.0
+        for ev in _findings(pid, rank, steps, idle, waits, label, fallback, min_gap_us):
+            gz.write(b"," + orjson.dumps(ev))
+            track = ev.get("tid") if ev["ph"] == "X" else None
+            if track is not None:
+                counts[_TRACK_NAMES[track]] += 1
+                if track == TRACKS["GPU idle"]:
+                    idle_us += ev["dur"]
+        gz.write(b"]")
+        for k, v in trailer.items():
+            if k not in head and k != "traceEvents":
+                gz.write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
+        gz.write(b"}")
+    return AnnotatedTrace(path=str(out), events_copied=n, steps=counts["steps"], idle_gaps=counts["GPU idle"],
+                          idle_us=idle_us, collective_waits=counts["collective waits"], pid=pid)
+
+
+def _findings(pid: int, rank: int | None, steps: list[tuple[int, float, float]],
+              idle: tuple[np.ndarray, np.ndarray], waits: Iterable[dict[str, Any]], label: GapLabel,
+              fallback: GapLabel, min_gap_us: float) -> Iterator[dict[str, Any]]:
+    """The findings process, one event at a time: metadata, then the three tracks' events."""
+    who = f"rank {rank}" if rank is not None else "this trace"
+    yield {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": f"ai4s-graph findings ({who})"}}
+    yield {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": -1}}
+    for name, tid in TRACKS.items():
+        yield {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+        yield {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
+    for num, ts, dur in sorted(steps, key=lambda s: s[1]):
+        yield {"ph": "X", "pid": pid, "tid": TRACKS["steps"], "cat": CAT, "name": f"step {num}", "ts": ts,
+               "dur": dur, "args": {"step": num, "duration_ms": dur / 1e3}}
+    for a, b in zip(np.asarray(idle[0], dtype=float), np.asarray(idle[1], dtype=float)):
+        a, b = float(a), float(b)
+        if b - a < min_gap_us:
+            continue
+        got = label(a, b) or fallback(a, b) or ("idle: cause not attributed", {})
+        yield {"ph": "X", "pid": pid, "tid": TRACKS["GPU idle"], "cat": CAT, "name": got[0], "ts": a,
+               "dur": b - a, "args": {"idle_us": b - a, **got[1]}}
+    for w in waits:
+        yield {"ph": "X", "pid": pid, "tid": TRACKS["collective waits"], "cat": CAT, "name": w["name"],
+               "ts": w["ts"], "dur": w["dur"], "args": w.get("args") or {}}

@@ -1,0 +1,596 @@
+"""The rest of TraceLens's PyTorch perf report, in its current layout, from the engine's one read:
+``ops_summary``, ``ops_unique_args`` (op + input shapes), ``unified_perf_summary``, the per-category
+roofline sheets (``GEMM``, ``SDPA_fwd``, ``SDPA_bwd``, ``CONV_fwd``, ``CONV_bwd``,
+``UnaryElementwise``, ``BinaryElementwise``) and ``short_kernels_summary`` grouped by input shapes,
+so that ``TraceLens_compare_perf_reports_pytorch --sheets all`` reads a folder of our CSVs beside
+TraceLens's own (``gpu_timeline``, ``ops_summary_by_category`` and ``kernel_summary`` are
+:mod:`.tables`).
+
+Read in AMD-AGI/TraceLens (commit 171dd747, ``TraceLens/TreePerf/tree_perf.py``,
+``TraceLens/Reporting/generate_perf_report_pytorch.py``, ``TraceLens/PerfModel/perf_model.py``) and
+re-written over the scan's arrays:
+
+- a kernel launcher is the innermost ``cpu_op`` around the launch call (the engine's
+  :func:`~.engine.launchers`), or the runtime call itself when no ``cpu_op`` encloses it;
+  communication kernels are not launched by anything here (``get_kernel_launchers``);
+- ``total_direct_kernel_time``: the busy time (interval union) of a launcher's own GPU events;
+  ``total_subtree_kernel_time``: of every GPU event launched inside the op, on its thread and within
+  its time span (its subtree in TraceLens's call tree);
+- ``ops_summary`` groups launchers by name; ``ops_unique_args`` by name, category, process, thread
+  and the four argument columns (``Input Dims``, ``Input type``, ``Input Strides``,
+  ``Concrete Inputs``) as TraceLens writes them (nested tuples); statistics are pandas' (``std``
+  with ddof 1, empty for one value);
+- roofline sheets: every op of the sheet's names (launcher or not), its kernel time the busy time
+  of its subtree, its FLOPs and bytes from TraceLens's perf model for that op (``aten::mm``,
+  ``addmm``, ``bmm``, ``baddbmm``: 2MNK (+MN bias), (MK + KN + MN (+N)) x bytes per element;
+  ``aten::_scaled_dot_product_{flash,efficient,cudnn}_attention``: 4·B·H·N_Q·N_KV·d (halved when
+  causal), Q + K + V + O x 2 bytes; unary elementwise n FLOPs, n·(in + out) bytes; binary: the
+  broadcast output's n FLOPs, in1 + in2 + out bytes); grouped by name and the ``param:`` columns;
+  ``SDPA_bwd`` and the CONV sheets carry the layout and no rows (their models are not re-written);
+- ``short_kernels_summary``: ``kernel`` events under 10 µs grouped by parent ``cpu_op``, its
+  ``Input Dims`` / ``Input Strides`` / ``Concrete Inputs`` and the kernel name; like pandas'
+  ``groupby`` (dropna), a kernel whose op has no recorded shapes, or no op, is left out.
+
+The argument columns are not in the scan: :class:`OpArgsCollector` (a ``feed(event)`` consumer of
+the same read) keeps one interned signature per ``cpu_op`` and joins the scan's ops on their event
+ordinal (``op_order``), checked against their start times.
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from typing import Any
+
+import numpy as np
+
+from .categories import categorize_op
+from .engine import SHORT_KERNEL_US, launch_index
+from .stream import CLS_COMM, KIND_KERNEL, TraceScan, tracelens_classes, union_length
+from .tracelens_models import MODELS, ROOFLINE_PARAMS, ROOFLINE_SHEETS, sheet_present
+
+ARG_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+
+OPS_SUMMARY_COLUMNS = ("name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum",
+                       "total_direct_kernel_time_ms", "total_subtree_kernel_time_ms", "Count", "Categories",
+                       "Percentage (%)", "Cumulative Percentage (%)")
+"""``get_df_kernel_launchers_summary`` (TreePerfAnalyzer), with its direct/subtree column pairing."""
+
+_STATS = ("mean", "median", "std", "min", "max")
+OPS_UNIQUE_ARGS_COLUMNS = (("name", "op category", "process_name", "process_label", "thread_name", "Input Dims",
+                            "Input type", "Input Strides", "Concrete Inputs", "operation_count") +
+                           tuple(f"total_{w}_kernel_time_{s}" for s in (*_STATS, "sum") for w in ("direct", "subtree")) +
+                           ("ex_UID", "kernel_details_summary", "trunc_kernel_details", "Percentage (%)",
+                            "Cumulative Percentage (%)"))
+"""``get_df_kernel_launchers_unique_args(agg_metrics=[mean, median, std, min, max], include_pct=True)``
+plus ``trunc_kernel_details`` (generate_perf_report_pytorch)."""
+
+UNIFIED_COLUMNS = ("name", "op category", "process_name", "process_label", "thread_name", "Input Dims", "Input type",
+                   "Input Strides", "Concrete Inputs", "ex_UID", "operation_count", "total_duration_us",
+                   "mean_duration_us", "std_duration_us", "GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec",
+                   "TB/s_mean", "TB/s_std", "TFLOPS/s_mean", "TFLOPS/s_std", "Kernel Time (µs)_mean",
+                   "Kernel Time (µs)_std", "Kernel Time (µs)_sum", "duration_us_median", "duration_us_min",
+                   "duration_us_max", "TB/s_median", "TB/s_min", "TB/s_max", "TFLOPS/s_median", "TFLOPS/s_min",
+                   "TFLOPS/s_max", "Kernel Time (µs)_median", "Kernel Time (µs)_min", "Kernel Time (µs)_max",
+                   "kernel_details_summary", "trunc_kernel_details", "perf_params", "has_perf_model",
+                   "Percentage (%)", "Cumulative Percentage (%)")
+"""``summarize_df_unified_perf_table`` over the kernel launchers (TraceLens also lists modelled
+non-leaf ops there; ours are in the roofline sheets)."""
+
+ROOFLINE_TAIL = (("GFLOPS_first", "Data Moved (MB)_first", "FLOPS/Byte_first") +
+                 tuple(f"{m}_{s}" for m in ("TB/s", "TFLOPS/s") for s in _STATS) +
+                 ("process_name_first", "process_label_first", "thread_name_first", "Compute Spec",
+                  "kernel_details__summarize_kernel_stats", "trunc_kernel_details", "Input Dims_first",
+                  "Input type_first", "Input Strides_first", "Concrete Inputs_first") +
+                 tuple(f"Kernel Time (µs)_{s}" for s in (*_STATS, "sum")) + ("name_count", "UID_first"))
+"""``summarize_df_perf_metrics`` columns after ``name`` and the params."""
+
+SHORT_COLUMNS = ("Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name",
+                 "Short Kernel duration (µs) sum", "Short Kernel count", "Short Kernel duration (µs) mean",
+                 "Short Kernel duration (µs) percent of total time")
+"""``get_dfs_short_kernels`` (generate_perf_report_pytorch)."""
+
+def _tup(v: Any) -> Any:
+    """TraceLens's ``list_to_tuple``: nested lists as nested tuples."""
+    return tuple(_tup(x) for x in v) if isinstance(v, list) else v
+
+
+class OpArgsCollector:
+    """A ``feed(event)`` consumer of the engine's read (:func:`~.stream.scan_trace` ``also=``): per
+    ``cpu_op`` its event ordinal, start, thread and interned argument signature; per launch call
+    (an event with a correlation id outside the CPU-side categories) its ordinal and thread; the
+    process and thread names of the metadata events. Memory: ~20 bytes per ``cpu_op``, ~8 per
+    launch, plus the distinct signatures."""
+
+    _CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.op_ord, self.op_ts, self.op_sig, self.op_thr = array("q"), array("d"), array("i"), array("i")
+        self.l_ord, self.l_thr = array("q"), array("i")
+        self.sigs: list[tuple] = []
+        self._sig_ids: dict[tuple, int] = {}
+        self.threads: list[tuple] = []
+        self._thr_ids: dict[tuple, int] = {}
+        self.process_names: dict[Any, str] = {}
+        self.process_labels: dict[Any, str] = {}
+        self.thread_names: dict[tuple, str] = {}
+
+    def _thread(self, ev: dict) -> int:
+        key = (ev.get("pid"), ev.get("tid"))
+        try:
+            t = self._thr_ids.get(key)
+        except TypeError:  # an unhashable pid/tid
+            key = (str(key[0]), str(key[1]))
+            t = self._thr_ids.get(key)
+        if t is None:
+            t = self._thr_ids[key] = len(self.threads)
+            self.threads.append(key)
+        return t
+
+    def feed(self, ev: dict) -> None:
+        """Take one trace event (a dict as parsed)."""
+        self.n += 1
+        cat, ph = ev.get("cat"), ev.get("ph")
+        if ph == "M":
+            args = ev.get("args") or {}
+            nm = ev.get("name")
+            if nm == "process_name":
+                self.process_names[ev.get("pid")] = str(args.get("name"))
+            elif nm == "process_labels":
+                self.process_labels[ev.get("pid")] = str(args.get("labels"))
+            elif nm == "thread_name":
+                self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name"))
+            return
+        if ph not in ("X", None) or ev.get("ts") is None:
+            return
+        args = ev.get("args")
+        if cat == "cpu_op":
+            a = args or {}
+            sig = tuple(str(_tup(a[k])) if k in a else None for k in ARG_KEYS)
+            sid = self._sig_ids.get(sig)
+            if sid is None:
+                sid = self._sig_ids[sig] = len(self.sigs)
+                self.sigs.append(sig)
+            self.op_ord.append(self.n)
+            self.op_ts.append(float(ev["ts"]))
+            self.op_sig.append(sid)
+            self.op_thr.append(self._thread(ev))
+        elif args and cat not in self._CPU_SIDE and args.get("correlation") is not None:
+            self.l_ord.append(self.n)
+            self.l_thr.append(self._thread(ev))
+
+    def join(self, scan: TraceScan) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Per scan op: (signature id, thread id); per scan launch: thread id (-1 unknown). None when
+        the scan's ops are not the ones this collector saw (another read, a changed stream rule)."""
+        ords = np.frombuffer(self.op_ord, dtype=np.int64) if len(self.op_ord) else np.zeros(0, np.int64)
+        want = np.asarray(scan.op_order, dtype=np.int64) if scan.op_order is not None else np.zeros(0, np.int64)
+        pos = np.searchsorted(ords, want)
+        ok = (pos < ords.size) & (ords[np.minimum(pos, max(ords.size - 1, 0))] == want) if ords.size else \
+            np.zeros(want.size, bool)
+        if not ok.all():
+            return None
+        ts = np.frombuffer(self.op_ts, dtype=np.float64)[pos] if pos.size else np.zeros(0)
+        if not np.array_equal(ts, np.asarray(scan.op_ts, dtype=np.float64)):
+            return None
+        sig = np.frombuffer(self.op_sig, dtype=np.int32)[pos] if pos.size else np.zeros(0, np.int32)
+        thr = np.frombuffer(self.op_thr, dtype=np.int32)[pos] if pos.size else np.zeros(0, np.int32)
+        lords = np.frombuffer(self.l_ord, dtype=np.int64) if len(self.l_ord) else np.zeros(0, np.int64)
+        lwant = np.asarray(scan.launch_order, dtype=np.int64) if scan.launch_order is not None else np.zeros(0, np.int64)
+        lpos = np.searchsorted(lords, lwant)
+        lok = (lpos < lords.size) & (lords[np.minimum(lpos, max(lords.size - 1, 0))] == lwant) if lords.size else \
+            np.zeros(lwant.size, bool)
+        lthr = np.full(lwant.size, -1, dtype=np.int64)
+        if lords.size:
+            lthr[lok] = np.frombuffer(self.l_thr, dtype=np.int32)[lpos[lok]]
+        return sig, thr, lthr
+
+    def names(self, thread: int) -> tuple[str, str, str]:
+        """(process_name, process_label, thread_name) of a thread id, ``Unknown`` where the trace has
+        no metadata (TraceLens's default)."""
+        if thread < 0:
+            return "Unknown", "Unknown", "Unknown"
+        pid, tid = self.threads[thread]
+        return (self.process_names.get(pid, "Unknown"), self.process_labels.get(pid, "Unknown"),
+                self.thread_names.get((pid, tid), "Unknown"))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _stat(vals: list[float], s: str) -> float | None:
+    """pandas' aggregate ``s`` of ``vals`` (``std``: ddof 1, None for one value)."""
+    if not vals:
+        return None
+    if s == "mean":
+        return statistics.fmean(vals)
+    if s == "median":
+        return float(statistics.median(vals))
+    if s == "std":
+        return statistics.stdev(vals) if len(vals) > 1 else None
+    if s == "min":
+        return min(vals)
+    if s == "max":
+        return max(vals)
+    return float(sum(vals))
+
+
+def _kernel_summary(lists: list[list[dict]]) -> tuple[str, str]:
+    """TraceLens's ``_summarize_kernel_stats`` (agg mean, median, std, min, max) of the per-instance
+    kernel lists, and its 64-character ``trunc_kernel_details``, as the strings its CSVs hold."""
+    template = next((k for k in lists if k), None)
+    if template is None:
+        return "[]", ""
+    durs: list[list[float]] = [[] for _ in template]
+    for ks in lists:
+        if len(ks) == len(template):
+            for i, k in enumerate(ks):
+                durs[i].append(k["dur"])
+    out = []
+    for k, d in zip(template, durs):
+        arr = np.asarray(d, dtype=float)
+        out.append({"name": k["name"], "stream": k["stream"], "count": len(d), "total_duration_us": float(arr.sum()),
+                    "mean_duration_us": float(arr.mean()), "median_duration_us": float(np.median(arr)),
+                    "std_dev_duration_us": float(arr.std()), "min_duration_us": float(arr.min()),
+                    "max_duration_us": float(arr.max())})
+    out.sort(key=lambda k: (k["total_duration_us"], k["name"]))
+    trunc = [{"name": k["name"][:64] + "..." if len(k["name"]) > 64 else k["name"], "stream": k["stream"],
+              "mean_duration_us": round(k["mean_duration_us"], 2)} for k in out]
+    return str(out), str(trunc)
+
+
+# --------------------------------------------------------------------------- the call tree, by time
+
+
+class _Tree:
+    """Which GPU events each ``cpu_op`` launched, directly (the engine's launcher) and in its
+    subtree (launch calls on its thread inside its span), and their busy times."""
+
+    def __init__(self, scan: TraceScan, keep: dict[str, Any]) -> None:
+        self.scan = scan
+        self.li = launch_index(scan)
+        self.launcher = np.asarray(keep["launcher"])
+        self.comm = tracelens_classes(scan) == CLS_COMM
+        self.start = scan.ts
+        self.end = scan.ts + scan.dur
+        has = np.flatnonzero(self.li >= 0)
+        order = has[np.argsort(self.li[has], kind="stable")]
+        self._ev_by_launch = order
+        self._launch_keys = self.li[order]
+        self._per_thread: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if scan.launch_ts is not None and scan.launch_ts.size:
+            lorder = np.lexsort((scan.launch_ts, scan.launch_thread))
+            thr = scan.launch_thread[lorder]
+            cuts = np.flatnonzero(np.diff(thr)) + 1
+            for part in np.split(lorder, cuts):
+                self._per_thread[int(scan.launch_thread[part[0]])] = (scan.launch_ts[part], part)
+
+    def events_of_launches(self, launches: np.ndarray) -> np.ndarray:
+        lo = np.searchsorted(self._launch_keys, launches, "left")
+        hi = np.searchsorted(self._launch_keys, launches, "right")
+        if launches.size == 1:
+            return self._ev_by_launch[lo[0]:hi[0]]
+        return np.concatenate([self._ev_by_launch[a:b] for a, b in zip(lo, hi)]) if launches.size else \
+            np.zeros(0, np.int64)
+
+    def subtree(self, op: int) -> np.ndarray:
+        sc = self.scan
+        got = self._per_thread.get(int(sc.op_thread[op]))
+        if got is None:
+            return np.zeros(0, np.int64)
+        ts, ids = got
+        a, b = np.searchsorted(ts, sc.op_ts[op], "left"), np.searchsorted(ts, sc.op_end[op], "right")
+        return self.events_of_launches(ids[a:b])
+
+    def busy(self, ev: np.ndarray) -> float:
+        if ev.size == 0:
+            return 0.0
+        if ev.size == 1:
+            return float(self.end[ev[0]] - self.start[ev[0]])
+        return union_length(self.start[ev], self.end[ev])
+
+    def summary(self, groups: list[np.ndarray]) -> tuple[str, str]:
+        """:func:`_kernel_summary` of GPU-event index arrays (each in start order), one per instance."""
+        sc = self.scan
+        return _kernel_summary([[{"name": sc.names[int(sc.name_id[i])], "dur": float(sc.dur[i]),
+                                  "stream": int(sc.stream[i])} for i in ev.tolist()] for ev in groups])
+
+
+# --------------------------------------------------------------------------- the sheets
+
+
+class _Args:
+    """Parsed argument columns per signature id (the collector keeps their TraceLens strings)."""
+
+    def __init__(self, col: OpArgsCollector) -> None:
+        self.col, self._parsed = col, {}
+
+    def strings(self, sid: int) -> tuple:
+        return self.col.sigs[sid]
+
+    def parsed(self, sid: int) -> tuple:
+        got = self._parsed.get(sid)
+        if got is None:
+            import ast
+
+            vals = []
+            for s in self.col.sigs[sid]:
+                try:
+                    vals.append(ast.literal_eval(s) if s is not None else None)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    vals.append(None)
+            got = self._parsed[sid] = tuple(vals)
+        return got
+
+
+def _lists(v: Any) -> Any:
+    return [_lists(x) for x in v] if isinstance(v, tuple) else v
+
+
+def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.ndarray,
+                   lthr: np.ndarray) -> list[dict[str, Any]]:
+    """One record per kernel launcher (see the module docstring), in order of CPU start."""
+    sc = tree.scan
+    sel = np.flatnonzero(linked & ~tree.comm & (tree.li >= 0))
+    rows = []
+    for key_arr, is_op in ((tree.launcher[sel], True), (tree.li[sel], False)):  # a cpu_op, else the launch call
+        mask = (tree.launcher[sel] >= 0) if is_op else (tree.launcher[sel] < 0)
+        ev, keys = sel[mask], key_arr[mask]
+        order = np.lexsort((sc.ts[ev], keys))
+        ev, keys = ev[order], keys[order]
+        cuts = np.flatnonzero(np.diff(keys)) + 1
+        for part in (np.split(ev, cuts) if ev.size else []):
+            k = int((tree.launcher if is_op else tree.li)[part[0]])
+            part = part[np.argsort(sc.ts[part], kind="stable")]
+            if is_op:
+                name = sc.cpu_names[int(sc.op_name[k])]
+                sub = tree.busy(tree.subtree(k))
+                t0, t1, uid, th, sid = float(sc.op_ts[k]), float(sc.op_end[k]), int(sc.op_order[k]), int(thr[k]), int(sig[k])
+            else:
+                name = sc.cpu_names[int(sc.launch_name[k])]
+                sub = None
+                t0, t1, uid, th, sid = (float(sc.launch_ts[k]), float(sc.launch_end[k]), int(sc.launch_order[k]),
+                                        int(lthr[k]), -1)
+            direct = tree.busy(part)
+            first = sc.names[int(sc.name_id[part[0]])]
+            rows.append({"name": name, "category": categorize_op(name, first), "thread": th, "sig": sid,
+                         "direct": direct, "subtree": direct if sub is None else sub, "kernels": part,
+                         "uid": uid, "ts": t0, "cpu_dur": t1 - t0})
+    rows.sort(key=lambda r: (r["ts"], r["uid"]))
+    return rows
+
+
+def _pct(rows: list[dict[str, Any]], col: str) -> None:
+    total = sum(r[col] or 0.0 for r in rows)
+    cum = 0.0
+    for r in rows:
+        r["Percentage (%)"] = (r[col] or 0.0) / total * 100.0 if total else float("nan")
+        cum += r["Percentage (%)"]
+        r["Cumulative Percentage (%)"] = cum
+
+
+def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``ops_summary.csv`` rows (:data:`OPS_SUMMARY_COLUMNS`), largest direct kernel time first."""
+    g: dict[str, dict[str, Any]] = {}
+    for r in launchers:
+        x = g.setdefault(r["name"], {"name": r["name"], "d": 0.0, "s": 0.0, "n": 0, "cats": set()})
+        x["d"] += r["direct"]
+        x["s"] += r["subtree"]
+        x["n"] += 1
+        x["cats"].add(r["category"])
+    rows = [{"name": x["name"], "total_direct_kernel_time_sum": x["d"], "total_subtree_kernel_time_sum": x["s"],
+             "total_direct_kernel_time_ms": x["d"] / 1e3, "total_subtree_kernel_time_ms": x["s"] / 1e3,
+             "Count": x["n"], "Categories": str(sorted(x["cats"]))}
+            for x in sorted(g.values(), key=lambda x: (-x["d"], x["name"]))]
+    _pct(rows, "total_direct_kernel_time_sum")
+    return rows
+
+
+def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
+                    args: _Args) -> dict[tuple, list[dict[str, Any]]]:
+    """Launchers grouped by (name, category, process, label, thread, the four argument strings), in
+    order of first appearance (pandas ``groupby(sort=False)``)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in launchers:
+        strs = args.strings(r["sig"]) if r["sig"] >= 0 else (None,) * 4
+        groups.setdefault((r["name"], r["category"], *col.names(r["thread"]), *strs), []).append(r)
+    return groups
+
+
+def ops_unique_args(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+                    args: _Args) -> list[dict[str, Any]]:
+    """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`)."""
+    rows = []
+    for key, rs in _by_unique_args(launchers, col, args).items():
+        row = dict(zip(OPS_UNIQUE_ARGS_COLUMNS[:9], key))
+        row["operation_count"] = len(rs)
+        for w in ("direct", "subtree"):
+            vals = [x[w] for x in rs]
+            for s in (*_STATS, "sum"):
+                row[f"total_{w}_kernel_time_{s}"] = _stat(vals, s)
+        row["ex_UID"] = rs[0]["uid"]
+        row["kernel_details_summary"], row["trunc_kernel_details"] = tree.summary([x["kernels"] for x in rs])
+        rows.append(row)
+    rows.sort(key=lambda r: (-r["total_direct_kernel_time_sum"], r["ex_UID"]))
+    _pct(rows, "total_direct_kernel_time_sum")
+    return rows
+
+
+def _model(name: str, sid: int, args: _Args) -> tuple | None:
+    m = MODELS.get(name)
+    if m is None or sid < 0:
+        return None
+    dims, types, strides, conc = args.parsed(sid)
+    if not isinstance(dims, tuple) or not isinstance(types, tuple):
+        return None
+    try:
+        got = m[1](name, dims, types, strides if isinstance(strides, tuple) else None,
+                   conc if isinstance(conc, tuple) else None)
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None if got is None else (m[0], *got)
+
+
+def _rates(flops: float, nbytes: float | None, t_us: float) -> tuple[float, float]:
+    tf = (flops / 1e12) / (t_us / 1e6) if t_us > 0 else float("nan")
+    tb = (nbytes / 1e12) / (t_us / 1e6) if (t_us > 0 and nbytes is not None) else float("nan")
+    return tf, tb
+
+
+def _nanstat(vals: list[float], s: str) -> float | None:
+    return _stat([v for v in vals if v == v], s)
+
+
+def roofline_sheets(tree: _Tree, sig: np.ndarray, thr: np.ndarray, col: OpArgsCollector,
+                    args: _Args) -> dict[str, dict[str, Any]]:
+    """``{sheet: {"columns": [...], "rows": [...]}}`` for each of :data:`ROOFLINE_SHEETS` that
+    TraceLens writes for this trace (:func:`~.tracelens_models.sheet_present`; module docstring)."""
+    sc = tree.scan
+    present = {sc.cpu_names[i] for i in np.unique(sc.op_name).tolist()} if sc.op_name is not None else set()
+    names = {i for i, nm in enumerate(sc.cpu_names) if nm in MODELS}
+    groups: dict[str, dict[tuple, list[dict[str, Any]]]] = {s: {} for s in ROOFLINE_SHEETS}
+    for o in np.flatnonzero(np.isin(sc.op_name, list(names))).tolist() if names else []:
+        name = sc.cpu_names[int(sc.op_name[o])]
+        got = _model(name, int(sig[o]), args)
+        if got is None:
+            continue
+        sheet, params, flops, nbytes, spec = got
+        ev = tree.subtree(o)
+        t = tree.busy(ev)
+        tf, tb = _rates(flops, nbytes, t)
+        key = (name, *(str(params.get(p)) for p in ROOFLINE_PARAMS[sheet]))
+        groups[sheet].setdefault(key, []).append(
+            {"uid": int(sc.op_order[o]), "thread": int(thr[o]), "sig": int(sig[o]), "t": t, "tf": tf, "tb": tb,
+             "gflops": flops / 1e9, "mb": nbytes / (1024 * 1024) if nbytes is not None else float("nan"),
+             "fpb": (flops / nbytes) if nbytes else float("nan"), "spec": spec,
+             "kernels": ev[np.argsort(sc.ts[ev], kind="stable")]})
+    out = {}
+    for sheet in ROOFLINE_SHEETS:
+        if not sheet_present(sheet, present):
+            continue
+        cols = ["name", *(f"param: {p}" for p in ROOFLINE_PARAMS[sheet]), *ROOFLINE_TAIL]
+        rows = []
+        for key, rs in groups[sheet].items():
+            rs.sort(key=lambda r: r["uid"])
+            f = rs[0]
+            row: dict[str, Any] = dict(zip(cols, key))
+            row.update({"GFLOPS_first": f["gflops"], "Data Moved (MB)_first": f["mb"], "FLOPS/Byte_first": f["fpb"]})
+            for m, k in (("TB/s", "tb"), ("TFLOPS/s", "tf")):
+                for s in _STATS:
+                    row[f"{m}_{s}"] = _nanstat([r[k] for r in rs], s)
+            pn, pl, tn = col.names(f["thread"])
+            row.update({"process_name_first": pn, "process_label_first": pl, "thread_name_first": tn,
+                        "Compute Spec": f["spec"]})
+            row["kernel_details__summarize_kernel_stats"], row["trunc_kernel_details"] = \
+                tree.summary([r["kernels"] for r in rs])
+            for k, v in zip(("Input Dims_first", "Input type_first", "Input Strides_first", "Concrete Inputs_first"),
+                            args.parsed(f["sig"])):
+                row[k] = str(_lists(v)) if v is not None else None
+            for s in (*_STATS, "sum"):
+                row[f"Kernel Time (µs)_{s}"] = _stat([r["t"] for r in rs], s)
+            row["name_count"], row["UID_first"] = len(rs), f["uid"]
+            rows.append(row)
+        rows.sort(key=lambda r: (-r["Kernel Time (µs)_sum"], r["UID_first"]))
+        out[sheet] = {"columns": cols, "rows": rows}
+    return out
+
+
+def unified_perf_summary(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+                         args: _Args) -> list[dict[str, Any]]:
+    """``unified_perf_summary.csv`` rows (:data:`UNIFIED_COLUMNS`) over the kernel launchers: CPU
+    duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known."""
+    rows = []
+    for key, rs in _by_unique_args(launchers, col, args).items():
+        row = dict(zip(UNIFIED_COLUMNS[:9], key))
+        f = rs[0]
+        got = _model(f["name"], f["sig"], args)
+        row.update({"ex_UID": f["uid"], "operation_count": len(rs)})
+        durs, kt = [r["cpu_dur"] for r in rs], [r["direct"] for r in rs]
+        row.update({"total_duration_us": sum(durs), "mean_duration_us": _stat(durs, "mean"),
+                    "std_duration_us": _stat(durs, "std"), "duration_us_median": _stat(durs, "median"),
+                    "duration_us_min": min(durs), "duration_us_max": max(durs)})
+        tf, tb = [], []
+        if got is not None:
+            _, params, flops, nbytes, spec = got
+            row.update({"GFLOPS": flops / 1e9, "Data Moved (MB)": nbytes / (1024 * 1024) if nbytes is not None else None,
+                        "FLOPS/Byte": flops / nbytes if nbytes else None, "Compute Spec": spec,
+                        "perf_params": str(params), "has_perf_model": True})
+            for t in kt:
+                a, b = _rates(flops, nbytes, t)
+                tf.append(a)
+                tb.append(b)
+        else:
+            row["has_perf_model"] = False
+        for m, vals in (("TB/s", tb), ("TFLOPS/s", tf)):
+            for s in _STATS:
+                row[f"{m}_{s}"] = _nanstat(vals, s)
+        for s in (*_STATS, "sum"):
+            row[f"Kernel Time (µs)_{s}"] = _stat(kt, s)
+        row["kernel_details_summary"], row["trunc_kernel_details"] = tree.summary([r["kernels"] for r in rs])
+        rows.append(row)
+    rows.sort(key=lambda r: (-r["Kernel Time (µs)_sum"], r["ex_UID"]))
+    _pct(rows, "Kernel Time (µs)_sum")
+    return rows
+
+
+def short_kernels(tree: _Tree, sig: np.ndarray, args: _Args, total_us: float,
+                  short_kernel_us: float = SHORT_KERNEL_US) -> list[dict[str, Any]]:
+    """``short_kernels_summary.csv`` rows (:data:`SHORT_COLUMNS`), largest summed time first."""
+    sc = tree.scan
+    ki = np.flatnonzero((sc.kind == KIND_KERNEL) & (sc.dur < short_kernel_us) & (tree.launcher >= 0))
+    g: dict[tuple, list[float]] = {}
+    for i in ki.tolist():
+        op = int(tree.launcher[i])
+        dims, _, strides, conc = args.strings(int(sig[op]))
+        if dims is None or strides is None or conc is None:  # pandas groupby drops a key with NaN
+            continue
+        x = g.setdefault((sc.cpu_names[int(sc.op_name[op])], dims, strides, conc, sc.names[int(sc.name_id[i])]),
+                         [0.0, 0])
+        x[0] += float(sc.dur[i])
+        x[1] += 1
+    rows = [dict(zip(SHORT_COLUMNS, (*k, tot, n, tot / n, tot / total_us * 100.0 if total_us else float("nan"))))
+            for k, (tot, n) in g.items()]
+    rows.sort(key=lambda r: (-r[SHORT_COLUMNS[5]], *(str(r[c]) for c in SHORT_COLUMNS[:5])))
+    return rows
+
+
+def build_sheets(scan: TraceScan, keep: dict[str, Any], col: OpArgsCollector, *,
+                 short_kernel_us: float = SHORT_KERNEL_US) -> dict[str, Any]:
+    """Every sheet of this module from a scan, the engine's ``keep`` (``linked``, ``launcher``,
+    ``timeline_us``: :func:`~.engine.analyze_scan`) and the collector fed during the same read.
+
+    Returns ``{"sheets": {name: {"columns": [...], "rows": [...]}}, "short_kernels_summary": rows}``
+    (JSON-able), or ``{"sheets_error": why}`` when the collector does not match the scan."""
+    joined = col.join(scan)
+    if joined is None:
+        return {"sheets_error": "the argument collector saw other cpu_ops than the scan (not fed by the same read)"}
+    sig, thr, lthr = joined
+    tree = _Tree(scan, keep)
+    args = _Args(col)
+    launchers = _launcher_rows(tree, np.asarray(keep["linked"]), sig, thr, lthr)
+    sheets = {"ops_summary": {"columns": list(OPS_SUMMARY_COLUMNS), "rows": ops_summary(launchers)},
+              "ops_unique_args": {"columns": list(OPS_UNIQUE_ARGS_COLUMNS),
+                                  "rows": ops_unique_args(tree, launchers, col, args)},
+              "unified_perf_summary": {"columns": list(UNIFIED_COLUMNS),
+                                       "rows": unified_perf_summary(tree, launchers, col, args)}}
+    sheets.update(roofline_sheets(tree, sig, thr, col, args))
+    total = float(keep["timeline_us"]["total_time"])
+    return {"sheets": sheets, "short_kernels_summary": short_kernels(tree, sig, args, total, short_kernel_us)}
+
+
+def analyze_with_sheets(path, *, short_kernel_us: float = SHORT_KERNEL_US, progress=None):
+    """:func:`~.engine.analyze_with_tables` plus :func:`build_sheets`, all from one read of the
+    trace at ``path``: ``(TraceAnalysis, kernel_rows)`` where ``kernel_rows`` is what
+    :func:`~.tables.write_tables` writes (every TraceLens sheet). Raises what
+    :func:`~.stream.scan_trace` raises."""
+    from .engine import analyze_scan
+    from .stream import scan_trace
+    from .tables import kernel_tables
+
+    col = OpArgsCollector()
+    scan = scan_trace(path, progress, (col.feed,))
+    keep: dict[str, Any] = {}
+    analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
+    rows = kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
+    rows.update(build_sheets(scan, keep, col, short_kernel_us=short_kernel_us))
+    return analysis, rows
