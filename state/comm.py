@@ -241,7 +241,7 @@ class CommReport(BaseModel):
     (synchronising collectives matched on every rank); ``n_resolved`` (those whose start spread exceeds
     their end spread, so the clocks resolve who came last); ``last_counts`` (rank -> times it arrived
     last, at resolved collectives); ``late``: :class:`LateRank` per rank that arrived last anywhere; ``clock_offsets_us``: the
-    offsets used to put ranks on one clock (rank -> µs subtracted); ``notes``."""
+    offsets used to put ranks on one clock (rank -> µs subtracted from its times); ``notes``."""
 
     ranks: list[RankComm] = Field(default_factory=list)
     busbw: list[BusbwRow] = Field(default_factory=list)

@@ -41,10 +41,10 @@ def test_trace_comm_bad_input_fails_with_one_line(tmp_path):
     bad = tmp_path / "trace_rank0.json"
     bad.write_text('{"traceEvents": [')
     res = CliRunner().invoke(app, ["trace", "comm", str(bad)])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # a refused input (the trace commands' convention)
     assert res.stdout.strip().startswith("STATUS=fail; reason=") and len(res.stdout.strip().splitlines()) == 1
     res = CliRunner().invoke(app, ["trace", "comm", str(tmp_path / "none.json")])
-    assert res.exit_code == 1 and "not found" in res.stdout
+    assert res.exit_code == 2 and "not found" in res.stdout
 
 
 def test_trace_comm_with_an_unreadable_baseline_is_partial(tmp_path):

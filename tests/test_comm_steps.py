@@ -211,6 +211,22 @@ def test_host_straggler_lag_is_host_time_with_the_gpu_idle(tmp_path):
     assert lr.step_diff_us["host:outside_ops"] == 200 and lr.step_diff_us["gpu:exposed_comm"] == -200
 
 
+def test_a_rank_on_a_skewed_clock_gives_the_same_figures(tmp_path):
+    r0, r1 = straggler_pair("host")
+    for e in r0.cpu + r0.gpu:  # rank 0's clock runs 5 ms ahead: on raw times it would arrive last
+        if "ts" in e:
+            e["ts"] += 5000
+    rep = comm_report({0: r0.write(tmp_path / "a.json"), 1: r1.write(tmp_path / "b.json")})
+    # every rank's all-reduce ends at the same instant: the median end difference is the offset
+    assert rep.clock_offsets_us == {0: 0.0, 1: -5000.0}
+    (lr,) = rep.late
+    assert (lr.rank, lr.lag_us, lr.lag_parts_us["host:outside_ops"]) == (1, 200, 200)
+    assert any("aligned on the ends of 2" in n for n in rep.notes)
+    given = comm_report({0: tmp_path / "a.json", 1: tmp_path / "b.json"}, clock_offsets_us={0: 0.0, 1: 0.0})
+    # unaligned, rank 0 would start last, but its ends lie 5 ms apart too: no order is resolved
+    assert given.clock_offsets_us == {0: 0.0, 1: 0.0} and (given.n_resolved, given.late) == (0, [])
+
+
 def test_balanced_ranks_name_no_late_rank(tmp_path):
     rep = _pair("none", tmp_path)
     # both arrive at t0+160: a tie is no last arrival

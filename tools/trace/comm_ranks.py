@@ -28,10 +28,11 @@ the two ranks' whole steps (the step accounting's split) is given beside it: it 
 waiting NCCL kernel slowing the early rank's computation (measured: rank 0's computation per step is
 182 ms in 93003 and 207 ms in 93004, with no extra work, while its all-reduce kernels wait for rank 1), so the span figure is the one that isolates the lag.
 
-**Clocks.** Each rank's trace has its own clock; ranks on one host share it. ``clock_offsets_us``
-(rank -> µs subtracted from that rank's times) puts ranks on one clock; by default none is applied
-and a note says so. Hook: the trace-field work aligns ranks on collective ends
-(``collectives.clock_offsets``, branch ``traces``); once merged, pass its offsets here.
+**Clocks.** Each rank's trace has its own clock. By default each rank's offset from the lowest rank's
+is the trace-field rule, :func:`.collectives.clock_offsets` (the median over the synchronising
+collectives of the rank's kernel end minus the lowest rank's: every rank leaves one together), and
+starts are compared after subtracting it; ``clock_offsets_us`` (rank -> µs) overrides it. The late
+rank's spans are read back on its own clock.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import numpy as np
 from ...state.comm import BusbwRow, CommReport, EnvVar, LateRank, RankComm
 from ...state.steps import HOST_CATEGORIES
 from ..errors import InputError
-from .collectives import match_collectives, per_collective
+from .collectives import clock_offsets, match_collectives, per_collective
 from .comm_context import Sweep, baseline_at, load_collective_baseline
 from .comm_steps import RankTimeline, covered, rank_comm
 from .ranks import identify_ranks
@@ -223,14 +224,17 @@ def comm_report(traces: dict[int, str | os.PathLike] | list[str | os.PathLike], 
     if len(tls) < 2:
         rep.notes.append("one rank: no cross-rank figures (busbw, arrival order, late rank)")
         return rep
-    if clock_offsets_us is None:
-        rep.notes.append("ranks' clocks used as recorded (no clock offsets given): right for ranks on one host, "
-                         "which share its clock")
     long = _long(list(tls.values()))
     if long.empty:
         rep.notes.append("no communication kernels in these traces: no cross-rank figures")
         return rep
     long, simplified = match_collectives(long)
+    if clock_offsets_us is None:  # the trace-field rule: every rank leaves a synchronising collective together
+        found, n_used = clock_offsets(long, simplified)
+        offsets = {r: float(found.get(r, 0.0)) for r in tls}
+        rep.clock_offsets_us = offsets
+        rep.notes.append(f"ranks' clocks aligned on the ends of {n_used} synchronising collectives "
+                         "(collectives.clock_offsets): " + ", ".join(f"rank {r} {v:+.3f} us" for r, v in sorted(offsets.items())))
     long["ts"] = long["ts"] - long["rank"].map(offsets)
     coll = per_collective(long, simplified)
     rep.busbw = _busbw(coll, len(tls), base)
