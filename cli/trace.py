@@ -206,6 +206,16 @@ def steps(
     typer.echo(StatusLine.make(status, summary).format())
 
 
+def _comm_status(rep, with_baseline: bool) -> str:
+    """The STATUS line of ``trace comm``: partial when no collective was found or the baseline was unreadable."""
+    nsteps = sum(rc.n_steps for rc in rep.ranks)
+    found = bool(nsteps and any(s.comm_kernels or s.collectives for rc in rep.ranks for s in rc.steps))
+    no_base = with_baseline and not rep.baseline_source
+    reason = (f"{len(rep.ranks)} rank(s), {nsteps} step(s); {rep.n_sync} synchronising collectives matched"
+              + ("" if found else "; no collective found") + ("; baseline unreadable" if no_base else ""))
+    return StatusLine.make("ok" if found and not no_base else "partial", reason).format()
+
+
 @trace_app.command("comm")
 def comm(
     traces: list[Path] = typer.Argument(..., help="Rank trace files (*.json / *.json.gz), or one perf-run folder."),
@@ -232,6 +242,9 @@ def comm(
         _fail(str(e))
         return
     if _warn_or_json([f"rank {rc.rank}: {w}" for rc in rep.ranks for w in rc.warnings], rep if as_json else None):
+        return
+    if options.quiet():
+        typer.echo(_comm_status(rep, baseline is not None))
         return
     con = Console()
     for rc in rep.ranks:
@@ -281,12 +294,7 @@ def comm(
                    f"{lr.max_wait_us / 1e3:.3f} ms){lag}")
     for n in rep.notes:
         typer.echo(f"note: {n}")
-    nsteps = sum(rc.n_steps for rc in rep.ranks)
-    found = bool(nsteps and any(s.comm_kernels or s.collectives for rc in rep.ranks for s in rc.steps))
-    no_base = baseline is not None and not rep.baseline_source
-    reason = (f"{len(rep.ranks)} rank(s), {nsteps} step(s); {rep.n_sync} synchronising collectives matched"
-              + ("" if found else "; no collective found") + ("; baseline unreadable" if no_base else ""))
-    typer.echo(StatusLine.make("ok" if found and not no_base else "partial", reason).format())
+    typer.echo(_comm_status(rep, baseline is not None))
 
 
 def register(app: typer.Typer) -> None:

@@ -56,3 +56,9 @@ def test_trace_comm_with_an_unreadable_baseline_is_partial(tmp_path):
     assert res.exit_code == 0, res.output
     assert "note: baseline" in res.stdout and "busbw not compared" in res.stdout
     assert res.stdout.strip().splitlines()[-1].startswith("STATUS=partial;") and "baseline unreadable" in res.stdout
+
+
+def test_trace_comm_quiet_prints_only_the_status_line():
+    res = CliRunner().invoke(app, ["-q", "trace", "comm", str(REPO / "examples" / "perf-runs" / "93001")])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().splitlines() == ["STATUS=ok; reason=2 rank(s), 6 step(s); 51 synchronising collectives matched"]
