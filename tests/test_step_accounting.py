@@ -379,7 +379,7 @@ def test_cli_trace_steps(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
     r = CliRunner().invoke(app, ["trace", "steps", str(bad)])
-    assert r.exit_code == 1 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")
+    assert r.exit_code == 2 and r.stdout.strip().splitlines()[-1].startswith("STATUS=fail")
 
 
 def test_lead_sentence_has_the_numbers(tmp_path):
