@@ -4,23 +4,25 @@ iteration.
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot global state, no
 display needed), so they are safe to call from worker threads of the graph. Every function
 returns the path it wrote and raises :class:`InputError` (one line) for empty or malformed input;
-the PNG is written to a temporary file beside ``path`` and renamed, so a failed call never leaves
-a half-written file behind.
+the PNG is rendered in memory and published atomically (:mod:`ai4s_graph.state.publish`), so a
+failed call never leaves a half-written file behind, and a link at ``path`` is refused.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..files import publish
+from ...state.publish import publish
 from ..errors import InputError
 
 #: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
@@ -34,18 +36,35 @@ BREAKDOWN_CATEGORIES = (
 DPI = 110
 
 
-def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
-    os.close(fd)
+_STAGED: ContextVar[list[tuple[Path, bytes]] | None] = ContextVar("ai4s_staged_plots", default=None)
+
+
+@contextmanager
+def staged() -> Iterator[list[tuple[Path, bytes]]]:
+    """Within this block the plot functions render into the yielded list of ``(path, PNG bytes)``
+    instead of writing, so the caller publishes them with the report in one
+    :func:`~ai4s_graph.state.publish.publish_many` (a failed report write then leaves the old
+    plots too)."""
+    files: list[tuple[Path, bytes]] = []
+    token = _STAGED.set(files)
     try:
-        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-        publish(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        yield files
+    finally:
+        _STAGED.reset(token)
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Render ``fig`` as PNG in memory and publish it at ``path`` atomically, refusing a link
+    there (:func:`ai4s_graph.state.publish.publish`), or stage it (:func:`staged`). Returns the path."""
+    out = Path(path)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    batch = _STAGED.get()
+    if batch is not None:
+        batch.append((out, buf.getvalue()))
+    else:
+        publish(out, buf.getbuffer())
     return out
 
 

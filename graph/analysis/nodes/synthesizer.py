@@ -24,9 +24,13 @@ from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Repor
                               Tolerance, Verdict, VerifiedClaim)
 from ....tools.cluster.baseline import load_baseline
 from ....tools.errors import Ai4sError, InputError
+from ....state.publish import ensure_dir
+from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
 from ....tools.report.templating import render
+from ....tools.report import plots as report_plots
+from ....tools.report import write as report_write
 
 SYNTH = "synthesizer"
 
@@ -154,7 +158,10 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
     summary, the verdict with its causes, context, pictures, top kernels, levers, what was missing,
     node status, then the claims and rules appendices; ``not_checked``: the checks that could not
     run, listed with what was missing (they never lower STATUS). References to the seeds are taken
-    out of the body and listed as ``docs/rules.md`` ids in the rules appendix."""
+    out of the body and listed as ``docs/rules.md`` ids in the rules appendix. Every string of
+    ``rep``, ``manifest`` and ``not_checked`` is made one line first (control characters escaped)."""
+    rep, manifest = one_line_model(rep), one_line_model(manifest)  # a user's string never starts a line (issue 26)
+    not_checked = [one_line(n) for n in not_checked]
     rules: list[str] = []
     b = rep.bottleneck
     checks = ar.check_ids(rep)
@@ -357,7 +364,6 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
     req = state["request"]
     out_dir = Path(req.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
     verdicts = _verdicts(state)
     findings = state.get("findings") or {}
@@ -366,7 +372,16 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
     levers = lever_rules.choose(levers, findings, verdicts, b)
-    plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))
+    # the report (and its plots) replace the one in out_dir only after a run that analysed something,
+    # and never another job's report without --force (tools/report/write.py)
+    dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
+                                          force=req.force)
+    ensure_dir(dest, out_dir)
+    with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
+        plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
+        ann = annotate_trace(findings, b.critical_rank, dest, plot_problems)
+        if ann is not None:
+            plots_ += step_plot(ann, b, dest, plot_problems)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -377,10 +392,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
-    ann = annotate_trace(findings, b.critical_rank, out_dir, rep.missing)
     if ann is not None:
         rep.annotated_trace = ann.path
-        rep.plots += step_plot(ann, b, out_dir, rep.missing)
     rep.headline = ar.headline(rep)
     rep.executive_summary = executive_summary(rep, manifest, rep.throughput)
     outcome = Outcome.ok
@@ -392,15 +405,16 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             rep.executive_summary = res.prose
         if res.status.status is not Outcome.ok:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
-    if not state.get("manifest"):
+    if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"
+        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
-    (out_dir / "report.json").write_text(json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked), indent=1,
-                                                    ensure_ascii=False) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep))
+    report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
+                                                        indent=1, ensure_ascii=False) + "\n",
+                              render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep),
+                              staged_plots)
     return {"report": rep}, status

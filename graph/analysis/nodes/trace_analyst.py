@@ -340,7 +340,8 @@ def _no_rank_status(bad: list[RankResult]) -> StatusLine:
 
 def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[str]) -> list[str]:
     """What the report lists as missing for the rank traces: each failed rank's error, the identity
-    notes, and the input warnings of a rank whose hygiene could change a claim."""
+    notes, the input warnings of a rank whose hygiene could change a claim, and a rank holding too
+    little GPU work for a class (:func:`ai4s_graph.tools.trace.hygiene.gpu_activity_problem`)."""
     missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
                else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
     missing += [f"trace_analyst: {n}" for n in id_notes]
@@ -348,6 +349,9 @@ def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[
         material = _material_clip(res)
         missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
                     if material or not is_clip_warning(w)]
+        if res.get("insufficient_gpu_activity"):  # no class from this rank: said as a caveat (STATUS=partial)
+            missing.append(f"trace_analyst: {Path(res['path']).name}: no bottleneck class: "
+                           f"{res['insufficient_gpu_activity']}")
     return missing
 
 
@@ -417,9 +421,10 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"
-            trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
+            trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"),
+                                      root=state["request"].out_dir)
             written.append(str(d))
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a link under perf_report_csvs/ is refused (UnsafePathError, an OSError)
             continue
     return written
 
