@@ -71,3 +71,36 @@ def test_the_named_cause_is_the_confirmed_finding_with_the_largest_share_and_its
     assert [lv.name for lv in got][0] == "sdpa_fused_backend"
     none = name_causes(Bottleneck(klass=BottleneckClass.compute), findings, [no])
     assert none.cause is None and none.causes == []
+
+
+def _top_category(cat: str, pct: float):
+    from ai4s_graph.state import Claim, Evidence, VerifiedClaim, Verdict
+
+    c = Claim(id="tl.r0.top_op_category", analyst="trace_analyst", statement=f"{cat} {pct}%",
+              metric=f"ops_by_category.{cat}.percent", value=pct, unit="%",
+              evidence=[Evidence(tool="t", query="q", returned=pct, args={"rank": 0})], confidence=0.8)
+    return VerifiedClaim(claim=c, verdict=Verdict.confirmed, verifier="trace_verifier", method="raw",
+                         rederived_value=pct, tolerance=Tolerance())
+
+
+def test_the_class_level_cause_needs_the_class_and_a_dominant_category():
+    """GEMM at 65% of kernel time in a compute-bound job names compute-bound-gemm (share 0.65); at
+    40% (a conv net whose time is spread) it names nothing; elementwise at 91.6% names
+    memory-bound-elementwise only in a memory-bound job; a class-level finding of another class
+    (roofline_memory: memory-bound kernels) is not named in a compute-bound job."""
+    from ai4s_graph.graph.rules.verdict import class_cause, name_causes
+
+    b = Bottleneck(klass=BottleneckClass.compute, critical_rank=0)
+    got = class_cause(b, [_top_category("GEMM", 65.146)])
+    assert (got.id, got.share) == ("compute-bound-gemm", 0.65146)
+    assert class_cause(b, [_top_category("GEMM", 40.154)]) is None
+    assert class_cause(b, [_top_category("elementwise", 91.6)]) is None
+    mb = Bottleneck(klass=BottleneckClass.memory, critical_rank=0)
+    assert class_cause(mb, [_top_category("elementwise", 91.6)]).id == "memory-bound-elementwise"
+    f = _finding()
+    from dataclasses import replace
+    mem = replace(f, causes=("memory-bound-kernels",), explains="memory-bound")
+    ok = registry.judge(mem.claim, "trace_verifier", 6, Tolerance(), "raw")
+    findings = {"trace": {"ranks": [RANK0], "triage": mem.entries()}}
+    assert name_causes(Bottleneck(klass=BottleneckClass.compute), findings, [ok]).cause is None
+    assert name_causes(Bottleneck(klass=BottleneckClass.memory), findings, [ok]).cause == "memory-bound-kernels"

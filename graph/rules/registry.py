@@ -58,7 +58,8 @@ def causes_of(analyst: str) -> tuple[Cause, ...]:
 def detect(analyst: str, x: Inputs) -> list[Finding]:
     """Every finding of ``analyst``'s causes on these inputs, in registry order, each offering only
     the levers whose precondition holds on them (:meth:`~.causes.base.Cause.offer`)."""
-    return [replace(f, levers=c.offer(x, *f.levers)) for c in causes_of(analyst) for f in c.detect(x)]
+    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains) for c in causes_of(analyst)
+            for f in c.detect(x)]
 
 
 def not_checked(analyst: str, x: Inputs) -> list[str]:

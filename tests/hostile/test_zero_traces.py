@@ -84,4 +84,4 @@ def test_run_gives_no_class_and_says_why(tmp_path, case, reason):
     assert cp.returncode == 0 and last.startswith("STATUS=partial; reason=unknown;"), cp.stdout[-2000:]
     md = (out / "report.md").read_text()
     assert "## Bottleneck: unknown" in md and reason in md
-    assert "could save 0.00" not in md and "compute-bound" not in md.split("## Claims")[0]
+    assert "could save 0.00" not in md and "compute-bound" not in md.split("## Appendix: claims")[0]

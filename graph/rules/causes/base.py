@@ -74,6 +74,9 @@ class Finding:
     causes: tuple[str, ...]
     claim: Claim
     levers: tuple[Lever, ...]
+    explains: str | None = None
+    """For a class-level cause (:attr:`Cause.explains`): the bottleneck class it explains; the
+    verdict names it only when that is the verdict's class (set by ``registry.detect``)."""
     share: float | None = None
     """The measured share (0..1) of the profiled step time this cause costs (the time the control
     would not spend), from the claim's own evidence; None when the cause's cost is not measurable
@@ -83,7 +86,7 @@ class Finding:
         """``[{"id", "lever", "why", "causes", "share"}]``: the findings' lever list as the
         analysts record it (one entry per lever; a finding without a lever still gives one entry
         with ``lever`` None, so its cause can be named)."""
-        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share}
+        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share, "explains": self.explains}
         if not self.levers:
             return [{**base, "lever": None, "why": ""}]
         return [{**base, "lever": lv.name, "why": lv.why} for lv in self.levers]
@@ -106,6 +109,10 @@ class Cause:
     log_patterns: ClassVar[dict[str, str]] = {}
     verifier_log_patterns: ClassVar[dict[str, str]] = {}
     verifier_needs: ClassVar[tuple[str, ...]] = ()
+    explains: ClassVar[str | None] = None
+    """A class-level cause (what a class's own measurement shows, e.g. memory-bound kernels) sets
+    the class it explains: the verdict names it only when the job has that class, so a few
+    bandwidth-bound kernels in a communication-bound job are a claim, not the job's cause."""
 
     def detect(self, x: Inputs) -> list[Finding]:
         """The findings on these inputs ([] when the cause is absent or its inputs are missing)."""
