@@ -1,14 +1,19 @@
-"""Benchmark on one long real profile: ``ai4s-graph trace timeline`` and the whole ``ai4s-graph run``
-against TraceLens's ``generate_perf_report_pytorch`` on the same file (issue 12's targets).
+"""Benchmark at the parse limit (issue 29): on one long profile, ``ai4s-graph trace timeline`` and the
+whole ``ai4s-graph run`` against TraceLens's ``generate_perf_report_pytorch``, side by side in one run;
+then a 1 GB trace, and the cost curve of ``run`` over 1, 8 and 64 rank traces of real size.
 
-Each command runs in a fresh child process; wall time is the child's, peak RSS the peak of the
-summed RSS of the child and all its descendants (sampled every 20 ms with psutil). The timeline
-rows of ``trace timeline --json`` are compared with TraceLens's ``gpu_timeline`` on the same file.
-One run of this script writes the table into ``bench/RESULTS.md`` (between the ``long-trace``
-markers). This is a benchmark, not a test: nothing here asserts a speed.
+Each command runs in a fresh child process. Wall time is the child's; CPU time is user + system of
+the child and every descendant it waited for (``RUSAGE_CHILDREN``: less sensitive to other load on a
+shared machine than wall time); peak RSS is the peak of the summed RSS of the child and all its
+descendants (VictoriaMetrics, pool workers), sampled every 20 ms with psutil. The timeline rows of
+``trace timeline --json`` are compared with TraceLens's ``gpu_timeline.csv`` on the same file. Missing
+big and cost-curve traces are made by ``bench/make_long_trace.py`` (steps of the bundled example 92001 replicated in
+kineto's layout). The children run with bytecode caching on (a user's install has its ``.pyc``
+files) after one warm-up import. This is a benchmark, not a test: nothing here asserts a speed.
 
-    python bench/bench_long_trace.py --trace /work/main/.device/bench-trace/gnn-h200-130steps.json.gz \\
-        --tracelens-path /path/to/TraceLens-site --results bench/RESULTS.md
+    python bench/bench_long_trace.py --trace /work/bigtraces/long_rank0.json.gz \\
+        --tracelens-path /tmp/tracelens-site --big-trace /work/bigtraces/1gb_rank0.json.gz \\
+        --curve-dir /work/bigtraces/curve --results bench/RESULTS.md --readme README.md
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import csv
 import gzip
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,10 +38,16 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from bench_traces import _tree_rss, machine  # noqa: E402
+import make_long_trace  # noqa: E402
 
 ROWS = ("computation_time", "exposed_comm_time", "exposed_memcpy_time", "busy_time", "idle_time", "total_time")
 BEGIN, END = "<!-- long-trace:begin -->", "<!-- long-trace:end -->"
 README_BEGIN, README_END = "<!-- long-trace-table:begin -->", "<!-- long-trace-table:end -->"
+#: Run files (manifest, training log, telemetry) used when the trace's folder has none: the example
+#: whose steps make the replicated traces.
+DEFAULT_RUN_FILES = REPO / "examples" / "perf-runs" / "92001"
+#: Issue 29's targets.
+TIMELINE_X, RUN_X, BIG_S = 25.0, 10.0, 15.0
 
 
 def replace_block(path: Path, begin: str, end: str, text: str) -> None:
@@ -62,17 +74,20 @@ def commit() -> str:
 
 def uncompressed_bytes(path: Path) -> int:
     """Bytes of JSON text in the file (gunzipped when it is gzip), streamed in 1 MiB reads."""
-    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
     n = 0
-    with opener(path, "rb") as fh:
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
         while chunk := fh.read(1 << 20):
             n += len(chunk)
     return n
 
 
 def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
-    """Run ``cmd``; wall seconds, peak tree RSS (bytes), exit code, stdout, stderr tail."""
+    """Run ``cmd``: wall s, CPU s (user + system of the child and its waited-for descendants), peak
+    tree RSS (bytes), status, stdout, stderr tail."""
     out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True, cwd=str(REPO))
     ps = psutil.Process(child.pid)
@@ -88,139 +103,273 @@ def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
         time.sleep(0.02)
     child.wait()
     wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru.ru_utime - ru0.ru_utime) + (ru.ru_stime - ru0.ru_stime)
     out.seek(0)
     err.seek(0)
     o, e = out.read(), err.read()
     if status == "ok" and child.returncode != 0:
         status = f"exit {child.returncode}: " + (e.strip().splitlines() or ["?"])[-1][:160]
-    return {"status": status, "wall_s": wall, "peak_rss": peak, "stdout": o, "stderr": e[-2000:]}
+    return {"status": status, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "stdout": o, "stderr": e[-2000:]}
 
 
 _TL_CHILD = """
 import sys
 from TraceLens.Reporting.generate_perf_report_pytorch import generate_perf_report_pytorch
-generate_perf_report_pytorch(sys.argv[1], output_csvs_dir=sys.argv[2])
+for i, path in enumerate(sys.argv[2:]):
+    generate_perf_report_pytorch(path, output_csvs_dir=f"{sys.argv[1]}/{i}")
+"""
+
+_PARSE_CHILD = """
+import json, sys
+from ai4s_graph.tools.trace import fastscan, stream
+n = sum(1 for _ in stream.iter_events(sys.argv[1], fields="engine"))
+print(json.dumps({"events": n, **fastscan.last_parse}))
 """
 
 
-def main() -> None:
+def perf_run(dirpath: Path, traces: list[Path], files: Path) -> str:
+    """A run directory with ``traces`` (linked) and the manifest / training log / telemetry of ``files``;
+    returns the job id."""
+    shutil.rmtree(dirpath, ignore_errors=True)
+    (dirpath / "traces").mkdir(parents=True)
+    names = []
+    for r, t in enumerate(traces):
+        name = f"traces/trace_rank{r}" + (".json.gz" if t.name.endswith(".gz") else ".json")
+        (dirpath / name).symlink_to(t.resolve())
+        names.append(name)
+    man = json.loads((files / "manifest.json").read_text()) if (files / "manifest.json").is_file() else {}
+    for name in ("train.log",):
+        if (files / name).is_file():
+            shutil.copy(files / name, dirpath / name)
+    tele = [t for t in (man.get("artifacts") or {}).get("telemetry", []) if (files / t).exists()]
+    for t in tele:
+        (dirpath / t).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(files / t, dirpath / t)
+    man.setdefault("artifacts", {}).update(traces=names, telemetry=tele)
+    man.setdefault("jobid", "900")
+    (dirpath / "manifest.json").write_text(json.dumps(man, indent=1))
+    return str(man["jobid"])
+
+
+class Bench:
+    """The children's environment and the commands."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO)
+        env.pop("AI4S_TRACE_CACHE", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install keeps its bytecode
+        self.env = env
+        self.py = sys.executable
+
+    def warm_up(self) -> None:
+        subprocess.run([self.py, "-c", "import ai4s_graph.cli, ai4s_graph.graph.analysis.graph, "
+                                       "ai4s_graph.graph.analysis.nodes.synthesizer, msgspec"],
+                       env=self.env, cwd=str(REPO), check=False)
+
+    def timeline(self, trace: Path) -> dict:
+        return timed([self.py, "-m", "ai4s_graph.cli", "trace", "timeline", str(trace), "--json"], self.env,
+                     self.a.timeout)
+
+    def run(self, run_dir: Path, jobid: str, tag: str) -> dict:
+        scratch = self.a.scratch / tag
+        shutil.rmtree(scratch, ignore_errors=True)
+        env = dict(self.env, AI4S_STATE_DIR=str(scratch / "state"))
+        return timed([self.py, "-m", "ai4s_graph.cli", "run", "--job", jobid, "--perf-run", str(run_dir),
+                      "--out", str(scratch / "out"), "--checkpoint", str(scratch / "ck.sqlite")], env, self.a.timeout)
+
+    def tracelens(self, traces: list[Path], out: Path) -> dict:
+        if not self.a.tracelens_path:
+            return {"status": "not installed (--tracelens-path)", "wall_s": 0.0, "cpu_s": 0.0, "peak_rss": 0}
+        env = dict(self.env, PYTHONPATH=os.pathsep.join([self.a.tracelens_path, str(REPO)]))
+        shutil.rmtree(out, ignore_errors=True)
+        return timed([self.py, "-c", _TL_CHILD, str(out)] + [str(t) for t in traces], env, self.a.timeout * len(traces))
+
+    def parse_stats(self, trace: Path) -> dict:
+        r = timed([self.py, "-c", _PARSE_CHILD, str(trace)], self.env, self.a.timeout)
+        try:
+            return json.loads(r["stdout"].strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": r["status"]}
+
+
+def ensure_trace(path: Path, size_mb: float) -> Path:
+    if not path.is_file():
+        print(f"making {path} ({size_mb:g} MB of JSON) with bench/make_long_trace.py")
+        make_long_trace.make(path, size_mb=size_mb)
+    return path
+
+
+def _x(base: dict, ours: dict, what: str) -> float | None:
+    if base.get("status") != "ok" or ours.get("status") != "ok" or not ours.get(what):
+        return None
+    return base[what] / ours[what]
+
+
+def _fx(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}x"
+
+
+def main() -> None:  # noqa: C901 - one report, section by section
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", required=True, type=Path, help="one long kineto trace (.json or .json.gz)")
-    ap.add_argument("--run-files", type=Path, help="folder with manifest.json / train.log for the run (default: "
-                                                   "the trace's folder)")
+    ap.add_argument("--trace", required=True, type=Path, help="the long kineto trace (.json or .json.gz); a "
+                                                                "replicated one: bench/make_long_trace.py --size-mb 176")
+    ap.add_argument("--run-files", type=Path, help="folder with manifest.json / train.log / telemetry for the run "
+                                                   "(default: the trace's folder when it has a manifest, else example 92001)")
     ap.add_argument("--tracelens-path", default=os.environ.get("AI4S_TRACELENS_PATH"),
-                    help="extra PYTHONPATH entry where TraceLens is installed (only the TraceLens child gets it)")
+                    help="extra PYTHONPATH entry where TraceLens is installed (only the TraceLens children get it)")
+    ap.add_argument("--big-trace", type=Path, help="a ~1 GB trace (made when missing); leave out to skip")
+    ap.add_argument("--big-mb", type=float, default=1000.0)
+    ap.add_argument("--curve-dir", type=Path, help="folder for the rank sets of the cost curve; leave out to skip")
+    ap.add_argument("--curve-mb", type=float, default=20.0, help="MB of JSON per rank trace of the cost curve")
+    ap.add_argument("--curve-ranks", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--tracelens-curve-max", type=int, default=8,
+                    help="TraceLens runs on rank sets up to this many ranks (each rank in turn)")
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "ai4s-bench-long")
     ap.add_argument("--timeout", type=float, default=900.0)
-    ap.add_argument("--results", type=Path, help="RESULTS.md to write the table into")
+    ap.add_argument("--results", type=Path, help="RESULTS.md to write the tables into")
     ap.add_argument("--readme", type=Path, help="README.md whose scale table (between the long-trace-table markers) "
                                                  "is rewritten from this same run")
     a = ap.parse_args()
-
+    a.scratch.mkdir(parents=True, exist_ok=True)
+    b = Bench(a)
+    if not a.trace.is_file():
+        sys.exit(f"{a.trace}: no such trace (make a replicated one: python bench/make_long_trace.py --size-mb 176 "
+                 f"--out {a.trace})")
     trace = a.trace.resolve()
-    files = (a.run_files or trace.parent).resolve()
-    shutil.rmtree(a.scratch, ignore_errors=True)
-    run_dir = a.scratch / "run"
-    (run_dir / "traces").mkdir(parents=True)
-    suffix = ".json.gz" if trace.name.endswith(".gz") else ".json"
-    (run_dir / "traces" / f"trace_rank0{suffix}").symlink_to(trace)
-    for name in ("train.log",):
-        if (files / name).is_file():
-            shutil.copy(files / name, run_dir / name)
-    man = json.loads((files / "manifest.json").read_text()) if (files / "manifest.json").is_file() else {}
-    jobid = str(man.get("jobid", "900"))
-    if man:
-        man.setdefault("artifacts", {})["traces"] = [f"traces/trace_rank0{suffix}"]
-        man["artifacts"]["telemetry"] = [t for t in man["artifacts"].get("telemetry", []) if (files / t).exists()]
-        (run_dir / "manifest.json").write_text(json.dumps(man, indent=1))
+    files = (a.run_files or (trace.parent if (trace.parent / "manifest.json").is_file() else DEFAULT_RUN_FILES)).resolve()
     size = uncompressed_bytes(trace)
-    print(f"{trace.name}: {trace.stat().st_size / 1e6:.1f} MB on disk, {size / 1e6:.1f} MB of JSON")
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO)
-    env["AI4S_STATE_DIR"] = str(a.scratch / "state")
-    env.pop("AI4S_TRACE_CACHE", None)
-    py = sys.executable
-    load0, rev = os.getloadavg()[0], commit()
+    print(f"{trace.name}: {trace.stat().st_size / 1e6:.1f} MB on disk, {size / 1e6:.1f} MB of JSON; run files {files}")
+    b.warm_up()
+    load0, rev, t_start = os.getloadavg()[0], commit(), time.gmtime()
     res: dict[str, dict] = {}
-    res["timeline"] = timed([py, "-m", "ai4s_graph.cli", "trace", "timeline", str(trace), "--json"], env, a.timeout)
+    jobid = perf_run(a.scratch / "run-long", [trace], files)
+    res["timeline"] = b.timeline(trace)
     print(f"timeline  {res['timeline']['status']} {res['timeline']['wall_s']:.1f} s")
-    res["run"] = timed([py, "-m", "ai4s_graph.cli", "run", "--job", jobid, "--perf-run", str(run_dir),
-                        "--out", str(a.scratch / "out"), "--checkpoint", str(a.scratch / "ck.sqlite")], env, a.timeout)
+    res["run"] = b.run(a.scratch / "run-long", jobid, "long")
     print(f"run       {res['run']['status']} {res['run']['wall_s']:.1f} s")
-    tl_env = dict(env)
-    if a.tracelens_path:
-        tl_env["PYTHONPATH"] = os.pathsep.join([a.tracelens_path, str(REPO)])
     tl_out = a.scratch / "tracelens_csvs"
-    res["tracelens"] = timed([py, "-c", _TL_CHILD, str(trace), str(tl_out)], tl_env, a.timeout)
+    res["tracelens"] = b.tracelens([trace], tl_out)
     print(f"tracelens {res['tracelens']['status']} {res['tracelens']['wall_s']:.1f} s")
+    parse = b.parse_stats(trace)
 
-    # timeline rows: ours vs TraceLens's
-    diff_pct = None
-    ours = tl_rows = None
-    if res["timeline"]["status"] == "ok" and (tl_out / "gpu_timeline.csv").is_file():
+    big: dict[str, dict] = {}
+    big_size = 0
+    if a.big_trace:
+        bt = ensure_trace(a.big_trace, a.big_mb).resolve()
+        big_size = uncompressed_bytes(bt)
+        big["timeline"] = b.timeline(bt)
+        print(f"1 GB timeline {big['timeline']['status']} {big['timeline']['wall_s']:.1f} s")
+        big["run"] = b.run(a.scratch / "run-big", perf_run(a.scratch / "run-big", [bt], files), "big")
+        print(f"1 GB run      {big['run']['status']} {big['run']['wall_s']:.1f} s")
+
+    curve: list[tuple[int, int, dict, dict]] = []
+    if a.curve_dir:
+        for n in a.curve_ranks:
+            ranks = make_long_trace.make_set(a.curve_dir / f"{a.curve_mb:g}mb-{n}r", size_mb=a.curve_mb, ranks=n)
+            paths = [Path(ranks[r]) for r in sorted(ranks)]
+            json_bytes = sum(uncompressed_bytes(p) for p in paths)
+            r = b.run(a.scratch / f"run-{n}r", perf_run(a.scratch / f"run-{n}r", paths, files), f"curve-{n}")
+            tl = b.tracelens(paths, a.scratch / f"tl-{n}r") if n <= a.tracelens_curve_max else \
+                {"status": f"not run (> {a.tracelens_curve_max} ranks)"}
+            print(f"curve {n:3d} ranks: run {r['status']} {r['wall_s']:.1f} s; tracelens {tl['status']}")
+            curve.append((n, json_bytes, r, tl))
+    load1 = os.getloadavg()[0]
+
+    # ------------------------------------------------------------------ the report
+    diff_pct = ours = tl_rows = None
+    if res["timeline"]["status"] == "ok" and (tl_out / "0" / "gpu_timeline.csv").is_file():
         ours = json.loads(res["timeline"]["stdout"])
-        tl_rows = {r["type"]: float(r["time ms"]) for r in csv.DictReader(open(tl_out / "gpu_timeline.csv"))}
-        total = tl_rows["total_time"]
-        diff_pct = max(abs(ours[k]["time_ms"] - tl_rows[k]) for k in ROWS) / total * 100.0
+        tl_rows = {r["type"]: float(r["time ms"]) for r in csv.DictReader(open(tl_out / "0" / "gpu_timeline.csv"))}
+        diff_pct = max(abs(ours[k]["time_ms"] - tl_rows[k]) for k in ROWS) / tl_rows["total_time"] * 100.0
     run_status = [ln for ln in res["run"]["stdout"].splitlines() if "STATUS=" in ln]
-
-    def ratio(k: str, what: str) -> str:
-        if res[k]["status"] != "ok" or res["tracelens"]["status"] != "ok":
-            return "-"
-        return f"{res['tracelens'][what] / res[k][what]:.1f}x"
-
-    mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
-    lines = [BEGIN, "", "## One long real profile: `trace timeline` and `run` against TraceLens (issue 12)", "",
+    mib = lambda v: f"{v / 2**20:.0f}"  # noqa: E731
+    tlr = res["tracelens"]
+    lines = [BEGIN, "", "## At the parse limit: one long profile, a 1 GB trace, the cost curve (issue 29)", "",
              f"Produced by one run of `python bench/bench_long_trace.py --trace {trace.name} ...` on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{rev}`.", "",
-             f"**Machine:** {machine()}; load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at "
-             "the end (the machine is shared: wall times carry that load, the ratios less so).", "",
-             f"**Trace:** `{trace.name}` ({man.get('model', '?')} on {man.get('gpu', '?')}, {man.get('steps', '?')} "
-             f"steps): {trace.stat().st_size / 1e6:.1f} MB gzip, **{size / 1e6:.1f} MB of JSON**.", "",
-             "| command | status | wall s | peak RSS MiB (all processes) | TraceLens time / ours | TraceLens RSS / ours |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', t_start)}, commit `{rev}`.", "",
+             f"**Machine:** {machine()}; load average {load0:.1f} at the start and {load1:.1f} at the end (on a "
+             "shared machine wall times carry that load; CPU times and the ratios of CPU times much less).", "",
+             f"**Trace:** `{trace.name}`: {trace.stat().st_size / 1e6:.1f} MB gzip, **{size / 1e6:.1f} MB of JSON**; "
+             f"run files from `{files.relative_to(REPO) if files.is_relative_to(REPO) else files}`. "
+             f"Fast parse: {parse.get('events', '?')} events in {parse.get('pieces', '?')} pieces, "
+             f"{'no fallback to ijson' if parse.get('fallback') is None and 'error' not in parse else parse}.", "",
+             "| command | status | wall s | CPU s | peak RSS MiB (all processes) | TraceLens wall / ours | "
+             "TraceLens CPU / ours | TraceLens RSS / ours |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, label in (("timeline", "`ai4s-graph trace timeline --json`"), ("run", "`ai4s-graph run` (whole graph)"),
                      ("tracelens", "TraceLens `generate_perf_report_pytorch`")):
         r = res[k]
-        lines.append(f"| {label} | {r['status']} | {r['wall_s']:.1f} | {mib(r['peak_rss'])} | "
-                     f"{ratio(k, 'wall_s') if k != 'tracelens' else '1'} | "
-                     f"{ratio(k, 'peak_rss') if k != 'tracelens' else '1'} |")
-    lines += ["", "Targets (issue 12) and what this run gives:", ""]
-    t_ok = lambda k, x: (res[k]["status"] == "ok" and res["tracelens"]["status"] == "ok"  # noqa: E731
-                         and res["tracelens"]["wall_s"] / res[k]["wall_s"] >= x)
-    lines.append(f"- `trace timeline` >= 10x faster than TraceLens: {'met' if t_ok('timeline', 10) else 'NOT met'} "
-                 f"({ratio('timeline', 'wall_s')})")
-    lines.append(f"- `run` >= 5x faster than TraceLens: {'met' if t_ok('run', 5) else 'NOT met'} ({ratio('run', 'wall_s')})")
+        one = k == "tracelens"
+        lines.append(f"| {label} | {r['status']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mib(r['peak_rss'])} | "
+                     f"{'1' if one else _fx(_x(tlr, r, 'wall_s'))} | {'1' if one else _fx(_x(tlr, r, 'cpu_s'))} | "
+                     f"{'1' if one else _fx(_x(tlr, r, 'peak_rss'))} |")
+    lines += ["", "Targets (issue 29) and what this run gives:", ""]
+    for k, x in (("timeline", TIMELINE_X), ("run", RUN_X)):
+        w, c = _x(tlr, res[k], "wall_s"), _x(tlr, res[k], "cpu_s")
+        lines.append(f"- `{k}` >= {x:g}x faster than TraceLens: {'met' if w and w >= x else 'NOT met'} "
+                     f"(wall {_fx(w)}, CPU {_fx(c)})")
     for k in ("timeline", "run"):
         ok = res[k]["status"] == "ok" and res[k]["peak_rss"] <= size
-        lines.append(f"- peak RSS of `{k}` (summed over its processes) <= JSON size ({size / 2**20:.0f} MiB): "
+        lines.append(f"- peak RSS of `{k}` (summed over its processes) <= JSON size ({mib(size)} MiB): "
                      f"{'met' if ok else 'NOT met'} ({mib(res[k]['peak_rss'])} MiB)")
+    if big:
+        for k in ("timeline", "run"):
+            r = big[k]
+            ok = r["status"] == "ok" and r["wall_s"] < BIG_S and r["peak_rss"] <= big_size
+            lines.append(f"- {big_size / 1e9:.2f} GB trace, `{k}` < {BIG_S:g} s within {mib(big_size)} MiB: "
+                         f"{'met' if ok else 'NOT met'} ({r['status']}, {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, "
+                         f"{mib(r['peak_rss'])} MiB)")
     if diff_pct is not None:
         lines.append(f"- timeline rows equal to TraceLens's within 0.1% of total time: "
                      f"{'met' if diff_pct <= 0.1 else 'NOT met'} (largest difference {diff_pct:.2g}% of total)")
         lines += ["", "| row | ours ms | TraceLens ms |", "| --- | ---: | ---: |"]
         lines += [f"| {k} | {ours[k]['time_ms']:.3f} | {tl_rows[k]:.3f} |" for k in ROWS]
     else:
-        lines.append("- timeline rows vs TraceLens: not compared (a command failed)")
+        lines.append("- timeline rows vs TraceLens: not compared (a command failed or TraceLens is not installed)")
+    if curve:
+        lines += ["", f"**Cost curve:** `ai4s-graph run` over N rank traces of {a.curve_mb:g} MB of JSON each "
+                      "(`bench/make_long_trace.py` sets: the example's steps, one file per rank), against TraceLens "
+                      "on each rank in turn:", "",
+                  "| ranks | JSON MB | run wall s | run CPU s | run peak RSS MiB | s per rank (wall) | "
+                  "TraceLens wall s | TraceLens peak RSS MiB | TraceLens / run (wall) |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for n, jb, r, tl in curve:
+            tl_w = f"{tl['wall_s']:.1f}" if tl.get("status") == "ok" else tl.get("status", "-")
+            tl_m = mib(tl["peak_rss"]) if tl.get("status") == "ok" else "-"
+            lines.append(f"| {n} | {jb / 1e6:.0f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mib(r['peak_rss'])} | "
+                         f"{r['wall_s'] / n:.2f} | {tl_w} | {tl_m} | {_fx(_x(tl, r, 'wall_s'))} |")
+        lines.append("")
+        lines += [f"- {n} ranks: {r['status']}" for n, _jb, r, _tl in curve if r["status"] != "ok"]
     if run_status:
-        lines += ["", "`run`'s STATUS lines:", "", "```"] + run_status[-12:] + ["```"]
+        lines += ["", "`run`'s STATUS lines on the long profile:", "", "```"] + run_status[-12:] + ["```"]
     lines += ["", END]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.results:
         replace_block(a.results, BEGIN, END, text)
     if a.readme:
-        w = lambda k: f"{res[k]['wall_s']:.1f} s"  # noqa: E731
+        w = lambda r: f"{r['wall_s']:.1f} s"  # noqa: E731
         rows = [README_BEGIN,
                 f"| command (`{trace.name}`, {size / 1e6:.0f} MB of JSON; commit `{rev}`, load average {load0:.1f}) "
-                "| wall | peak RSS, all processes |", "|---|---|---|",
-                f"| `ai4s-graph trace timeline` | {w('timeline')} ({ratio('timeline', 'wall_s')} faster than TraceLens) "
-                f"| {mib(res['timeline']['peak_rss'])} MiB ({ratio('timeline', 'peak_rss')} less) |",
-                f"| `ai4s-graph run` (whole graph, the verifier's reader included) | {w('run')} "
-                f"({ratio('run', 'wall_s')} faster) | {mib(res['run']['peak_rss'])} MiB ({ratio('run', 'peak_rss')} less) |",
-                f"| TraceLens `generate_perf_report_pytorch` | {w('tracelens')} | {mib(res['tracelens']['peak_rss'])} MiB |",
-                README_END]
+                "| wall | CPU | peak RSS, all processes |", "|---|---|---|---|",
+                f"| `ai4s-graph trace timeline` | {w(res['timeline'])} ({_fx(_x(tlr, res['timeline'], 'wall_s'))} faster "
+                f"than TraceLens) | {res['timeline']['cpu_s']:.1f} s | {mib(res['timeline']['peak_rss'])} MiB "
+                f"({_fx(_x(tlr, res['timeline'], 'peak_rss'))} less) |",
+                f"| `ai4s-graph run` (whole graph, the verifier's reader included) | {w(res['run'])} "
+                f"({_fx(_x(tlr, res['run'], 'wall_s'))} faster) | {res['run']['cpu_s']:.1f} s | {mib(res['run']['peak_rss'])} MiB "
+                f"({_fx(_x(tlr, res['run'], 'peak_rss'))} less) |",
+                f"| TraceLens `generate_perf_report_pytorch` | {w(tlr)} | {tlr['cpu_s']:.1f} s | {mib(tlr['peak_rss'])} MiB |"]
+        if big:
+            rows += [f"| `trace timeline` / `run`, {big_size / 1e9:.2f} GB of JSON | {w(big['timeline'])} / {w(big['run'])} "
+                     f"| {big['timeline']['cpu_s']:.1f} / {big['run']['cpu_s']:.1f} s | "
+                     f"{mib(big['timeline']['peak_rss'])} / {mib(big['run']['peak_rss'])} MiB |"]
+        rows += [f"| `run`, {n} rank{'s' if n != 1 else ''} x {a.curve_mb:g} MB | {w(r)} | {r['cpu_s']:.1f} s | "
+                 f"{mib(r['peak_rss'])} MiB |"
+                 for n, _jb, r, _tl in curve]
+        rows.append(README_END)
         replace_block(a.readme, README_BEGIN, README_END, "\n".join(rows) + "\n")
 
 

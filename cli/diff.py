@@ -3,8 +3,10 @@
 telemetry and every claim; the optimizer's integrity guards decide whether the runs are
 comparable, and an unlike pair is never called a regression. Writes ``diff.md`` and
 ``diff.json``; exit 0 = comparable, no regression beyond noise; 1 = regression, refused pair or
-bad input (see :mod:`ai4s_graph.tools.report.diff`). ``--json`` prints one JSON summary on stdout
-instead of the text lines (:func:`summary`); ``-q`` prints only the STATUS line (and errors)."""
+bad input (see :mod:`ai4s_graph.tools.report.diff`); 2 = a write refused (a link where
+``diff.md``/``diff.json`` or their folder would go: nothing is written). ``--json`` prints one JSON
+summary on stdout instead of the text lines (:func:`summary`); ``-q`` prints only the STATUS line
+(and errors)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Optional
 import typer
 
 from ..state import StatusLine
+from ..state.publish import UnsafePathError
 from ..tools.errors import Ai4sError
 from . import options
 
@@ -35,15 +38,18 @@ def diff(
     try:
         a, b = D.load_side(run_a), D.load_side(run_b)
         d = D.compare(a, b, noise_pct=noise_pct, top=top)
-        md, js = D.write_diff(d, out or (run_b / f"diff-{a.jobid}"))
+        md, js = D.write_diff(d, out) if out is not None else D.write_diff(d, D.default_out(b, a), root=b.path)
     except (Ai4sError, OSError) as e:
-        msg = str(e) if isinstance(e, Ai4sError) else f"cannot write the diff: {e}"
+        refused = isinstance(e, UnsafePathError)  # a link where diff.md/diff.json would go: nothing written
+        msg = str(e) if isinstance(e, (Ai4sError, UnsafePathError)) else f"cannot write the diff: {e}"
         line = StatusLine.make("fail", msg).format()
         typer.echo(f"error: {msg}", err=True)
         if as_json:
-            options.echo_json("diff", line, verdict=None, exit_code=1, error=msg)
+            options.echo_json("diff", line, verdict=None, exit_code=2 if refused else 1, error=msg)
         else:
             typer.echo(line)
+        if refused:
+            raise typer.Exit(2)
         raise typer.Exit(1)
     f = d["fom"]
     head = (f"{f['name']} {f['improvement_pct']:+.2f}% (noise {f['noise_pct']:.2f}%)" if f.get("name") else "no FOM")

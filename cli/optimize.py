@@ -2,7 +2,9 @@
 accept or revert), checkpointed so ``--resume loop-<uuid>`` continues where it stopped.
 
 Prints each node's ``<node>: STATUS=...`` line as it ends, and a last ``STATUS=`` line for the
-whole loop; exits 1 when the loop failed (bad input, baseline not measurable, wait timeout).
+whole loop; exits 1 when the loop failed (bad input, baseline not measurable, wait timeout) and 2
+when it refused to go on (a checkpoint that does not deserialize to the loop's types, a link where
+a loop file would be written).
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from typing import Optional
 import typer
 
 from ..state import StatusLine
+from ..state.publish import UnsafePathError
+from ..state.status import one_line
 from ..tools.errors import Ai4sError
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
+def _fail(msg: str, code: int = 1) -> None:
+    typer.echo(f"error: {one_line(msg)}", err=True)
     typer.echo(StatusLine.make("fail", msg).format())
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def _found_cluster_config() -> bool:
@@ -58,11 +62,12 @@ def optimize(
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model string provider:name for --llm."),
 ) -> None:
     """Run the perf-optimizer loop on a SLURM cluster or on this machine (--executor)."""
+    from ..graph.checkpoint import CheckpointRefusedError
     from ..graph.optimize import graph as O
     from ..tools.levers.catalog import bundled_catalog
 
     def show(name: str, line: str) -> None:
-        typer.echo(f"{name}: {line}")
+        typer.echo(f"{name}: {one_line(line)}")
 
     try:
         if resume:
@@ -87,6 +92,9 @@ def optimize(
 
         picker = make_picker(llm, report_path=req.report, loop_dir=req.loop_dir, model=llm_model) if llm != "none" else None
         final = O.run_loop(req, picker=picker, on_status=show, resume=bool(resume))
+    except (CheckpointRefusedError, UnsafePathError) as e:  # a crafted checkpoint, a link in the loop dir: refused
+        _fail(str(e), 2)
+        return
     except Ai4sError as e:
         _fail(str(e))
         return

@@ -17,6 +17,8 @@ from rich.text import Text
 
 from ..graph.analysis.configuration import RunRequest
 from ..state import StatusLine
+from ..state.publish import UnsafePathError
+from ..state.status import one_line
 from ..tools.errors import Ai4sError, ToolUnavailableError
 from . import options
 
@@ -58,12 +60,19 @@ def resolve_out_dir(out: Path | None, perf_run: Path | None, jobid: str | None,
 
 def thread_id(req: RunRequest) -> str:
     """The checkpoint thread of a run: the job id (or, for ``--submit``, the workload and its
-    parameters) plus a short hash of the arguments that change the analysis, so the same command
-    resumes and a different one starts its own thread."""
+    parameters) plus a short hash of the arguments that change the analysis and of the identity of
+    its inputs (each input file's name, size and modification time:
+    :func:`~ai4s_graph.tools.report.outdir.inputs_fingerprint`), so the same command on the same
+    inputs resumes, and a different command, or the same one after a trace or the manifest
+    changed, starts its own thread."""
+    from ..tools.report.outdir import inputs_fingerprint
+
     key = req.model_dump(include={"jobid", "perf_run", "out_dir", "compare", "tsdb_url", "llm", "llm_model",
                                   "submit", "submit_params", "slurm_array", "baseline"})
     if req.cross_check:  # only when asked for: the threads of earlier runs keep their names
         key["cross_check"] = list(req.cross_check)
+    if not req.submit:
+        key["inputs"] = inputs_fingerprint(req.perf_run, req.compare, files=(req.baseline,))
     h = _short_hash(key)
     who = req.jobid if req.jobid else f"submit-{req.submit_params.get('model', 'job')}"
     return f"run:{who}:{h}"
@@ -76,6 +85,38 @@ def _first_error(e: ValueError) -> str:
         first = errs()[0]
         return f"{'.'.join(str(x) for x in first.get('loc', ())) or 'value'}: {first['msg'].removeprefix('Value error, ')}"
     return " ".join(str(e).split())
+
+
+def _refuse(msg: str, code: int = 2) -> None:
+    """A refused invocation: ``error: msg`` on stderr, one ``STATUS=fail`` line on stdout, exit
+    ``code`` (2: refused, nothing written)."""
+    err_console.print(f"error: {one_line(msg)}")
+    print(StatusLine.make("fail", msg).format())
+    raise typer.Exit(code)
+
+
+def _path_option(value: str | None, flag: str) -> Path | None:
+    """A path option as given; an empty one (``--out ''``: the current directory by accident) is
+    refused."""
+    if value is None:
+        return None
+    if not value.strip():
+        _refuse(f"{flag} is empty: give a directory")
+    return Path(value)
+
+
+def report_written(out_dir: Path) -> Path:
+    """Where this run's ``report.md`` went: ``out_dir``, or the not-published folder when the
+    earlier report there was kept (whichever ``report.json`` is newer is this run's)."""
+    from ..tools.report import write as report_write
+
+    main, aside = out_dir / "report.json", out_dir / report_write.NOT_PUBLISHED / "report.json"
+    try:
+        if aside.is_file() and (not main.is_file() or aside.stat().st_mtime_ns > main.stat().st_mtime_ns):
+            return aside.parent / "report.md"
+    except OSError:
+        pass
+    return out_dir / "report.md"
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -95,10 +136,12 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     Each node's STATUS line is passed to ``printer(node, line)`` as the node finishes. A node that
     raises leaves the checkpoint of the finished nodes: calling again resumes at that node. Raises
     :class:`~ai4s_graph.graph.checkpoint.ThreadBusyError` when another process runs the same
-    checkpoint thread."""
+    checkpoint thread. A checkpoint that does not deserialize to the graph's types raises
+    :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` before anything runs."""
     from ..graph.analysis.graph import build_analysis_graph
-    from ..graph.analysis.schema import CHECKPOINT_TYPES
-    from ..graph.checkpoint import open_checkpointer, thread_lock
+    from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
+    from ..graph.checkpoint import CheckpointRefusedError, check_state, open_checkpointer, thread_lock
+    from ..tools.report import write as report_write
 
     printer = printer or (lambda node, line: None)
     cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
@@ -106,19 +149,31 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     with thread_lock(checkpoint, cfg["configurable"]["thread_id"]), \
             open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
         graph = build_analysis_graph().compile(checkpointer=saver)
+        where = getattr(saver.serde, "source", checkpoint or "default")
         try:
             if fresh:
                 saver.delete_thread(cfg["configurable"]["thread_id"])
             snap = graph.get_state(cfg)
+            check_state(dict(snap.values), AnalysisState, where)  # every key holds the type the graph stores
+        except CheckpointRefusedError:
+            raise
         except sqlite3.DatabaseError as e:
             raise ToolUnavailableError(f"checkpoint database {checkpoint or 'default'} is unusable: {e}") from None
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as e:  # not a LangGraph checkpoint
+            raise CheckpointRefusedError(f"refused checkpoint {where}: it does not deserialize to a checkpoint "
+                                         f"({type(e).__name__}; delete the file or pass another "
+                                         "--checkpoint)") from None
         if snap.values and not snap.next:
             values = dict(snap.values)
             out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)
-            if values.get("report") and not (out_dir / "report.md").exists():
+            theirs = report_write.report_job(out_dir)
+            if values.get("report") and (not (out_dir / "report.md").exists()
+                                         or (req.force and theirs is not None and theirs != values["report"].jobid)):
                 from ..graph.analysis.nodes.synthesizer import synthesizer
 
-                printer("graph", "STATUS=partial; reason=complete, but report.md is gone: writing it again")
+                why = "report.md is gone" if not (out_dir / "report.md").exists() else f"job {theirs}'s report there"
+                printer("graph", f"STATUS=partial; reason=complete, but {why}: writing it again")
+                values["request"] = values["request"].model_copy(update={"force": req.force})
                 values.update(synthesizer(values))
                 printer("synthesizer", values["statuses"]["synthesizer"])
                 return values
@@ -179,13 +234,15 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
         job: Optional[str] = typer.Option(None, "--job", "-j", help="SLURM job id of a profiled run to analyse."),
-        perf_run: Optional[Path] = typer.Option(
+        perf_run_arg: Optional[str] = typer.Option(
             None, "--perf-run", help="Run directory (default $AI4S_SHARED_DIR/models/<model>/perf-runs/<job>/)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
-                                           "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only; with "
-                                           "--submit ./ai4s-reports/submit-<model>-<hash of its parameters>/)."),
-        compare: Optional[Path] = typer.Option(None, "--compare", help="A run of the same model at another precision "
-                                               "(the precision discriminator, seed lesson 13)."),
+        out_arg: Optional[str] = typer.Option(None, "--out", help="Where report.md, report.json and plots go "
+                                              "(default: the run directory, or ./ai4s-reports/<job>/ if it is read-only; with "
+                                              "--submit ./ai4s-reports/submit-<model>-<hash of its parameters>/)."),
+        compare_arg: Optional[str] = typer.Option(None, "--compare", help="A run of the same model at another precision "
+                                                  "(the precision discriminator, seed lesson 13)."),
+        force: bool = typer.Option(False, "--force", help="Replace a report of another job already in the output "
+                                   "directory (without it such a directory is refused)."),
         tsdb_url: Optional[str] = typer.Option(None, "--tsdb-url", help="VictoriaMetrics/Prometheus URL; default: "
                                                "start one on loopback loaded with the run's telemetry/*.jsonl."),
         llm: Optional[str] = typer.Option(None, "--llm", help="none | anthropic (default: anthropic when "
@@ -234,6 +291,8 @@ def register(app: typer.Typer) -> None:
             err_console.print("warning: `run --model` is deprecated: it names the LLM, use --llm-model "
                               "(in `optimize`, --model is the workload)")
             llm_model = llm_model or model
+        perf_run, out = _path_option(perf_run_arg, "--perf-run"), _path_option(out_arg, "--out")
+        compare = _path_option(compare_arg, "--compare")
         if not submit and not job and not perf_run:
             err_console.print("error: give --job (and --perf-run), or --submit")
             print("STATUS=fail; reason=no job given")
@@ -257,21 +316,20 @@ def register(app: typer.Typer) -> None:
                          submit_params=submit_params, cluster_config=str(cluster_config) if cluster_config else None,
                          wait_timeout_s=wait_timeout, workers=workers, slurm_array=slurm_array,
                          baseline=str(baseline.resolve()) if baseline else None,
-                         probe=probe, cross_check=tuple(cross_check))
+                         probe=probe, cross_check=tuple(cross_check), force=force)
         except ValueError as e:
-            msg = _first_error(e)
-            err_console.print(f"error: {msg}")
-            print(f"STATUS=fail; reason={msg}")
-            raise typer.Exit(2)
+            _refuse(_first_error(e))
 
         from ..graph.analysis.nodes.launcher import preflight
+        from ..tools.report.outdir import check_out_dir, check_run_dir
 
         try:  # refused invocations write nothing (an earlier report in that directory survives)
+            found = check_run_dir(perf_run) if (perf_run is not None and not submit) else None
             preflight(req)
-        except Ai4sError as e:
-            err_console.print(f"error: {e}")
-            print(f"STATUS=fail; reason={e}")
-            raise typer.Exit(2)
+            check_out_dir(out_dir, inputs=(req.perf_run, req.compare), owner=job or (found.jobid if found else None),
+                          force=force)
+        except (Ai4sError, UnsafePathError) as e:
+            _refuse(str(e))
 
         progress = RankProgress()
         statuses: list[dict[str, str]] = []
@@ -296,39 +354,49 @@ def register(app: typer.Typer) -> None:
                 print(line)
             raise typer.Exit(code)
 
-        from ..graph.checkpoint import ThreadBusyError
+        from ..graph.checkpoint import CheckpointRefusedError, ThreadBusyError  # here: langgraph's import is slow
 
         try:
             final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
         except ThreadBusyError as e:  # a refusal: the other process's run is untouched
-            err_console.print(f"error: {e}")
-            print(f"STATUS=fail; reason={e}")
-            raise typer.Exit(2)
+            err_console.print(f"error: {one_line(e)}")
+            finish(StatusLine.make("fail", str(e)).format(), 2)
+        except (CheckpointRefusedError, UnsafePathError) as e:  # nothing loaded from it / nothing written there
+            err_console.print(f"error: {one_line(e)}")
+            finish(StatusLine.make("fail", str(e)).format(), 2)
         except Ai4sError as e:
-            err_console.print(f"error: {e}")
-            finish(f"STATUS=fail; reason={e}", 1)
+            err_console.print(f"error: {one_line(e)}")
+            finish(StatusLine.make("fail", str(e)).format(), 1)
+        except OSError as e:  # disk full, file too big, no permission: published files are never half-written
+            err_console.print(f"error: {one_line(e, 300)}")
+            err_console.print("Nothing already written was replaced by a partial file; the finished nodes are "
+                              "checkpointed: free the space and re-run the same command to resume.")
+            finish(StatusLine.make("fail", f"{type(e).__name__}: {e.strerror or e}; earlier report kept; re-run to "
+                                           "resume").format(), 1)
         except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
-            err_console.print(f"error: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+            err_console.print(f"error: {type(e).__name__}: {one_line(e, 300)}")
             err_console.print("The finished nodes are checkpointed: re-run the same command to resume.")
             finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
         rep = final.get("report")
         if final.get("stop"):
-            finish(f"STATUS=fail; reason=stopped: {final['stop']}", 1)
+            finish(StatusLine.make("fail", f"stopped: {final['stop']}").format(), 1)
         if not rep:
             finish("STATUS=fail; reason=no report written", 1)
         out_final = Path(final["request"].out_dir)
         if not as_json and not options.quiet():
-            console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ", rep.executive_summary, "\n"))
-            console.print(f"report: {out_final / 'report.md'}")
+            console.print(Text.assemble("\n", (rep.bottleneck.klass.value, "bold"), " — ",
+                                        one_line(rep.executive_summary), "\n"))
+            console.print(f"report: {one_line(report_written(out_final))}")
         line = rep.statuses["synthesizer"]
         finish(line, 1 if line.startswith("STATUS=fail") else 0, rep, out_final)
 
 
 def _summary(req: RunRequest, rep: Any, out_dir: Path | None, statuses: list[dict[str, str]],
              code: int) -> dict[str, Any]:
-    """The stable part of a run for ``--json``: job, output folder and files, the bottleneck class
-    (with the critical-path rank when there is one), claim counts by verdict, every node's STATUS
-    line in the order printed (``[{"node", "status"}]``) and the exit code (the report itself is
+    """The stable part of a run for ``--json``: job, output folder and files (the not-published
+    folder when the earlier report was kept: :func:`report_written`), the bottleneck class (with
+    the critical-path rank when there is one), claim counts by verdict, every node's STATUS line in
+    the order printed (``[{"node", "status"}]``) and the exit code (the report itself is
     ``report.json``)."""
     out: dict[str, Any] = {"jobid": req.jobid, "exit_code": code, "statuses": statuses,
                            "out_dir": str(out_dir) if out_dir else req.out_dir}
@@ -339,8 +407,8 @@ def _summary(req: RunRequest, rep: Any, out_dir: Path | None, statuses: list[dic
         v = getattr(vc.verdict, "value", str(vc.verdict))
         counts[v] = counts.get(v, 0) + 1
     b = rep.bottleneck
-    d = out_dir or Path(req.out_dir)
+    md = report_written(out_dir or Path(req.out_dir))
     return {**out, "jobid": rep.jobid or req.jobid,
             "bottleneck": {"class": b.klass.value, "critical_rank": b.critical_rank, "straggler": b.straggler,
                            "confidence": b.confidence, "borderline": b.borderline},
-            "claims": counts, "files": {"report_md": str(d / "report.md"), "report_json": str(d / "report.json")}}
+            "claims": counts, "files": {"report_md": str(md), "report_json": str(md.with_name("report.json"))}}

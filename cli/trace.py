@@ -1,5 +1,8 @@
 """``ai4s-graph trace ...``: look at one PyTorch profiler trace from the command line.
 
+``ai4s-graph trace comm <rank traces | perf-run folder> [--json] [--baseline F] [--run-dir D]``: the
+communication figures per rank and step and across ranks (``tools/trace/comm_ranks.py``).
+
 ``ai4s-graph trace timeline <trace> [--json] [--csv DIR] [--backend auto|stream|tracelens|tracelens-csv|hta|kineto]``
 prints TraceLens's GPU timeline (computation, exposed communication, exposed memcpy, busy,
 idle, total: ms and % of total), computed by the engine (one bounded-memory pass; a progress bar
@@ -68,6 +71,16 @@ def _fail(msg: str, code: int = EXIT_INPUT) -> None:
     typer.echo(f"error: {msg}", err=True)
     typer.echo(StatusLine.make("fail", msg).format())
     raise typer.Exit(code=code)
+
+
+def _warn_or_json(warnings: list[str], model=None) -> bool:
+    """Warnings to stderr; with a model, print it as JSON and say so (the caller prints nothing else)."""
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if model is None:
+        return False
+    typer.echo(model.model_dump_json())
+    return True
 
 
 @trace_app.command("timeline")
@@ -156,10 +169,7 @@ def steps(
     except Ai4sError as e:
         _fail(str(e))
         return
-    for w in bd.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    if as_json:
-        typer.echo(bd.model_dump_json())
+    if _warn_or_json(bd.warnings, bd if as_json else None):
         return
     con = Console()
     table = Table(title=Text(f"Step time budget: {trace.name} (ms)"))
@@ -194,6 +204,97 @@ def steps(
     summary = f"{bd.n_steps} steps" + (f"; lead: {bd.lead.category} {bd.lead.us / 1e3:.3f} ms of "
                                        f"{bd.lead.step_us / 1e3:.3f} ms" if bd.lead else "; no step to account")
     typer.echo(StatusLine.make(status, summary).format())
+
+
+def _comm_status(rep, with_baseline: bool) -> str:
+    """The STATUS line of ``trace comm``: partial when no collective was found or the baseline was unreadable."""
+    nsteps = sum(rc.n_steps for rc in rep.ranks)
+    found = bool(nsteps and any(s.comm_kernels or s.collectives for rc in rep.ranks for s in rc.steps))
+    no_base = with_baseline and not rep.baseline_source
+    reason = (f"{len(rep.ranks)} rank(s), {nsteps} step(s); {rep.n_sync} synchronising collectives matched"
+              + ("" if found else "; no collective found") + ("; baseline unreadable" if no_base else ""))
+    return StatusLine.make("ok" if found and not no_base else "partial", reason).format()
+
+
+@trace_app.command("comm")
+def comm(
+    traces: list[Path] = typer.Argument(..., help="Rank trace files (*.json / *.json.gz), or one perf-run folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the communication figures as JSON only."),
+    baseline: Path = typer.Option(None, "--baseline", help="eval-cluster raw JSON: busbw measured on the cluster."),
+    run_dir: Path = typer.Option(None, "--run-dir", help="Perf-run folder whose manifest / job script give the NCCL "
+                                                         "environment (default: the folder given as TRACES)."),
+) -> None:
+    """Communication per rank and step: collectives by type and size, overlap with computation and the
+    backward, DDP buckets, FSDP all-gathers, host syncs that waited for a collective; across ranks, busbw
+    against the baseline, the NCCL variables set, and what the last-arriving rank did meanwhile."""
+    from ..tools.trace.comm_context import env_from_run
+    from ..tools.trace.comm_ranks import comm_report
+    from ..tools.trace.ranks import find_rank_traces
+
+    try:
+        paths: list[Path] = list(traces)
+        if len(paths) == 1 and paths[0].is_dir():
+            run_dir = run_dir or paths[0]
+            paths = find_rank_traces(paths[0])
+        env = env_from_run(run_dir) if run_dir is not None else []
+        rep = comm_report(paths, baseline=baseline, env=env)
+    except Ai4sError as e:
+        _fail(str(e))
+        return
+    if _warn_or_json([f"rank {rc.rank}: {w}" for rc in rep.ranks for w in rc.warnings], rep if as_json else None):
+        return
+    if options.quiet():
+        typer.echo(_comm_status(rep, baseline is not None))
+        return
+    con = Console()
+    for rc in rep.ranks:
+        table = Table(title=Text(f"rank {rc.rank}: {Path(rc.path).name} (ms unless said)"))
+        table.add_column("")
+        for st in rc.steps:
+            table.add_column(f"step {st.step}", justify="right")
+        ms = lambda v: "-" if v is None else f"{v / 1e3:.3f}"  # noqa: E731
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        rows = [("wall", [ms(s.wall_us) for s in rc.steps]), ("communication", [ms(s.comm_us) for s in rc.steps]),
+                ("  hidden / exposed", [f"{ms(s.hidden_us)} / {ms(s.exposed_us)}" for s in rc.steps]),
+                ("  hidden share", [pct(s.hidden_share) for s in rc.steps]),
+                ("  before backward end", [pct(s.comm_before_backward_end_share) for s in rc.steps]),
+                ("  on critical path", [ms(s.comm_on_critical_path_us) for s in rc.steps]),
+                ("buckets (mean MiB)", [f"{s.buckets} ({'-' if s.bucket_mean_bytes is None else f'{s.bucket_mean_bytes / 2**20:.2f}'})"
+                                        for s in rc.steps])]
+        kinds = sorted({(c.collective, c.dtype, c.phase) for s in rc.steps for c in s.collectives}, key=str)
+        for k in kinds:
+            cells = []
+            for s in rc.steps:
+                c = next((c for c in s.collectives if (c.collective, c.dtype, c.phase) == k), None)
+                cells.append("-" if c is None else f"{c.count} x {'?' if c.mean_bytes is None else f'{c.mean_bytes / 2**20:.3f}'} MiB")
+            rows.append((f"{k[0]} {k[1] or ''} ({k[2]})", cells))
+        if any(s.gathers for s in rc.steps):
+            rows.append(("all-gather exposed fwd / bwd", [f"{ms(s.gather_exposed_us.get('forward', 0.0))} / "
+                                                          f"{ms(s.gather_exposed_us.get('backward', 0.0))}" for s in rc.steps]))
+        rows.append(("host syncs on a collective", [str(len(s.syncs_on_comm)) for s in rc.steps]))
+        for label, cells in rows:
+            table.add_row(label, *cells)
+        con.print(table)
+        for s in rc.steps:
+            for y in s.syncs_on_comm:
+                typer.echo(f"rank {rc.rank} step {s.step}: {y.name} in {y.op or '(no op)'} ({y.position}) waited "
+                           f"{y.dur_us / 1e3:.3f} ms for a {y.collective}; GPU idle {y.gpu_idle_after_us / 1e3:.3f} ms after")
+    for b in rep.busbw:
+        ref = "" if b.ratio is None else f"; baseline {b.baseline_gbps:.1f} GB/s, ratio {b.ratio:.3f}"
+        off = "" if b.ratio_p2p_disabled is None else f"; P2P-disabled baseline ratio {b.ratio_p2p_disabled:.3f}"
+        bw = "-" if b.busbw_gbps is None else f"{b.busbw_gbps:.1f}"
+        typer.echo(f"busbw {b.collective} {b.msg_bytes / 2**20:.3f} MiB x {b.count}: {bw} GB/s{ref}{off}")
+    for e in rep.env:
+        typer.echo(f"env {e.name}={e.value} ({e.source}){': ' + e.restricts if e.restricts else ''}")
+    for lr in rep.late:
+        lag = (f"; over {lr.n_steps} step(s) it lagged rank {lr.first} by {lr.lag_us / 1e3:.3f} ms: GPU "
+               f"{lr.lag_gpu_us / 1e3:.3f} ms, host {lr.lag_host_us / 1e3:.3f} ms" + (f", largest {lr.largest}" if lr.largest else "")
+               if lr.n_steps else "")
+        typer.echo(f"rank {lr.rank} arrived last at {lr.n_last} of {rep.n_sync} synchronising collectives (longest wait "
+                   f"{lr.max_wait_us / 1e3:.3f} ms){lag}")
+    for n in rep.notes:
+        typer.echo(f"note: {n}")
+    typer.echo(_comm_status(rep, baseline is not None))
 
 
 def register(app: typer.Typer) -> None:

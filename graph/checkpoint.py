@@ -2,9 +2,15 @@
 ``postgresql://`` URL is given (optional extra ``ai4s-graph[postgres]``).
 
 The graph states hold pydantic models (:mod:`ai4s_graph.state`, each graph's ``schema.py``).
-LangGraph's serializer stores them as msgpack extensions and rebuilds them on load; its
-deserializer is given an explicit allow-list of exactly those classes (and the enums they hold),
-so a checkpoint never imports anything else.
+LangGraph's serializer stores them as msgpack extensions and rebuilds them on load. Every
+checkpointer here (``run``'s, the optimizer loop's) reads through :class:`StrictSerializer`: an
+entry is rebuilt only when it names exactly one of those classes (or the few standard types
+LangGraph itself writes: ``set``, ``Send``, dates), through that class's own validation, and
+anything else -- a pickle, a JSON constructor, an unknown module, a model whose fields do not
+validate -- refuses the whole checkpoint with one line naming the file
+(:class:`CheckpointRefusedError`). LangGraph's own allow-list hook is not enough: a blocked type
+comes back as its raw payload and an allowed model that fails validation is built unvalidated
+(``model_construct``), so the graph would go on with values of the wrong type.
 
 One process at a time per checkpoint thread: :func:`thread_lock` (an ``fcntl.flock`` on a file
 beside the checkpoint database)."""
@@ -12,6 +18,7 @@ beside the checkpoint database)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import hashlib
 import importlib
@@ -20,17 +27,24 @@ import os
 import pkgutil
 import socket
 import sqlite3
+import threading
 import time
+import types
+import typing
+import uuid
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
+import ormsgpack
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde import jsonplus as _jp
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel
+from langgraph.types import Send
+from pydantic import BaseModel, ValidationError
 
 from .. import state as state_pkg
-
+from ..state.publish import check_writable
 from ..tools.errors import InputError, ToolUnavailableError
 
 
@@ -59,9 +73,189 @@ def allowed_types(types: Iterable[type] = ()) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def serializer(types: Iterable[type] = ()) -> JsonPlusSerializer:
-    """LangGraph's serializer, allowed to rebuild exactly :func:`allowed_types` ``(types)``."""
-    return JsonPlusSerializer(allowed_msgpack_modules=allowed_types(types))
+class CheckpointRefusedError(InputError):
+    """A checkpoint entry that does not deserialize to the types this tool stores; the message
+    names the checkpoint file and the offending entry."""
+
+
+#: Standard types LangGraph writes into a checkpoint besides the graphs' own: ``(module, name)`` ->
+#: the class. (``set`` for channel versions; ``Send`` for the per-rank fan-out; dates and UUIDs.)
+_STANDARD: dict[tuple[str, str], type] = {
+    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+    ("datetime", "datetime"): datetime.datetime, ("datetime", "date"): datetime.date,
+    ("datetime", "time"): datetime.time, ("datetime", "timedelta"): datetime.timedelta,
+    ("datetime", "timezone"): datetime.timezone, ("uuid", "UUID"): uuid.UUID, ("langgraph.types", "Send"): Send,
+}
+_METHODS = {("datetime", "datetime", "fromisoformat")}
+
+
+class StrictSerializer(JsonPlusSerializer):
+    """LangGraph's ``JsonPlusSerializer`` for writing; for reading, only ``null``, ``bytes``,
+    ``bytearray`` and ``msgpack`` entries whose extensions name a class of ``allowed`` (``(module,
+    name)`` pairs, see :func:`allowed_types`) or of the standard set above, each rebuilt through
+    its own constructor or pydantic validation. Raises :class:`CheckpointRefusedError` naming
+    ``source`` (the checkpoint file) for anything else: ``pickle`` and ``json`` entries, an unknown
+    type, a method call other than ``datetime.fromisoformat``, a pydantic-v1 or NumPy payload, a
+    model that fails validation."""
+
+    def __init__(self, allowed: Iterable[tuple[str, str]], source: str = "checkpoint") -> None:
+        self._classes: dict[tuple[str, str], type] = dict(_STANDARD)
+        for mod, name in allowed:
+            self._classes[(mod, name)] = getattr(importlib.import_module(mod), name)
+        self.source = source
+        self._why = threading.local()
+        super().__init__(allowed_msgpack_modules=list(self._classes))
+
+    def _refuse(self, what: str) -> CheckpointRefusedError:
+        return CheckpointRefusedError(f"refused checkpoint {self.source}: {what}, not a type this tool stores "
+                                      "(nothing was loaded from it; delete the file or pass another --checkpoint)")
+
+    def _unpack(self, data: bytes):
+        return ormsgpack.unpackb(data, ext_hook=self._ext, option=ormsgpack.OPT_NON_STR_KEYS)
+
+    def _cls(self, tup) -> type:
+        if not (isinstance(tup, (list, tuple)) and len(tup) >= 3 and all(isinstance(x, str) for x in tup[:2])):
+            raise self._refuse("a malformed msgpack extension")
+        cls = self._classes.get((tup[0], tup[1]))
+        if cls is None:
+            raise self._refuse(f"an entry naming {tup[0]}.{tup[1]}")
+        return cls
+
+    def _ext(self, code: int, data: bytes):
+        # ormsgpack replaces an exception raised here by ValueError("ext_hook failed"): the first
+        # refusal is kept for loads_typed to raise
+        try:
+            return self._build(code, data)
+        except CheckpointRefusedError as e:
+            self._why.err = getattr(self._why, "err", None) or e
+            raise
+        except (ValidationError, TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
+            self._why.err = getattr(self._why, "err", None) or self._refuse(
+                f"an entry that does not validate ({type(e).__name__}: {' '.join(str(e).split())[:80]})")
+            raise
+
+    def _build(self, code: int, data: bytes):
+        if code == _jp.EXT_DELTA_SNAPSHOT:
+            return _jp._DeltaSnapshot(self._unpack(data))
+        tup = self._unpack(data)
+        if code == _jp.EXT_METHOD_SINGLE_ARG:
+            if not (isinstance(tup, (list, tuple)) and len(tup) == 4 and tuple(tup[:2]) + (tup[3],) in _METHODS):
+                raise self._refuse(f"a method call {'.'.join(map(str, tup[:2])) if isinstance(tup, (list, tuple)) else ''}")
+            return getattr(self._classes[(tup[0], tup[1])], tup[3])(tup[2])
+        if code not in (_jp.EXT_CONSTRUCTOR_SINGLE_ARG, _jp.EXT_CONSTRUCTOR_POS_ARGS, _jp.EXT_CONSTRUCTOR_KW_ARGS,
+                        _jp.EXT_PYDANTIC_V2):
+            raise self._refuse(f"a msgpack extension of code {code}")
+        cls = self._cls(tup)
+        if code == _jp.EXT_PYDANTIC_V2:
+            if not (isinstance(cls, type) and issubclass(cls, BaseModel) and isinstance(tup[2], dict)):
+                raise self._refuse(f"a model payload naming {tup[0]}.{tup[1]}")
+            return cls.model_validate(tup[2])
+        if isinstance(cls, type) and issubclass(cls, BaseModel):
+            raise self._refuse(f"a constructor call of the model {tup[0]}.{tup[1]}")
+        if code == _jp.EXT_CONSTRUCTOR_SINGLE_ARG:
+            return cls(tup[2])
+        if code == _jp.EXT_CONSTRUCTOR_POS_ARGS:
+            if not isinstance(tup[2], (list, tuple)):
+                raise self._refuse(f"an entry naming {tup[0]}.{tup[1]} with malformed arguments")
+            return _jp._send_from_args(tup[2]) if cls is Send else cls(*tup[2])
+        if not isinstance(tup[2], dict):
+            raise self._refuse(f"an entry naming {tup[0]}.{tup[1]} with malformed arguments")
+        return cls(**tup[2])
+
+    def loads_typed(self, data: tuple[str, bytes]):
+        """Rebuild one stored value (see the class docstring). Raises :class:`CheckpointRefusedError`."""
+        type_, raw = data
+        if type_ in ("null", "bytes", "bytearray"):
+            return super().loads_typed(data)
+        if type_ != "msgpack":
+            raise self._refuse(f"an entry of serialization type {str(type_)[:40]!r} (this tool writes msgpack only)")
+        self._why.err = None
+        try:
+            return self._unpack(raw)
+        except CheckpointRefusedError:
+            raise
+        except (ormsgpack.MsgpackDecodeError, RecursionError, ValueError, TypeError) as e:
+            err, self._why.err = self._why.err, None
+            raise (err or self._refuse(f"an entry that is not valid msgpack ({type(e).__name__})")) from None
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the shape of the annotation ``hint``: pydantic models, enums and plain
+    types by ``isinstance``; ``list[X]``, ``tuple[...]``, ``dict[K, V]`` element by element; unions,
+    ``Optional``, ``Annotated`` and ``Any``; a TypedDict as a dict of its keys' types."""
+    if hint is Any or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _matches(value, typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(hint))
+    if origin in (list, set, frozenset):
+        (arg,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, origin) and all(_matches(v, arg) for v in value)
+    if origin is tuple:
+        return isinstance(value, (tuple, list))
+    if origin is dict:
+        k, v = typing.get_args(hint) or (Any, Any)
+        return isinstance(value, dict) and all(_matches(a, k) and _matches(b, v) for a, b in value.items())
+    if origin is not None:
+        return isinstance(value, origin)
+    if isinstance(hint, type) and typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return False
+        sub = typing.get_type_hints(hint)
+        return all(_matches(v, sub[k]) for k, v in value.items() if k in sub)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a forward reference or special form this check does not know: the nodes check it
+
+
+def check_state(values: dict, schema: type, source: str = "checkpoint") -> None:
+    """Refuse checkpointed state ``values`` whose keys do not hold the types of the graph's state
+    ``schema`` (a TypedDict, see :func:`_matches`): a dict where a model is expected, a string where
+    a list is expected, a key the graph does not have. Raises :class:`CheckpointRefusedError`
+    naming ``source``."""
+    hints = typing.get_type_hints(schema)
+    for key, value in values.items():
+        hint = hints.get(key)
+        if hint is None:
+            raise CheckpointRefusedError(f"refused checkpoint {source}: an unknown state key {str(key)[:40]!r}")
+        if not _matches(value, hint):
+            raise CheckpointRefusedError(f"refused checkpoint {source}: state key {str(key)[:40]!r} holds a "
+                                         f"{type(value).__name__}, not what the graph stores (delete the file "
+                                         "or pass another --checkpoint)")
+
+
+def serializer(types: Iterable[type] = (), source: str = "checkpoint") -> StrictSerializer:
+    """The strict serializer (:class:`StrictSerializer`) allowed to rebuild exactly
+    :func:`allowed_types` ``(types)``; ``source`` names the checkpoint in its errors."""
+    return StrictSerializer(allowed_types(types), source)
+
+
+def _shown(url: str) -> str:
+    """A checkpoint location fit for a message: a Postgres URL without its user and password."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://{rest.rsplit('@', 1)[1]}"
+    return url
+
+
+def sqlite_saver(path: str | Path, types: Iterable[type] = (), root: str | Path | None = None):
+    """A SQLite checkpointer on ``path`` with the strict serializer, and its connection (the
+    caller closes it). ``root``: the folder the file must lie in without a link on the way (the
+    database, its rollback journal and WAL are refused when they are links: SQLite would follow
+    them). Raises :class:`~ai4s_graph.state.publish.UnsafePathError` for a link."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    p = Path(path)
+    for name in (p.name, p.name + "-journal", p.name + "-wal", p.name + "-shm"):
+        check_writable(p.parent / name, root)
+    conn = sqlite3.connect(str(p), check_same_thread=False)
+    return SqliteSaver(conn, serde=serializer(types, str(p))), conn
 
 
 @contextlib.contextmanager
@@ -71,8 +265,8 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
     beyond :mod:`ai4s_graph.state` (see :func:`allowed_types`). Raises :class:`ToolUnavailableError`
     when Postgres is asked for but its extra is not installed."""
     url = url or default_db()
-    serde = serializer(types)
     if url.startswith(("postgres://", "postgresql://")):
+        serde = serializer(types, _shown(url))
         try:
             from langgraph.checkpoint.postgres import PostgresSaver
         except ImportError:
@@ -82,13 +276,11 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
             saver.setup()
             yield saver
         return
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     path = Path(url.removeprefix("sqlite:///"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), check_same_thread=False)
+    saver, conn = sqlite_saver(path, types)
     try:
-        yield SqliteSaver(conn, serde=serde)
+        yield saver
     finally:
         conn.close()
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from pydantic import BaseModel
 
 from ..state import Outcome, StatusLine
+from ..state.publish import UnsafePathError, append
 from ..tools.errors import Ai4sError
 
 
@@ -30,20 +31,26 @@ def journal_path(out_dir: str | Path) -> Path:
 
 
 def journal(out_dir: str | Path, node: str, event: str, **extra: Any) -> None:
-    """Append one event (``start`` | ``end`` | ``error``) for ``node`` to the node journal."""
-    p = journal_path(out_dir)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    """Append one event (``start`` | ``end`` | ``error``) for ``node`` to the node journal
+    (:func:`ai4s_graph.state.publish.append`: a link at the journal or at ``.ai4s-graph/`` is
+    refused with :class:`~ai4s_graph.state.publish.UnsafePathError`, never written through)."""
     rec = {"t": time.time(), "node": node, "event": event, "pid": os.getpid(), **extra}
-    with p.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
+    append(journal_path(out_dir), json.dumps(rec) + "\n", root=out_dir)
 
 
 def read_journal(out_dir: str | Path) -> list[dict[str, Any]]:
-    """All journal records, oldest first (empty when there is no journal)."""
+    """All journal records, oldest first (empty when there is no journal); a line that is not
+    JSON (a torn write) is skipped."""
     p = journal_path(out_dir)
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    out = []
+    for line in p.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except (ValueError, RecursionError):  # a torn last line (killed mid-write), or not ours
+            continue
+    return out
 
 
 def _fault_hook(node: str) -> None:
@@ -77,9 +84,10 @@ def node(name: str) -> Callable[[NodeFn], Callable[[Any], dict[str, Any]]]:
     """Wrap a node body ``fn(state) -> (update, StatusLine)`` as a LangGraph node.
 
     The wrapper journals start and end, records the STATUS line under ``statuses[name]`` in
-    the update, and turns an :class:`Ai4sError` (bad input, unreachable service) into
-    ``STATUS=fail`` with the error's one-line message plus a ``missing`` entry, so the graph
-    goes on and the report says what is missing. Any other exception propagates: LangGraph
+    the update, and turns an :class:`Ai4sError` (bad input, unreachable service) or an
+    :class:`~ai4s_graph.state.publish.UnsafePathError` (a write refused: a link in the output
+    directory) into ``STATUS=fail`` with the error's one-line message plus a ``missing`` entry, so
+    the graph goes on and the report says what is missing. Any other exception propagates: LangGraph
     keeps the checkpoint of the completed nodes, and re-running the same command resumes at
     this node."""
 
@@ -88,18 +96,24 @@ def node(name: str) -> Callable[[NodeFn], Callable[[Any], dict[str, Any]]]:
         def wrapped(state: Any) -> dict[str, Any]:
             out_dir = out_dir_of(state)
             _fault_hook(name)
-            journal(out_dir, name, "start")
             try:
+                journal(out_dir, name, "start")
                 update, status = fn(state)
-            except Ai4sError as e:
+            except (Ai4sError, UnsafePathError) as e:  # a bad input, or a write refused (a link)
                 update = {"missing": [f"{name}: {e}"]}
                 status = StatusLine.make(Outcome.fail, str(e))
             except Exception as e:
-                journal(out_dir, name, "error", error=f"{type(e).__name__}: {e}")
+                try:
+                    journal(out_dir, name, "error", error=f"{type(e).__name__}: {e}")
+                except OSError:
+                    pass  # the journal cannot be written either (disk full): the exception says why
                 raise
             update = dict(update)
             update["statuses"] = {**update.get("statuses", {}), name: status.format()}
-            journal(out_dir, name, "end", status=status.format())
+            try:
+                journal(out_dir, name, "end", status=status.format())
+            except UnsafePathError:
+                pass  # the STATUS line already says why this node failed
             return update
 
         wrapped.node_name = name  # type: ignore[attr-defined]

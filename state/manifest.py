@@ -9,6 +9,8 @@ from typing import Any, Literal
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .publish import publish
+
 # SLURM job states that end a job (``sacct -X`` State column). PREEMPTED and REQUEUED are not
 # terminal: the job comes back. TIMEOUT_WAITING is ours: the launcher gave up waiting.
 TERMINAL_STATES = frozenset(
@@ -68,6 +70,8 @@ class Manifest(BaseModel):
     def _nodes(cls, v: Any) -> list[str]:
         """SLURM's compressed hostlists (``gpu[01-03,07]``, as a string or list items) expanded to
         single names with ``python-hostlist`` (SLURM's syntax, no SLURM needed)."""
+        if v is not None and not isinstance(v, (str, list, tuple)):
+            raise ValueError(f"nodes_list must be a list of node names or a hostlist, not {type(v).__name__}")
         items = [v] if isinstance(v, str) else list(v or [])
         out: list[str] = []
         for item in items:
@@ -99,11 +103,10 @@ class Manifest(BaseModel):
         return json.dumps(self.model_dump(by_alias=True, exclude_none=False), indent=1)
 
     def write(self, path: Path) -> Path:
-        """Write ``manifest.json`` atomically (temp file + rename) and return its path."""
+        """Write ``manifest.json`` atomically and return its path (:func:`.publish.publish`: a
+        link at ``path`` is refused with :class:`~.publish.UnsafePathError`)."""
         path = Path(path)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(path)
+        publish(path, self.to_json() + "\n")
         return path
 
     @classmethod
@@ -115,6 +118,8 @@ class Manifest(BaseModel):
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object")
         return cls.model_validate(data)

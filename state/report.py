@@ -24,6 +24,17 @@ class Contradiction(BaseModel):
     resolved: str | None = Field(None, description="how a later check settled it, when one did")
 
 
+class NamedCause(BaseModel):
+    """A cause a confirmed claim names: its id (``bench/accuracy/cases.py:CAUSES``), the claim,
+    the measured share (0..1) of the profiled step time it costs (None: not measurable) and the
+    levers its finding offers, first lever first."""
+
+    id: str
+    claim: str
+    share: float | None = None
+    levers: list[str] = Field(default_factory=list)
+
+
 class Bottleneck(BaseModel):
     """The bottleneck class with the ids of the confirmed claims that support it.
 
@@ -47,6 +58,9 @@ class Bottleneck(BaseModel):
     runner_up_margin: float | None = None
     borderline: bool = False
     contradictions: list[Contradiction] = Field(default_factory=list)
+    cause: str | None = Field(None, description="the cause the report names (the first of ``causes``), None "
+                                                "when no confirmed claim names one")
+    causes: list[NamedCause] = Field(default_factory=list)
 
 
 class LeverRecommendation(BaseModel):
@@ -56,6 +70,9 @@ class LeverRecommendation(BaseModel):
     name: str
     why: str
     claims: list[str] = Field(default_factory=list)
+    saving_ms_low: float | None = Field(None, description="estimated saving per step, low end (ms; None: not estimated)")
+    saving_ms_high: float | None = Field(None, description="estimated saving per step, high end (ms)")
+    step_ms: float | None = Field(None, description="the step time the saving is a share of (ms)")
 
 
 class Usage(BaseModel):
@@ -67,9 +84,15 @@ class Usage(BaseModel):
     model: str | None = None
 
 
+REPORT_SCHEMA_VERSION = 2
+"""``report.json``'s layout version: 2 = numbers as numbers with ``unit`` fields (``figures``),
+``headline``, ``throughput``, ``top_kernels``, ``annotated_trace``; 1 (no field) = issue 27 part 1."""
+
+
 class Report(BaseModel):
     """Everything ``report.md`` says, as data."""
 
+    schema_version: int = REPORT_SCHEMA_VERSION
     jobid: str
     model: str = "unknown"
     state: str = "UNKNOWN"
@@ -81,7 +104,14 @@ class Report(BaseModel):
     lever_catalog: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that were missing or bad")
     statuses: dict[str, str] = Field(default_factory=dict, description="node -> STATUS line")
-    figures: dict[str, Any] = Field(default_factory=dict, description="headline numbers")
+    figures: dict[str, Any] = Field(default_factory=dict, description="headline numbers: name -> "
+                                                                    "{value (a number), unit}")
+    headline: list[str] = Field(default_factory=list, description="report.md's first lines (at most 3)")
+    throughput: dict[str, Any] | None = Field(None, description="steady and realized samples/s, which "
+                                                                "includes warm-up")
+    top_kernels: list[dict[str, Any]] = Field(default_factory=list, description="critical rank's kernels by "
+                                                                                "total time (total_ms, percent)")
+    annotated_trace: str | None = Field(None, description="the Perfetto-openable trace with the findings")
     plots: list[str] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)
     llm: str = "none"

@@ -7,7 +7,9 @@ The contract comes from the primary seed's subagent rules: each agent writes a s
 from __future__ import annotations
 
 import re
+import unicodedata
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -23,6 +25,51 @@ class Outcome(str, Enum):
 
 _LINE = re.compile(r"^STATUS=(ok|partial|fail); reason=(\S(?:[^\n]*\S)?)$")
 MAX_REASON_CHARS = 160
+#: Unicode categories escaped by :func:`one_line`: controls (C0, DEL, C1: newline, ESC of terminal
+#: sequences, NEL), format characters (bidirectional overrides that reorder what a reader sees)
+#: and the line/paragraph separators that ``str.splitlines`` treats as line ends.
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def one_line(value: Any, limit: int | None = None) -> str:
+    """``str(value)`` as one line a reader (or a script reading ``STATUS=`` lines) cannot be fooled
+    by: runs of blanks, tabs and line breaks become one space; any other control, format or
+    line-separator character is written as an escape (``\\x1b``, ``\\u202e``); leading and
+    trailing blanks are cut. ``limit``: at most that many characters (the last one ``…``)."""
+    text = " ".join(str(value).split())
+    if any(not ch.isprintable() for ch in text):
+        out = []
+        for ch in text:
+            if unicodedata.category(ch) in _ESCAPED_CATEGORIES:
+                o = ord(ch)
+                out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+            else:
+                out.append(ch)
+        text = "".join(out)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text
+
+
+def one_line_model(model: Any) -> Any:
+    """A copy of the pydantic ``model`` with :func:`one_line_all` applied to its fields (by alias,
+    extra fields included), validated again. Raises ``pydantic.ValidationError`` only when the
+    model would not validate from its own dump."""
+    return type(model).model_validate(one_line_all(model.model_dump(by_alias=True)))
+
+
+def one_line_all(value: Any) -> Any:
+    """:func:`one_line` applied to every string inside ``value`` (dicts, lists, tuples; keys too);
+    other values (enum members included) unchanged."""
+    if isinstance(value, Enum):
+        return value
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, dict):
+        return {one_line_all(k): one_line_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(one_line_all(v) for v in value)
+    return value
 
 
 class StatusLine(BaseModel):
@@ -37,20 +84,19 @@ class StatusLine(BaseModel):
     @field_validator("reason")
     @classmethod
     def _one_line(cls, v: str) -> str:
-        if "\n" in v or "\r" in v:
-            raise ValueError("reason must be on one line")
+        if any(unicodedata.category(ch) in _ESCAPED_CATEGORIES and ch != "\t" for ch in v):
+            raise ValueError("reason must be on one line, without control characters")
         if v != v.strip():
             raise ValueError("reason must not start or end with blanks")
         return v
 
     @classmethod
     def make(cls, status: Outcome | str, reason: str) -> "StatusLine":
-        """Build a STATUS line, squeezing ``reason`` onto one line and cutting it to 160 chars.
+        """Build a STATUS line, ``reason`` made one line by :func:`one_line` (control characters
+        escaped) and cut to 160 chars.
 
         Raises ``ValueError`` for an unknown status."""
-        text = " ".join(str(reason).split()) or "no reason given"
-        if len(text) > MAX_REASON_CHARS:
-            text = text[: MAX_REASON_CHARS - 1].rstrip() + "…"
+        text = one_line(reason, MAX_REASON_CHARS) or "no reason given"
         return cls(status=Outcome(status), reason=text)
 
     def format(self) -> str:

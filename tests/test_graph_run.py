@@ -215,21 +215,24 @@ def test_unreachable_tsdb(shared_data, tmp_path):
 
 
 def test_unknown_job_id_is_one_line(tmp_path):
+    # a --perf-run that does not exist is refused before anything runs (issue 26: it used to end in a
+    # "Nothing was analysed" report over the earlier one); tests/hostile/test_out_dirs.py has the kind
     code, text = _run("--job", "424242", "--perf-run", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
-    assert code == 0 or code == 1
-    rep = _report(tmp_path / "o")
-    assert rep.statuses["launcher"].startswith("STATUS=fail")
-    assert "unknown job id 424242" in rep.statuses["launcher"]
+    assert code == 2
+    lines = [ln for ln in text.splitlines() if ln.startswith("STATUS=")]
+    assert len(lines) == 1 and lines[0].startswith("STATUS=fail") and "no such directory" in lines[0]
+    assert not (tmp_path / "o").exists()
 
 
-def test_malformed_manifest_fails_the_launcher_and_still_reports(shared_data, tmp_path):
+def test_malformed_manifest_is_refused_and_nothing_written(shared_data, tmp_path):
+    # refused before anything runs (issue 26: with --fresh it replaced a good report);
+    # tests/hostile/test_manifests.py has the kind
     run = _copy_run(shared_data, "91001", tmp_path)
     (run / "manifest.json").write_text('{"jobid": "91001", "global_batch_size": "sixteen"}')
     code, text = _run("--job", "91001", "--perf-run", str(run))
-    rep = _report(run)
-    assert rep.statuses["launcher"].startswith("STATUS=fail; reason=malformed")
-    assert "global_batch_size" in rep.statuses["launcher"]
-    assert code == 1 and rep.statuses["synthesizer"].startswith("STATUS=fail")
+    lines = [ln for ln in text.splitlines() if ln.startswith("STATUS=")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("STATUS=fail; reason=malformed")
+    assert "global_batch_size" in lines[0] and not (run / "report.json").exists()
     assert (run / "manifest.json").read_text() == '{"jobid": "91001", "global_batch_size": "sixteen"}'
 
 

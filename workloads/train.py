@@ -325,12 +325,21 @@ def make_loader(a: argparse.Namespace, src, dev: torch.device, rank: int, epoch:
     """The DataLoader of ``epoch``: for ``--dataset map`` one loader for the whole run (built on
     the first call, its sampler moved to ``epoch``) with ``--persistent-workers``,
     ``--prefetch-factor``, ``--worker-init-ms``/``--worker-threads`` (:class:`models.WorkerInit`);
-    for ``iterable`` a new loader each epoch (its shards depend on the epoch)."""
+    for ``iterable`` a new loader each epoch (its shards depend on the epoch).
+
+    With ``--worker-threads`` the workers start through ``forkserver``, not ``fork``: GNU libgomp is
+    not fork-safe (GCC bug 60035), so a worker forked from a parent whose OpenMP pool is up hangs in
+    its first parallel region once it runs more than one thread (PyTorch sets 1 thread in its
+    workers for this reason). Measured: 93132 (8 workers x 16 threads) hung on the H200 machine
+    until the 180 s timeout, and hangs on CPU the same way; with ``forkserver`` it runs. The case
+    and its control (``--worker-threads 1``) start their workers the same way."""
     pin = a.pin_memory and dev.type == "cuda"
     init = (_models.WorkerInit(a.worker_init_ms, a.worker_threads)
             if a.num_workers and (a.worker_init_ms or a.worker_threads) else None)
     kw = {"num_workers": a.num_workers, "pin_memory": pin, "worker_init_fn": init,
           "persistent_workers": a.persistent_workers}
+    if a.num_workers and a.worker_threads:
+        kw["multiprocessing_context"] = "forkserver"
     if a.num_workers and a.prefetch_factor:
         kw["prefetch_factor"] = a.prefetch_factor
     if a.dataset == "iterable":

@@ -29,6 +29,11 @@ valuable first; ``long`` is the long trace of issue 29, last).
 
 from __future__ import annotations
 
+if __package__:
+    from .measured import MEASURED
+else:  # imported as a file (generate.py on the device: stdlib only, no package)
+    from measured import MEASURED  # type: ignore  # noqa: E402
+
 CAUSES = {
     "dataloader-stall": "too few DataLoader workers and a slow per-batch transform starve the GPU",
     "straggler": "one rank does extra GPU work every step; the others wait for it in the collectives",
@@ -519,6 +524,29 @@ _CONTROLS = [
 ]
 CASES = _MULTI + _M2 + _OLD + _NEW + _HOST + _CONTROLS
 """Every case, 2-GPU first."""
+
+
+def _apply_measured(cases: list[dict]) -> None:
+    """Complete each case's truth from what its run showed (:data:`measured.MEASURED`): the note
+    appended, ``klass`` replacing the class, ``present`` / ``score_cause`` added; a case with an
+    entry was made and bundled (``pending`` False, ``bench`` True) unless the entry says
+    ``pending``."""
+    for c in cases:
+        m = MEASURED.get(c["jobid"])
+        if not m:
+            continue
+        t = c["truth"]
+        t["notes"] = f"{t['notes']}. {m['note']}" if t["notes"] else m["note"]
+        if "klass" in m:
+            t["class"] = m["klass"]
+        for k in ("present", "score_cause"):
+            if k in m:
+                t[k] = m[k]
+        c["pending"] = bool(m.get("pending", False))
+        c["bench"] = not c["pending"]
+
+
+_apply_measured(CASES)
 
 ORDER_1GPU = [
     # issue 24's new causes, each beside its control

@@ -8,19 +8,29 @@ on it in a fresh state directory and reads ``report.json``:
 
 - **class**: ``bottleneck.klass`` equals the truth's class (cases whose truth class is None --
   the GPU shared with another process -- count as not applicable);
-- **cause**: (not applicable to a control, truth cause ``none``) ``bottleneck.cause`` (a cause id of ``cases.CAUSES``) when the report has one, else
+- **cause**: ``bottleneck.cause`` (a cause id of ``cases.CAUSES``) when the report has one, else
   the first cause whose keywords (:data:`CAUSE_WORDS`) occur in ``bottleneck.rationale``; a
-  report that names no cause scores wrong;
+  report that names no cause scores wrong. For a control or any run with truth cause ``none`` the
+  answer is right when the report names no cause, or one the truth lists in ``present`` (what the
+  control does have by measurement, ``measured.py``): a control must not be given a cause it does
+  not have (issue 24). A case whose truth says ``score_cause: false`` (its injected cause had no
+  measurable effect) is scored for its class only;
 - **rank**: for cases with a rank at fault, ``bottleneck.rank`` when present, else the rank of a
   claim whose metric names a straggler (``...straggler...``) with an integer value;
-- **first lever**: for cases whose truth names a ``lever`` (``cases.LEVERS``), the name of the
-  report's first lever (``levers[0].name``) equals it;
+- **first lever**: for cases whose truth names a ``lever`` (``cases.LEVERS``) and whose cause is
+  scored, the name of the report's first lever (``levers[0].name``) equals it;
 - **claims confirmed**: the share of the report's claims with verdict ``confirmed``;
 - **wrong confident**: a class other than ``unknown`` that is not the truth's class (counted
   apart from ``unknown``, which is a miss but not a wrong answer).
 
 Per fault kind (cause) and overall. The result is JSON (``--json``) and, with ``--results``,
 a markdown table with the date and the commit.
+
+The floor (``floor.json``, ``--write-floor`` from a measured score) is per case: which answers of
+each case were right and whether it was wrong confident; ``--check-floor`` (and the CI test) fail
+when a case of the floor loses a right answer, turns wrong confident, or is gone. A case not in
+the floor yet (bundled after the floor was measured) is listed, not failed. A floor of the first
+format (totals over the whole set, ``cases``: N) is checked as totals only on a set of N cases.
 """
 
 from __future__ import annotations
@@ -80,10 +90,11 @@ def load_cases(root: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def named_cause(report: dict[str, Any]) -> str | None:
-    """The cause a report names: ``bottleneck.cause`` if set, else a keyword match in the rationale."""
+    """The cause a report names: ``bottleneck.cause`` when the report has that field (None: it
+    names none); a keyword match in the rationale only for a report written before the field."""
     b = report.get("bottleneck") or {}
-    if b.get("cause"):
-        return str(b["cause"])
+    if "cause" in b:
+        return str(b["cause"]) if b["cause"] else None
     text = str(b.get("rationale") or "").lower()
     for cause in _MATCH_ORDER:
         if any(w in text for w in CAUSE_WORDS[cause]):
@@ -116,16 +127,29 @@ def first_lever(report: dict[str, Any]) -> str | None:
     return str(levers[0].get("name")) if levers and isinstance(levers[0], dict) and levers[0].get("name") else None
 
 
+def cause_right(truth: dict[str, Any], cause: str | None) -> bool | None:
+    """Whether ``cause`` (the cause a report names, None for none) is right for ``truth``: the
+    injected cause for a case; no cause, or one of ``truth["present"]``, for a run whose cause is
+    ``none``; None (not scored) when the truth says ``score_cause: false``."""
+    if truth.get("score_cause") is False:
+        return None
+    if truth["cause"] == "none":
+        return cause in (None, "none") or cause in (truth.get("present") or ())
+    return cause == truth["cause"]
+
+
 def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "") -> dict[str, Any]:
-    """One case's score from its truth and report (None when the run failed)."""
+    """One case's score from its truth and report (None when the run failed): the named class,
+    cause, rank and first lever, each ``*_ok`` True/False, or None where not scored."""
     row: dict[str, Any] = {"cause": truth["cause"], "truth_class": truth.get("class"), "truth_rank": truth.get("rank"),
                            "truth_lever": truth.get("lever")}
+    scored_lever = bool(truth.get("lever")) and truth.get("score_cause") is not False
     if report is None:
         return {**row, "class": None, "named_cause": None, "named_rank": None, "class_ok": False if truth.get("class")
-                else None, "cause_ok": False, "rank_ok": False if truth.get("rank") is not None else None,
-                "first_lever": None, "lever_ok": False if truth.get("lever") else None,
-                "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error,
-                **({"cause_ok": None} if truth["cause"] == "none" else {})}
+                else None, "cause_ok": None if truth.get("score_cause") is False else False,
+                "rank_ok": False if truth.get("rank") is not None else None,
+                "first_lever": None, "lever_ok": False if scored_lever else None,
+                "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error}
     klass = (report.get("bottleneck") or {}).get("klass")
     claims = report.get("claims") or []
     conf = sum(1 for c in claims if c.get("verdict") == "confirmed")
@@ -134,9 +158,9 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
     rank = named_rank(report)
     lever = first_lever(report)
     return {**row, "class": klass, "named_cause": cause, "named_rank": rank, "first_lever": lever,
-            "lever_ok": (lever == truth["lever"]) if truth.get("lever") else None,
+            "lever_ok": (lever == truth["lever"]) if scored_lever else None,
             "class_ok": (klass == tc) if tc else None,
-            "cause_ok": (cause == truth["cause"]) if truth["cause"] != "none" else None,
+            "cause_ok": cause_right(truth, cause),
             "rank_ok": (rank == truth["rank"]) if truth.get("rank") is not None else None,
             "claims": len(claims), "confirmed": conf,
             "wrong_confident": bool(tc) and klass not in (None, "unknown", tc), "unknown": klass in (None, "unknown"),
@@ -281,28 +305,58 @@ def markdown(res: dict[str, Any], cases_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+ANSWERS = ("class_ok", "cause_ok", "rank_ok", "lever_ok")
+"""The per-case answers the floor keeps."""
+
+
 def floor_from(res: dict[str, Any]) -> dict[str, Any]:
-    """The floor file's content from a measured result: the right counts (never above measured)
-    and the wrong-confident count as a ceiling."""
+    """The floor file's content from a measured result: per case, each answer of :data:`ANSWERS`
+    (True, False, or None where not scored) and ``wrong_confident``; the totals beside, for reading."""
     o = res["overall"]
-    return {"cases": o["cases"], "class_right": o["class"]["right"], "cause_right": o["cause"]["right"],
-            "rank_right": o["rank"]["right"], "claims_confirmed": o["claims_confirmed"],
-            "wrong_confident_max": o["wrong_confident"]}
+    return {"version": 2, "cases": {r["case"]: {**{k: r[k] for k in ANSWERS}, "wrong_confident": r["wrong_confident"]}
+                                    for r in res["cases"]},
+            "totals": {"cases": o["cases"], "class_right": o["class"]["right"], "cause_right": o["cause"]["right"],
+                       "rank_right": o["rank"]["right"], "lever_right": o["lever"]["right"],
+                       "claims_confirmed": o["claims_confirmed"], "wrong_confident": o["wrong_confident"]}}
 
 
 def check_floor(res: dict[str, Any], floor: dict[str, Any]) -> list[str]:
-    """Regressions against ``floor`` (empty when none): fewer right classes, causes or ranks, or
-    more wrong confident verdicts. The confirmed-claim count is recorded but not checked (it moves
-    when the analysis adds or merges claims, which is not an accuracy change)."""
+    """Regressions against ``floor`` (empty when none). Per case (``version`` 2): an answer right in
+    the floor that is not right now, a case turned wrong confident, a case of the floor missing.
+    A first-format floor (totals: ``cases``, ``class_right``, ...) is compared as totals, and only on
+    a set of as many cases as it was measured on (else the one regression says so). The
+    confirmed-claim count is recorded but not checked (it moves when the analysis adds or merges
+    claims, which is not an accuracy change)."""
     o = res["overall"]
+    if floor.get("version") != 2:
+        if o["cases"] != floor.get("cases"):
+            return [f"the floor was measured on {floor.get('cases')} cases (totals), this set has {o['cases']}: "
+                    "measure it again (--write-floor)"]
+        bad = [f"{key}: {got} < floor {floor[key]}" for key, got in
+               (("class_right", o["class"]["right"]), ("cause_right", o["cause"]["right"]),
+                ("rank_right", o["rank"]["right"])) if got < floor.get(key, 0)]
+        if o["wrong_confident"] > floor.get("wrong_confident_max", o["wrong_confident"]):
+            bad.append(f"wrong_confident: {o['wrong_confident']} > ceiling {floor['wrong_confident_max']}")
+        return bad
+    now = {r["case"]: r for r in res["cases"]}
     bad = []
-    for key, got in (("class_right", o["class"]["right"]), ("cause_right", o["cause"]["right"]),
-                     ("rank_right", o["rank"]["right"])):
-        if got < floor.get(key, 0):
-            bad.append(f"{key}: {got} < floor {floor[key]}")
-    if o["wrong_confident"] > floor.get("wrong_confident_max", o["wrong_confident"]):
-        bad.append(f"wrong_confident: {o['wrong_confident']} > ceiling {floor['wrong_confident_max']}")
+    for case, was in sorted(floor["cases"].items()):
+        r = now.get(case)
+        if r is None:
+            bad.append(f"{case}: in the floor, not in this set")
+            continue
+        lost = [k for k in ANSWERS if was.get(k) is True and r.get(k) is not True]
+        if lost:
+            bad.append(f"{case}: {', '.join(lost)} right in the floor, not now")
+        if r["wrong_confident"] and not was.get("wrong_confident"):
+            bad.append(f"{case}: wrong confident (class {r['class']}, truth {r['truth_class']})")
     return bad
+
+
+def not_in_floor(res: dict[str, Any], floor: dict[str, Any]) -> list[str]:
+    """Cases of ``res`` a per-case floor does not hold yet (bundled after it was measured)."""
+    held = floor.get("cases") if floor.get("version") == 2 else {}
+    return sorted(r["case"] for r in res["cases"] if r["case"] not in held)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,7 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_floor:
         FLOOR.write_text(json.dumps(floor_from(res), indent=1) + "\n")
     if a.check_floor:
-        bad = check_floor(res, json.loads(FLOOR.read_text()))
+        floor = json.loads(FLOOR.read_text())
+        bad = check_floor(res, floor)
+        new = not_in_floor(res, floor)
+        if new:
+            print(f"not in the floor yet ({len(new)}): {', '.join(new)}", file=sys.stderr)
         if bad:
             print("below the floor: " + "; ".join(bad), file=sys.stderr)
             return 1

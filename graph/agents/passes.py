@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ...state.claims import BottleneckClass, Claim, VerifiedClaim
+from ...state.publish import publish
 from ...state.status import Outcome, StatusLine
 from ...tools import llm_tools as agent_tools
 from ...tools.errors import Ai4sError
@@ -43,9 +44,8 @@ def write_notes(out_dir: str | Path | None, agent: str, notes: dict[str, Any]) -
     """Write one pass's notes (JSON) for the report; nothing when there is no output directory."""
     if not out_dir:
         return
-    d = notes_dir(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"{agent}.json").write_text(json.dumps(notes, sort_keys=True, default=str, indent=1) + "\n")
+    publish(notes_dir(out_dir) / f"{agent}.json", json.dumps(notes, sort_keys=True, default=str, indent=1) + "\n",
+            root=out_dir)  # atomic; a link on the way is refused
 
 
 def _fail_result(agent: str, reason: str) -> LlmResult:

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ...state.loop import Lever
+from ...state.publish import append
 from ...state.status import Outcome
 from ...tools.levers.catalog import rule_picker
 from .runner import dumps, run_agent
@@ -86,10 +87,8 @@ class Picker:
         self.picks.append(rec)
         out = self.request.get("out_dir")
         if out:
-            d = Path(out) / ".ai4s-graph" / "agent_notes"
-            d.mkdir(parents=True, exist_ok=True)
-            with (d / "lever_picker.jsonl").open("a") as f:
-                f.write(json.dumps(rec, sort_keys=True) + "\n")
+            append(Path(out) / ".ai4s-graph" / "agent_notes" / "lever_picker.jsonl", json.dumps(rec, sort_keys=True) + "\n",
+                   root=out)  # a link on the way is refused
         return lever
 
     def _ask(self, candidates: list[Lever], context: dict[str, Any]) -> tuple[Lever | None, str, str]:

@@ -29,7 +29,8 @@ from .usage import BudgetExceeded, cost_usd, ledger_add, tokens_used
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MODEL", "MAX_TOOL_CALLS", "MAX_MALFORMED_RETRIES", "MAX_OUTPUT_TOKENS", "RETRY_ATTEMPTS",
+__all__ = ["DEFAULT_MODEL", "MAX_TOOL_CALLS", "MAX_MALFORMED_RETRIES", "MAX_INVALID_TOOL_TURNS", "MAX_TURNS",
+           "MAX_OUTPUT_TOKENS", "RETRY_ATTEMPTS",
            "RETRY_STATUSES", "load_prompt", "split_model", "make_chat_model", "run_agent", "scrub", "compact",
            "dumps", "AgentOutcome"]
 
@@ -39,6 +40,15 @@ DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 MAX_TOOL_CALLS = 8
 #: How many times a malformed final answer (or a turn without a tool call) is sent back.
 MAX_MALFORMED_RETRIES = 2
+#: Consecutive turns whose every tool call is invalid (a tool the agent does not have, or an
+#: analysis tool past :data:`MAX_TOOL_CALLS`) after which the pass stops: the same allowance as a
+#: malformed answer gets (:data:`MAX_MALFORMED_RETRIES`) plus one. Without it a model that keeps
+#: calling an unknown tool looped without bound (1332 API calls in 300 s, issue 26).
+MAX_INVALID_TOOL_TURNS = MAX_MALFORMED_RETRIES + 1
+#: Model calls one agent pass may make in all: every analysis tool call in its own turn, every
+#: allowed send-back of a malformed answer, the allowed invalid turns, and the final answer. A
+#: well-behaved pass needs at most ``MAX_TOOL_CALLS + 1``.
+MAX_TURNS = MAX_TOOL_CALLS + MAX_MALFORMED_RETRIES + MAX_INVALID_TOOL_TURNS + 1
 #: ``max_tokens`` of one Messages API call.
 MAX_OUTPUT_TOKENS = 4096
 #: Attempts for one call when the API answers 429 or 529 (the first attempt included).
@@ -106,6 +116,7 @@ class AgentOutcome:
     llm_calls: int = 0
     malformed: int = 0
     no_tool_turns: int = 0
+    invalid_tool_turns: int = 0
     forced_final: bool = False
 
 
@@ -135,8 +146,11 @@ def run_agent(
     (arguments = ``final_schema``) is forced. A final answer that fails ``final_schema`` or
     ``validate`` (returns an error text or ``None``) goes back as an error ``tool_result`` at most
     :data:`MAX_MALFORMED_RETRIES` times. 429/529 are retried with tenacity (:data:`RETRY_WAIT`).
-    Never raises for API, budget or answer problems: the outcome's ``status`` is ``partial`` with
-    the reason, and ``answer`` is ``None``."""
+    The loop is bounded: it stops after :data:`MAX_TURNS` model calls, and after
+    :data:`MAX_INVALID_TOOL_TURNS` consecutive turns whose every tool call is invalid (an unknown
+    tool, or an analysis tool past the cap), whatever the token budget.
+    Never raises for API, budget, loop or answer problems: the outcome's ``status`` is ``partial``
+    with the reason, and ``answer`` is ``None``."""
     # lazy: +500 ms import time (python -X importtime after the analysis graph), paid by LLM runs only
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
@@ -184,7 +198,10 @@ def run_agent(
         return msg
 
     api = provider.capitalize() + " API"
+    invalid_run = 0  # consecutive turns with only invalid tool calls
     while True:
+        if res.llm_calls >= MAX_TURNS:
+            return partial(f"turn limit of {MAX_TURNS} model calls reached without a final answer")
         bound = forced if res.tool_calls >= MAX_TOOL_CALLS else free
         res.forced_final = res.forced_final or bound is forced
         try:
@@ -212,9 +229,12 @@ def run_agent(
             continue
         replies: list[Any] = []
         final_ok: BaseModel | None = None
+        valid = False
+        unknown: list[str] = []
         for tc in calls:
             name, args, tid = tc["name"], tc.get("args") or {}, tc["id"]
             if name == final_name:
+                valid = True
                 err: str | None
                 try:
                     parsed = final_schema.model_validate(args)
@@ -228,6 +248,7 @@ def run_agent(
                     replies.append(ToolMessage(content=f"rejected: {err}. Call {final_name} again with a corrected answer.",
                                                tool_call_id=tid, status="error"))
             elif name in by_name and res.tool_calls < MAX_TOOL_CALLS:
+                valid = True
                 res.tool_calls += 1
                 try:
                     content = by_name[name].invoke(args)
@@ -239,12 +260,23 @@ def run_agent(
                 replies.append(ToolMessage(content=f"tool-call cap of {MAX_TOOL_CALLS} reached; call {final_name} now.",
                                            tool_call_id=tid, status="error"))
             else:
-                replies.append(ToolMessage(content=f"unknown tool {name}", tool_call_id=tid, status="error"))
+                unknown.append(str(name))
+                replies.append(ToolMessage(content=f"unknown tool {name}; the tools are: "
+                                                   f"{', '.join([*by_name, final_name])}", tool_call_id=tid,
+                                           status="error"))
         if final_ok is not None:
             res.answer = final_ok
             res.status = StatusLine.make(
                 Outcome.ok, f"{agent} LLM: {res.tool_calls} tool calls, {res.usage.input_tokens + res.usage.output_tokens} tokens")
             return res
+        if not valid:
+            res.invalid_tool_turns += 1
+            invalid_run += 1
+            if invalid_run >= MAX_INVALID_TOOL_TURNS:
+                what = f"unknown tool {unknown[-1][:40]!r}" if unknown else f"tools past the cap of {MAX_TOOL_CALLS}"
+                return partial(f"{invalid_run} consecutive turns calling only {what}")
+        else:
+            invalid_run = 0
         if any(tc["name"] == final_name for tc in calls):
             res.malformed += 1
             if res.malformed > MAX_MALFORMED_RETRIES:

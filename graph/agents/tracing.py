@@ -27,7 +27,6 @@ where the old rule (within 1 % of any number in the cited results) passed about 
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Iterable
 

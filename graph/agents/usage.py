@@ -6,6 +6,8 @@ import json
 import threading
 from pathlib import Path
 
+from ...state.publish import append
+
 __all__ = ["PRICES_USD_PER_MTOK", "PRICE_SOURCE", "price_for", "cost_usd", "ledger_path", "tokens_used",
            "ledger_add", "BudgetExceeded"]
 
@@ -70,10 +72,9 @@ def tokens_used(out_dir: str | Path) -> int:
 
 def ledger_add(out_dir: str | Path, agent: str, model: str, inp: int, outp: int) -> None:
     """Append one call's tokens to the ledger of ``out_dir``."""
-    p = ledger_path(out_dir)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with _LEDGER_LOCK, p.open("a") as f:
-        f.write(json.dumps({"agent": agent, "model": model, "input_tokens": inp, "output_tokens": outp}) + "\n")
+    line = json.dumps({"agent": agent, "model": model, "input_tokens": inp, "output_tokens": outp}) + "\n"
+    with _LEDGER_LOCK:
+        append(ledger_path(out_dir), line, root=out_dir)  # a link on the way is refused
 
 
 class BudgetExceeded(Exception):

@@ -53,6 +53,7 @@ class RunRequest(BaseModel):
                 raise ValueError(f"--cross-check must be hta or tracelens, not {t!r}")
             out += ["tracelens", "tracelens-csv"] if t == "tracelens" else [t]
         return tuple(dict.fromkeys(out))
+    force: bool = False  # --force: replace a report of another job in out_dir (tools/report/write.py)
 
     @field_validator("tsdb_url")
     @classmethod

@@ -64,12 +64,16 @@ class RankResult(TypedDict, total=False):
     label: str  # unique among the run's traces ("0", "0-dup1": tools/trace/ranks.py)
     event_names: dict[str, int]  # event-name counts the causes read (tools/trace/onepass.NameCounter)
     roofline_totals: dict[str, Any] | None  # RooflineCollector.totals("external_id")
+    name_dur_us: dict[str, float]  # summed dur (µs) of the counted events by name (onepass.NameCounter)
+    step_accounting: dict[str, Any]  # the time budget per profiled step (state/steps.StepBreakdown, issue 34)
+    step_accounting_error: str  # why the step accounting could not be made
     device_name: str  # deviceProperties[0].name of the trace ("" when absent)
     # the verifier's side, fed by the same read (never read by the analyst):
     reader: dict[str, Any]  # the full-load reader's tables (kineto.figures_of, comm kernels)
     reader_error: str  # why that reader could not read the trace (the verifier says inconclusive)
     raw_counts: dict[str, int]  # raw-text counts of the causes' patterns (tools/trace/onepass.RawCounter)
     roofline_correlation: dict[str, Any] | None  # RooflineCollector.totals("correlation")
+    steps_sampled: list[dict[str, Any]]  # the verifier's host sampler per step (tools/trace/host_sampling)
     csv_dir: str | None  # the rank's TraceLens-layout CSVs, relative to the out dir (written by its worker)
 
 

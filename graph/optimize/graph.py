@@ -23,23 +23,22 @@ narrow window between sbatch returning and the checkpoint). The node bodies are 
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, TypedDict
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from . import nodes as N
+from ..checkpoint import CheckpointRefusedError, check_state, sqlite_saver
 from ..runtime import node
 from ..analysis.schema import merge_dicts
 from ...state.loop import LoopRequest
 from ...tools.levers import catalog as L
 from ...tools.errors import InputError
+from ...tools.jsonguard import load_file
 
 CHECKPOINT_DB = "checkpoint.sqlite"
 REQUEST_FILE = "loop.json"
@@ -153,10 +152,13 @@ def _stop_on_error(fn):
 
 @contextmanager
 def compiled(loop_dir: str | Path, picker: L.LeverPicker | None = None) -> Iterator[Any]:
-    """The compiled graph with its SQLite checkpointer in ``<loop_dir>/checkpoint.sqlite``."""
-    conn = sqlite3.connect(str(Path(loop_dir) / CHECKPOINT_DB), check_same_thread=False)
+    """The compiled graph with its SQLite checkpointer in ``<loop_dir>/checkpoint.sqlite``, read
+    through the strict serializer of :mod:`ai4s_graph.graph.checkpoint` (a crafted entry refuses
+    the checkpoint with :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError`, never runs
+    code); a link at the database is refused (:class:`~ai4s_graph.state.publish.UnsafePathError`)."""
+    saver, conn = sqlite_saver(Path(loop_dir) / CHECKPOINT_DB, root=loop_dir)
     try:
-        yield build_graph(picker).compile(checkpointer=SqliteSaver(conn))
+        yield build_graph(picker).compile(checkpointer=saver)
     finally:
         conn.close()
 
@@ -208,8 +210,14 @@ def find_loop(resume: str | Path, loop_root: str | Path = "ai4s-loops") -> Path:
 
 
 def load_request(loop_dir: str | Path) -> LoopRequest:
-    """The saved request of a loop directory."""
-    return LoopRequest.model_validate(json.loads((Path(loop_dir) / REQUEST_FILE).read_text()))
+    """The saved request of a loop directory. Raises :class:`InputError` (one line) when
+    ``loop.json`` is not JSON within the bounds of :mod:`ai4s_graph.tools.jsonguard` or not a
+    loop request."""
+    p = Path(loop_dir) / REQUEST_FILE
+    try:
+        return LoopRequest.model_validate(load_file(p))
+    except ValueError as e:  # pydantic's ValidationError
+        raise InputError(f"malformed {p}: {' '.join(str(e).split())[:160]}") from None
 
 
 def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,
@@ -220,10 +228,24 @@ def run_loop(req: LoopRequest, *, picker: L.LeverPicker | None = None,
     ``resume`` the graph continues from its last checkpoint: finished iterations are not re-run
     and a submitted job is waited for, not submitted again; a loop that stopped on
     ``TIMEOUT_WAITING`` waits for the same job again (with ``req``'s wait timeout, so the caller
-    may raise it); a loop that already finished does nothing."""
+    may raise it); a loop that already finished does nothing. Raises
+    :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` for a checkpoint that does not
+    deserialize to the loop's types (nothing is run)."""
     cfg = {"configurable": {"thread_id": req.loop_id}, "recursion_limit": RECURSION_LIMIT}
     with compiled(req.loop_dir, picker) as app:
-        snap = app.get_state(cfg)
+        where = str(Path(req.loop_dir) / CHECKPOINT_DB)
+        try:
+            snap = app.get_state(cfg)
+            check_state(dict(snap.values), OptimizeState, where)  # every key holds the type the loop stores
+            saved = (snap.values or {}).get("request")
+            if saved is not None and (saved.get("out_dir") != req.loop_dir or saved.get("loop_id") != req.loop_id):
+                raise CheckpointRefusedError(f"refused checkpoint {where}: its request is not this loop's "
+                                             f"({req.loop_id} in {req.loop_dir})")
+        except CheckpointRefusedError:
+            raise
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as e:  # not a LangGraph checkpoint
+            raise CheckpointRefusedError(f"refused checkpoint {where}: it does not deserialize to a checkpoint "
+                                         f"({type(e).__name__})") from None
         started = bool(snap.values)
         vals = snap.values or {}
         cur = vals.get("current") or {}

@@ -202,7 +202,12 @@ def classify_trace(trace: dict[str, Any]) -> Diagnosis:
     duration (``launch.mean_kernel_us``) and ``ops_by_category``. The first rule that fires in
     :func:`rule_tests` order decides; the runner-up is the other class whose rule came closest
     (or passed too); the confidence follows :func:`confidence_from_margin`. Returns ``unknown``
-    (confidence 0.3) when no rule fires or the timeline is missing."""
+    (confidence 0.3) when no rule fires or the timeline is missing, and ``unknown`` (0.0) with the
+    engine's reason when the trace holds too little GPU work (``insufficient_gpu_activity``)."""
+    # --- too little GPU work for any class (the engine's figure, tools/trace/hygiene.py:gpu_activity_problem)
+    if trace.get("insufficient_gpu_activity"):
+        return Diagnosis(BottleneckClass.unknown, str(trace["insufficient_gpu_activity"]), {}, 0.0)
+    # ---
     got = rule_tests(trace)
     if got is None:
         return Diagnosis(BottleneckClass.unknown, "no GPU timeline", {}, 0.0)

@@ -6,8 +6,11 @@ confirmed findings (:mod:`.registry`), the savings from each lever's model
 
 Order: the straggler lever first when the verdict is on a straggler the other ranks wait for (the
 first lever follows the cause, the slow rank, not the symptom, their exposed communication); then
-every lever by its estimated saving per step (levers without an estimate last, in the order
-given: the catalog's, the generic rules' cost order, then the causes')."""
+the levers of the causes the verdict names (``Bottleneck.causes``, largest measured share first:
+the lever that removes the cause before any lever of its class, e.g. turning anomaly detection off
+before torch.compile for a dispatch-bound job); then every other lever by its estimated saving per
+step (levers without an estimate last, in the order given: the catalog's, the generic rules' cost
+order, then the causes')."""
 
 from __future__ import annotations
 
@@ -42,21 +45,25 @@ def cause_levers(have: list[LeverRecommendation], findings: dict[str, Any],
     entries = list((findings.get("trace") or {}).get("triage") or []) + \
         list((findings.get("telemetry") or {}).get("triage") or [])
     for t in entries:
-        if t["id"] in confirmed and t["lever"] not in names:
+        if t["id"] in confirmed and t.get("lever") and t["lever"] not in names:
             names.add(t["lever"])
             extra.append(LeverRecommendation(name=t["lever"], why=t["why"], claims=[t["id"]]))
     return extra
 
 
 def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
-           verdicts: list[VerifiedClaim]) -> list[LeverRecommendation]:
+           verdicts: list[VerifiedClaim], b: Bottleneck | None = None) -> list[LeverRecommendation]:
     """The report's levers (see the module docstring): ``levers`` (the class's levers from the
     tools, led by :func:`straggler_lever` when the verdict has one) plus the confirmed causes'
-    levers, each ``why`` extended with its estimated saving on the first rank's trace and roofline."""
+    levers, each ``why`` extended with its estimated saving on the first rank's trace and roofline;
+    the named causes' levers (``b.causes``, :func:`~.verdict.name_causes`) lead after the straggler's."""
     levers = list(levers) + cause_levers(levers, findings, verdicts)
     tf = findings.get("trace") or {}
     rank0 = (tf.get("ranks") or [None])[0]
     models = {k: v for c in CAUSES for k, v in c.saving_models().items()}
     out = impact.annotate(levers, rank0, tf.get("roofline"), models=models)
-    out.sort(key=lambda lv: lv.name != STRAGGLER_LEVER)  # the cause first, whatever the estimates
+    first = [lv for nc in (b.causes if b is not None else []) for lv in nc.levers]
+    rank = {name: i for i, name in enumerate(dict.fromkeys(first))}
+    # stable: the straggler's lever, then the named causes' levers in cause order, then the rest by saving
+    out.sort(key=lambda lv: (lv.name != STRAGGLER_LEVER, rank.get(lv.name, len(rank))))
     return out

@@ -13,7 +13,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import clocks_power, data_split, debug_apis, oversubscription, recompiles, roofline_memory, sdpa_math
+from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
+                     graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
+                     python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -21,9 +23,21 @@ from ...state.claimkit import verdict
 
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
+    tf32_off.CAUSE,
+    nchw_conv.CAUSE,
+    pageable_h2d.CAUSE,
     recompiles.CAUSE,
+    graph_breaks.CAUSE,
     debug_apis.CAUSE,
+    per_param_optimizer.CAUSE,
+    host_syncs.CAUSE,
     roofline_memory.CAUSE,
+    worker_respawn.CAUSE,
+    d2h_param_copy.CAUSE,
+    allocator_churn.CAUSE,
+    gc_pause.CAUSE,
+    checkpoint_io.CAUSE,
+    python_outside_ops.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
@@ -44,7 +58,8 @@ def causes_of(analyst: str) -> tuple[Cause, ...]:
 def detect(analyst: str, x: Inputs) -> list[Finding]:
     """Every finding of ``analyst``'s causes on these inputs, in registry order, each offering only
     the levers whose precondition holds on them (:meth:`~.causes.base.Cause.offer`)."""
-    return [replace(f, levers=c.offer(x, *f.levers)) for c in causes_of(analyst) for f in c.detect(x)]
+    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains) for c in causes_of(analyst)
+            for f in c.detect(x)]
 
 
 def not_checked(analyst: str, x: Inputs) -> list[str]:

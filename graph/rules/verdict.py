@@ -20,7 +20,7 @@ from typing import Any
 
 from . import diagnosis as dg
 from . import registry
-from ...state import Bottleneck, BottleneckClass, Contradiction, Verdict, VerifiedClaim
+from ...state import Bottleneck, BottleneckClass, Contradiction, NamedCause, Verdict, VerifiedClaim
 
 C = BottleneckClass
 
@@ -387,4 +387,81 @@ def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | No
                           "phases the profile does not (start-up, evaluation, the trace export)")
             b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
             b.rationale += f" Resolved: {c.resolved}."
+    return b
+
+
+def cause_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every cause entry the analysts recorded (``findings.trace.triage`` then
+    ``findings.telemetry.triage``; :meth:`~.causes.base.Finding.entries`)."""
+    return list((findings.get("trace") or {}).get("triage") or []) + \
+        list((findings.get("telemetry") or {}).get("triage") or [])
+
+
+DOMINANT_CATEGORY_PCT = 50.0
+"""A category that takes more than half of the GPU kernel time dominates it: the class-level cause
+is that category's (seed 001 T19: the profiler's op breakdown says where the GPU time goes)."""
+CLASS_CAUSES: dict[str, tuple[tuple[str, ...], str]] = {
+    C.compute.value: (("GEMM", "CONV"), "compute-bound-gemm"),
+    C.memory.value: (("elementwise", "reduce", "normalization", "Elementwise", "Reduce", "Normalization"),
+                     "memory-bound-elementwise"),
+}
+"""Class -> (the op categories, by prefix, of :data:`DOMINANT_CATEGORY_PCT`, the cause id of
+``bench/accuracy/cases.py:CAUSES``): the cause a class's own measurement shows."""
+
+
+def class_cause(b: Bottleneck, verdicts: list[VerifiedClaim]) -> NamedCause | None:
+    """The class-level cause: for a compute-bound job whose CONFIRMED top op category
+    (``ops_by_category.<category>.percent``, the trace analyst's ``tl.r<N>.top_op_category`` of the
+    critical rank, else any rank) is GEMM or convolution and takes at least
+    :data:`DOMINANT_CATEGORY_PCT` of the kernel time, ``compute-bound-gemm``; for a memory-bound
+    one dominated by elementwise, reduction or normalization kernels, ``memory-bound-elementwise``;
+    None otherwise. Its share is the category's share of the kernel time (0..1)."""
+    spec = CLASS_CAUSES.get(b.klass.value)
+    if spec is None:
+        return None
+    prefixes, cid = spec
+    tops = [v for v in _confirmed(verdicts) if v.claim.metric.startswith("ops_by_category.")
+            and v.claim.metric.endswith(".percent") and v.claim.id.endswith(".top_op_category")]
+    tops.sort(key=lambda v: _rank_of(v) != b.critical_rank)
+    for v in tops:
+        cat = v.claim.metric[len("ops_by_category."):-len(".percent")]
+        pct = v.claim.value
+        if isinstance(pct, (int, float)) and pct >= DOMINANT_CATEGORY_PCT and cat.startswith(prefixes):
+            return NamedCause(id=cid, claim=v.claim.id, share=float(pct) / 100.0)
+        return None
+    return None
+
+
+def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[VerifiedClaim]) -> Bottleneck:
+    """Set ``b.causes`` (every cause a CONFIRMED finding names, by measured share of the step
+    time, largest first; causes without a measured share after, in registry order) and ``b.cause``
+    (the first one, None when no confirmed finding names a cause). A refuted or inconclusive
+    finding names nothing. A verdict on a confirmed straggler (``b.straggler``) names
+    ``straggler`` first. Returns ``b``."""
+    confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
+    named: dict[str, NamedCause] = {}
+    order: list[str] = []
+    for e in cause_entries(findings):
+        if e.get("id") not in confirmed or (e.get("explains") and e["explains"] != b.klass.value):
+            continue
+        for cid in e.get("causes") or ():
+            nc = named.get(cid)
+            if nc is None:
+                nc = named[cid] = NamedCause(id=cid, claim=e["id"], share=e.get("share"))
+                order.append(cid)
+            if e.get("lever") and e["lever"] not in nc.levers:
+                nc.levers.append(e["lever"])
+    ranked = sorted(order, key=lambda c: (named[c].share is None, -(named[c].share or 0.0), order.index(c)))
+    b.causes = [named[c] for c in ranked]
+    cc = class_cause(b, verdicts)
+    if cc is not None and cc.id not in named:
+        b.causes.append(cc)  # after every specific cause: the class's own measurement, the least specific
+        ranked.append(cc.id)
+    strag = confirmed_straggler(verdicts)
+    if b.straggler is not None and strag is not None and "straggler" not in named:
+        # the verdict is on a straggler the other ranks wait for: that rank is the cause (seed 001 T15)
+        b.causes.insert(0, NamedCause(id="straggler", claim=strag[1], share=b.waiting_share,
+                                      levers=["balance_straggler_rank"]))
+        ranked.insert(0, "straggler")
+    b.cause = ranked[0] if ranked else None
     return b

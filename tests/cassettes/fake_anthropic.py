@@ -36,6 +36,8 @@ Faults (``--fault``), applied the same way whether this server answers itself or
   one that fails the answer schema (the client must send it back and get a valid one);
 - ``text-once``: the first answer is replaced by a text-only turn without a tool call
   (``stop_reason: end_turn``; the client must ask again for the tool).
+- ``unknown-tool-always``: every answer is replaced by a call of a tool the agent does not have
+  (``no_such_tool``): the client must stop the pass after its bound on invalid turns.
 
 ``--upstream https://api.anthropic.com`` turns it into a fault-injecting proxy in front of the real
 API (headers, including ``x-api-key``, are passed through and never logged or written): that is how
@@ -622,6 +624,15 @@ def text_only(resp: dict) -> dict:
     return resp
 
 
+def unknown_tool(resp: dict) -> dict:
+    """Replace the answer by one call of a tool no agent has (``stop_reason: tool_use``)."""
+    n = int(STATE.get("unknown", 0)) + 1
+    STATE["unknown"] = n
+    resp["content"] = [{"type": "tool_use", "id": f"toolu_unknown_{n:04d}", "name": "no_such_tool", "input": {}}]
+    resp["stop_reason"] = "tool_use"
+    return resp
+
+
 def corrupt(resp: dict) -> dict:
     """Replace the first ``submit_*`` tool_use input by one that fails the answer schema."""
     for b in resp.get("content") or []:
@@ -681,13 +692,16 @@ class Handler(BaseHTTPRequestHandler):
             elif code == 200 and self.fault == "text-once" and not STATE["text"]:
                 STATE["text"] = True
                 resp = text_only(resp)
+            elif code == 200 and self.fault == "unknown-tool-always":
+                resp = unknown_tool(resp)
         self._send(code, resp)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port-file", required=True)
-    ap.add_argument("--fault", choices=["overload-once", "malformed-once", "text-once"], default=None)
+    ap.add_argument("--fault", choices=["overload-once", "malformed-once", "text-once", "unknown-tool-always"],
+                    default=None)
     ap.add_argument("--upstream", default=None)
     a = ap.parse_args()
     Handler.fault, Handler.upstream = a.fault, a.upstream

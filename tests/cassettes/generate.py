@@ -32,14 +32,15 @@ HEADER = (
     "# Regenerate: python tests/cassettes/generate.py.  Re-record from Claude:\n"
     "#   ANTHROPIC_API_KEY=<key> pytest tests/test_llm_*.py --record-mode=rewrite\n"
 )
-#: Every LLM test file (the ones without cassettes are quick and harmless to run too).
-TESTS = "tests/test_llm_*.py"
+#: Every LLM test file (the ones without cassettes are quick and harmless to run too), and the
+#: hostile-input catalog's agent-loop test (a model that keeps calling an unknown tool).
+TESTS = ("tests/test_llm_*.py", "tests/hostile/test_agent_loops.py")
 
 
 def main() -> int:
     env = dict(os.environ, ANTHROPIC_API_KEY=FAKE_KEY)
     env.pop("ANTHROPIC_BASE_URL", None)
-    tests = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(TESTS))
+    tests = sorted(str(p.relative_to(ROOT)) for pattern in TESTS for p in ROOT.glob(pattern))
     rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
                           "--record-mode=rewrite", *sys.argv[1:]], cwd=ROOT, env=env)
     for f in sorted(HERE.glob("*.yaml")):

@@ -1,10 +1,13 @@
 """A data-bound step split by the host CPU (seed 001 T8): the DataLoader takes 45% of the step (at
 least the 30% that makes it data-bound); host CPU >= 90% busy is transform-bound, <= 50% I/O-bound,
-between not separable; below 30% of the step it is not data-bound and the check is silent."""
+between (or without host telemetry) not separable: the class-level dataloader-stall; below 30% of the
+step it is not data-bound and the check is silent; a per-epoch stall in the log (worker_respawn) is
+the more specific cause and silences it."""
 
 from __future__ import annotations
 
 import pytest
+from cause_inputs import assert_bundled
 
 from ai4s_graph.graph.rules import registry
 from ai4s_graph.graph.rules.causes import data_split
@@ -19,22 +22,46 @@ def _x(dl_ms: float, step_ms: float, cpu: float | None) -> Inputs:
                   telemetry=tel)
 
 
-@pytest.mark.parametrize("cpu,cid,lever", [(96.0, "triage.t8.transform_bound", "gpu_transforms"),
-                                           (data_split.CPU_BUSY_PCT, "triage.t8.transform_bound", "gpu_transforms"),
-                                           (20.0, "triage.t8.io_bound", "stage_to_local_nvme"),
-                                           (data_split.CPU_IDLE_PCT, "triage.t8.io_bound", "stage_to_local_nvme")])
-def test_both_sides(cpu, cid, lever):
+@pytest.mark.parametrize("cpu,cid,cause,lever", [
+    (96.0, "triage.t8.transform_bound", "dataloader-cpu-transform", "gpu_transform"),
+    (data_split.CPU_BUSY_PCT, "triage.t8.transform_bound", "dataloader-cpu-transform", "gpu_transform"),
+    (20.0, "triage.t8.io_bound", "dataloader-io-wait", "num_workers_8"),
+    (data_split.CPU_IDLE_PCT, "triage.t8.io_bound", "dataloader-io-wait", "num_workers_8")])
+def test_both_sides(cpu, cid, cause, lever):
     [f] = CAUSE.detect(_x(45.0, 100.0, cpu))
     assert f.claim.id == cid and f.claim.value == cpu and [lv.name for lv in f.levers] == [lever]
+    assert f.causes == (cause,) and f.share == pytest.approx(0.45)
     assert "takes 45% of the step" in f.claim.statement and f.claim.analyst == "trace_analyst"
     rd = CAUSE.rederive(f.claim, Reader(series={"cpu_util": {"n1": [(0.0, cpu - 2.0), (1.0, cpu + 2.0)]}}))
     assert rd.value == cpu
     assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
 
 
-@pytest.mark.parametrize("dl,cpu", [(45.0, 70.0), (45.0, data_split.CPU_IDLE_PCT + 0.1), (29.0, 96.0), (45.0, None)])
-def test_silent(dl, cpu):
-    assert CAUSE.detect(_x(dl, 100.0, cpu)) == []
+@pytest.mark.parametrize("cpu", [70.0, data_split.CPU_IDLE_PCT + 0.1, data_split.CPU_BUSY_PCT - 0.1, None])
+def test_between_the_bounds_or_without_host_cpu_the_class_level_stall(cpu):
+    # 36.5 ms of DataLoader wait in a 62.9 ms step (the bundled dataloader-stall run's figures): share 0.5803
+    [f] = CAUSE.detect(_x(36.5, 62.9, cpu))
+    assert f.causes == ("dataloader-stall",) and [lv.name for lv in f.levers] == ["num_workers_8"]
+    assert f.claim.value == f.share == pytest.approx(36.5 / 62.9, abs=1e-6)
+    # the verifier's own full-load read of the trace re-derives the share; another share refutes it
+    rd = CAUSE.rederive(f.claim, Reader(rank={"dataloader_ms_per_step": 36.6, "step_time_ms": 62.9}))
+    assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
+    rd = CAUSE.rederive(f.claim, Reader(rank={"dataloader_ms_per_step": 12.0, "step_time_ms": 62.9}))
+    assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "refuted"
+
+
+@pytest.mark.parametrize("dl", [29.0, 0.02, 2.4])  # below 30%; the bundled controls' 0.02-2.4 ms in ~20 ms steps
+def test_silent_when_not_data_bound(dl):
+    assert CAUSE.detect(_x(dl, 100.0, 96.0)) == []
+    assert CAUSE.detect(_x(dl, 100.0, None)) == []
+
+
+def test_a_per_epoch_stall_in_the_log_is_the_more_specific_cause():
+    x = _x(78.0, 100.0, 20.0)
+    x.log = {"step_times_s": [0.45, 0.02, 0.02] * 4, "batches_per_epoch": 3, "warmup_steps_skipped": 3}
+    assert CAUSE.detect(x) == []
+    [f] = registry.detect("trace_analyst", x)
+    assert f.causes == ("dataloader-worker-respawn",)
 
 
 def test_the_series_mean_stands_in_for_a_missing_statistic():
@@ -62,3 +89,12 @@ def test_not_checked_names_what_t8_needs(rank, cpu, needs):
     lines = CAUSE.not_checked(x)
     assert lines == ([] if needs is None else [f"not checked: {data_split.T8}: needs " + " and ".join(needs)])
     assert registry.not_checked("trace_analyst", x) == lines  # the one trace cause with a need
+
+
+@pytest.mark.parametrize("case,cause,lever", [
+    ("io-wait-loader", "dataloader-io-wait", "num_workers_8"),
+    ("io-wait-8-workers", None, None),
+    ("dataloader-stall-8-workers", None, None),
+    ("gpu-transform", None, None)])
+def test_the_bundled_runs_and_their_controls(repo_root, tmp_path, case, cause, lever):
+    assert_bundled(repo_root, tmp_path, case, cause, lever)

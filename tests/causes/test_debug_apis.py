@@ -20,6 +20,7 @@ def test_anomaly_mode_is_found_and_confirmed(tmp_path):
     p = trace(tmp_path, {BW: 40, "aten::isnan": 40})
     [f] = CAUSE.detect(inputs_for(p))
     assert f.causes == ("anomaly-mode",) and f.claim.value is True
+    assert [lv.name for lv in f.levers] == ["anomaly_detection_off"]
     assert "40 aten::isnan checks for 40 backward nodes" in f.claim.statement
     assert not is_supported(f.claim)  # True is among no returned number...
     assert debug_apis.from_evidence([e.returned for e in f.claim.evidence]) is True  # ...but follows from them
@@ -34,7 +35,7 @@ def test_launch_blocking_in_the_environment(tmp_path):
     p = trace(tmp_path, {"aten::mm": 4})
     [f] = CAUSE.detect(inputs_for(p, env={"CUDA_LAUNCH_BLOCKING": "1", "OMP_NUM_THREADS": "7"}))
     assert f.causes == ("cuda-launch-blocking",) and "CUDA_LAUNCH_BLOCKING=1" in f.claim.statement
-    assert [lv.name for lv in f.levers] == ["disable_debug_apis"]
+    assert [lv.name for lv in f.levers] == ["launch_blocking_off"]
     rd = CAUSE.rederive(f.claim, reader_for(p))
     assert rd.value is True
     assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
@@ -50,3 +51,16 @@ def test_silent_below_the_threshold(tmp_path, isnan, env):
 def test_exactly_half_per_backward_node_fires(tmp_path):
     p = trace(tmp_path, {BW: 40, "aten::isnan": 20})
     assert [f.claim.value for f in CAUSE.detect(inputs_for(p))] == [True]
+
+
+def test_both_on_give_both_levers_in_cause_order(tmp_path):
+    # HIP naming (ROCm) of the launch-serializing variable, with anomaly mode on the same run
+    p = trace(tmp_path, {BW: 10, "aten::isnan": 10})
+    [f] = CAUSE.detect(inputs_for(p, env={"HIP_LAUNCH_BLOCKING": "1"}))
+    assert f.causes == ("anomaly-mode", "cuda-launch-blocking")
+    assert [lv.name for lv in f.levers] == ["anomaly_detection_off", "launch_blocking_off"]
+
+
+def test_levers_are_catalog_levers():
+    from bench.accuracy.cases import LEVERS
+    assert {s.name for s in CAUSE.levers} <= set(LEVERS)

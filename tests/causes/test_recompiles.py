@@ -23,11 +23,12 @@ def test_trace_and_log_counts_add_up(tmp_path):
     facts = logtext.log_facts(log, logtext.read_log(log), registry.log_patterns())
     assert facts["counts"]["recompile_lines"] == 3
     [f] = CAUSE.detect(inputs_for(p, log=facts))
-    assert f.claim.value == 2 + 1 + 1 + 3 and [lv.name for lv in f.levers] == ["torch_compile_dynamic"]
+    # the compile event counts (1); the regions 0/1, 0/2 name cached graphs, not compiles
+    assert f.claim.value == 1 + 3 and [lv.name for lv in f.levers] == ["compile_dynamic_shapes"]
     assert all(e.args["log"] == str(log) for e in f.claim.evidence)
     r = reader_for(p, log=reread_log(log, registry.log_patterns(verifier=True)))
     rd = CAUSE.rederive(f.claim, r)
-    assert rd.value == 7
+    assert rd.value == 4
     assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"
 
 
@@ -41,3 +42,19 @@ def test_log_lines_alone_fire(tmp_path):
     p = trace(tmp_path, {"aten::mm": 3})
     [f] = CAUSE.detect(inputs_for(p, log={"path": "train.log", "counts": {"recompile_lines": 2}}))
     assert f.claim.value == 2 and [e.tool for e in f.claim.evidence] == ["log.grep"]
+
+
+def test_graph_break_regions_are_not_recompiles(tmp_path):
+    # a graph break's resume function runs as region 1/1 several times a step (bundled graph-break:
+    # 0/0 x3, 1/0 x3, 1/1 x12 in 3 steps), nothing compiles: no recompilation claim
+    p = trace(tmp_path, {"Torch-Compiled Region: 0/0": 3, "Torch-Compiled Region: 1/0": 3,
+                         "Torch-Compiled Region: 1/1": 12, "CompiledFunction": 18})
+    assert CAUSE.detect(inputs_for(p, log={"counts": {"recompile_lines": 0}})) == []
+    assert reader_for(p).rank["raw_counts"]["compile"] == 0
+
+
+def test_inductor_compile_op_counts(tmp_path):
+    # the bundled recompile run's form: 'compile_fx_inner (dynamo_timed)' cpu ops inside the steps
+    p = trace(tmp_path, {"compile_fx_inner (dynamo_timed)": 2, "Torch-Compiled Region: 0/6": 1})
+    [f] = CAUSE.detect(inputs_for(p, log={"counts": {"recompile_lines": 0}}))
+    assert f.claim.value == 2 and CAUSE.rederive(f.claim, reader_for(p)).value == 2

@@ -20,7 +20,7 @@ def test_fires_with_the_math_call_count_and_its_lever(tmp_path):
     assert f.causes == ("sdpa-math-fallback",) and f.claim.id == "triage.t14.sdpa_math"
     assert f.claim.value == 12 and f.claim.metric == "sdpa_math_calls"
     assert "12 attention calls" in f.claim.statement and "3 ran a fused kernel" in f.claim.statement
-    assert [lv.name for lv in f.levers] == ["sdpa_efficient"]
+    assert [lv.name for lv in f.levers] == ["sdpa_fused_backend"]
     rd = CAUSE.rederive(f.claim, reader_for(p))
     assert rd.value == 12 and rd.method == sdpa_math.METHOD and rd.tolerance == Tolerance()
     assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"

@@ -16,6 +16,7 @@ The report itself is :mod:`ai4s_graph.tools.cluster.report_build` + ``templates/
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_bench
+from ...state.publish import publish
 from ..errors import InputError, ToolUnavailableError
 from ..perfmodel.datasheet import gpu_key
 from .report_build import build_report, collective_sweeps, has_nvlink, official_tflops  # noqa: F401  (re-exported)
@@ -129,10 +131,10 @@ def busbw_plot(rows: list[dict[str, Any]] | dict[str, list[dict[str, Any]]], pat
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    return p
+    return publish(p, buf.getbuffer())  # atomic; refuses a link
 
 
 def report_stamp(nodes: list[dict[str, Any]], date: str) -> str:
@@ -167,9 +169,9 @@ def write_report(nodes: list[dict[str, Any]], reports_dir: str | Path, *, date: 
     (rd / raw).mkdir(parents=True, exist_ok=True)
     if save_raw:
         for n in nodes:
-            (rd / raw / f"eval-{n['node']}.json").write_text(json.dumps(n, indent=1, default=str) + "\n")
+            publish(rd / raw / f"eval-{n['node']}.json", json.dumps(n, indent=1, default=str) + "\n", root=rd)
         if inter:
-            (rd / raw / "allreduce-inter.json").write_text(json.dumps(inter, indent=1) + "\n")
+            publish(rd / raw / "allreduce-inter.json", json.dumps(inter, indent=1) + "\n", root=rd)
     net0 = nodes[0].get("network") or {}
     intra = net0.get("intra") or {}
     colls = collective_sweeps(net0, nvlink=has_nvlink(nodes[0]["env"].get("topo")))
@@ -181,13 +183,12 @@ def write_report(nodes: list[dict[str, Any]], reports_dir: str | Path, *, date: 
     if inter and inter.get("rows"):
         busbw_plot(inter["rows"], rd / raw / "busbw-inter.png", f"inter-node all-reduce, {inter['ranks']} ranks")
     text = build_report(nodes, raw_dir=raw, access=access, inter=inter, extra_gaps=extra_gaps, nccl_env_source=nccl_env_source)
-    path = rd / (name or report_name(nodes, date))
-    path.write_text(text)
+    path = publish(rd / (name or report_name(nodes, date)), text)
     if save_raw:
         inputs = {"report": path.name, "nodes": [f"eval-{n['node']}.json" for n in nodes],
                   "inter": "allreduce-inter.json" if inter else None, "access": access, "extra_gaps": list(extra_gaps or []),
                   "nccl_env_source": nccl_env_source}
-        (rd / raw / REPORT_INPUTS).write_text(json.dumps(inputs, indent=1) + "\n")
+        publish(rd / raw / REPORT_INPUTS, json.dumps(inputs, indent=1) + "\n", root=rd)
     return path, check_report(text, filename=path.name)
 
 

@@ -48,6 +48,7 @@ from typing import Any, Iterable
 
 from . import gpu_bench, roce_gid
 from .probe_judge import Thresholds, judge  # noqa: F401  (Thresholds re-exported)
+from ...state.publish import publish, publish_many
 from ..errors import InputError
 from ..files import import_root
 from ..slurm.health import BAD_NODE_EXIT_CODE, PROBE_FILE, ProbeRow, format_rows
@@ -288,26 +289,18 @@ def write_results(out_dir: str | Path, parts: list[dict[str, Any]], rows: list[P
     ``node_health_probe.json`` (parts, rows, thresholds, bad nodes, ``not_checked``) into
     ``out_dir``; returns both paths."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt = out / PROBE_FILE
-    txt.write_text(format_rows(rows) + "".join(f"# {n}\n" for n in not_checked or []))
-    js = out / PROBE_JSON
-    js.write_text(json.dumps({"schema": "ai4s-probe/1", "written_utc": gpu_bench.now_utc(),
-                              "thresholds": asdict(th), "bad_nodes": bad_nodes(rows),
-                              "rows": [asdict(r) for r in rows], "not_checked": list(not_checked or []), "parts": parts},
-                             indent=1, default=str) + "\n")
+    txt, js = publish_many([(out / PROBE_FILE, format_rows(rows) + "".join(f"# {n}\n" for n in not_checked or [])),
+                            (out / PROBE_JSON, json.dumps(
+        {"schema": "ai4s-probe/1", "written_utc": gpu_bench.now_utc(), "thresholds": asdict(th),
+         "bad_nodes": bad_nodes(rows), "rows": [asdict(r) for r in rows], "not_checked": list(not_checked or []),
+         "parts": parts}, indent=1, default=str) + "\n")])  # atomic and together; refuses links
     return txt, js
 
 
 def write_part(out_dir: str | Path, part: dict[str, Any]) -> Path:
     """Write one node's part to ``<out_dir>/parts/<node>.json`` (atomic rename)."""
-    d = Path(out_dir) / PARTS_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    p = d / f"{part['node']}.json"
-    tmp = p.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(part, indent=1, default=str) + "\n")
-    tmp.replace(p)
-    return p
+    return publish(Path(out_dir) / PARTS_DIR / f"{part['node']}.json", json.dumps(part, indent=1, default=str) + "\n",
+                   root=out_dir)  # atomic; refuses links
 
 
 def read_parts(out_dir: str | Path) -> list[dict[str, Any]]:

@@ -48,6 +48,7 @@ from ...state.loop import (
     VarianceClass,
     check_value,
 )
+from ...state.publish import append, publish
 from ..errors import InputError
 
 JOURNAL = "journal.jsonl"
@@ -96,12 +97,10 @@ def load_catalog(path: str | os.PathLike[str]) -> Catalog:
 
 
 def dump_catalog(catalog: Catalog, path: str | os.PathLike[str]) -> Path:
-    """Write ``catalog`` as YAML (atomically: a temp file renamed over ``path``)."""
+    """Write ``catalog`` as YAML (atomically, refusing a link: :func:`ai4s_graph.state.publish.publish`)."""
     p = Path(path)
     data = catalog.model_dump(mode="json", exclude_none=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True))
-    tmp.replace(p)
+    publish(p, yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True))
     return p
 
 
@@ -388,10 +387,7 @@ def append_journal(loop_dir: str | os.PathLike[str], record: IterationRecord) ->
     for old in read_journal(loop_dir):
         if old.get("iteration") == record.iteration:
             return False
-    with p.open("a") as f:
-        f.write(record.model_dump_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append(p, record.model_dump_json() + "\n", sync=True)  # refuses a link
     return True
 
 
@@ -415,10 +411,8 @@ def read_journal(loop_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def record_submission(loop_dir: str | os.PathLike[str], key: str, job_id: str, **extra: Any) -> None:
     """Ledger of every sbatch, written right after it returns (before the graph checkpoints),
     so a loop killed in between finds its job instead of submitting it again."""
-    with (Path(loop_dir) / SUBMISSIONS).open("a") as f:
-        f.write(json.dumps({"key": key, "job_id": job_id, **extra}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append(Path(loop_dir) / SUBMISSIONS, json.dumps({"key": key, "job_id": job_id, **extra}) + "\n",
+           sync=True)  # refuses a link
 
 
 def find_submission(loop_dir: str | os.PathLike[str], key: str) -> str | None:
@@ -438,9 +432,7 @@ def find_submission(loop_dir: str | os.PathLike[str], key: str) -> str | None:
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write JSON atomically (temp file + rename)."""
+    """Write JSON atomically, refusing a link (:func:`ai4s_graph.state.publish.publish`)."""
     p = Path(path)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(p)
+    publish(p, json.dumps(data, indent=2, default=str) + "\n")
     return p

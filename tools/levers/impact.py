@@ -174,5 +174,8 @@ def annotate(recommendations: list[Any], trace: dict[str, Any] | None, roofline:
     for e in rank_levers([r.name for r in recommendations], trace, roofline, models=models):
         r = by[e.lever]
         why = f"{r.why}; {e.text()}"
-        out.append(r.model_copy(update={"why": why}) if hasattr(r, "model_copy") else r)
+        upd: dict[str, Any] = {"why": why}
+        if hasattr(r, "saving_ms_low"):  # the numbers too, for the report's headline (issue 27)
+            upd.update(saving_ms_low=e.saving_ms_low, saving_ms_high=e.saving_ms_high, step_ms=e.step_ms)
+        out.append(r.model_copy(update=upd) if hasattr(r, "model_copy") else r)
     return out

@@ -18,7 +18,8 @@ events in the Trace Event Format (Google, "Trace Event Format", 2016: ``ph``, ``
   TraceLens's matching), named after the rank waited for.
 
 The copy streams: one event in memory at a time (:func:`~ai4s_graph.tools.trace.stream.iter_events`),
-plus 16 bytes per GPU event for the busy intervals; the output is gzip-compressed and written
+plus 17 bytes per GPU event for the busy intervals and their class (the per-step breakdown,
+:mod:`.steps`, returned in ``step_breakdown``); the output is gzip-compressed and written
 atomically (:mod:`.writer`). Top-level keys before ``traceEvents`` (``distributedInfo``,
 ``deviceProperties``...) are written before it, those after it after it.
 """
@@ -39,6 +40,8 @@ from pydantic import BaseModel
 
 from ..trace.hygiene import STEP_NAME_RE
 from ..trace.stream import iter_events, merged_intervals, read_header
+from ..trace.scan import CLS_COMM, CLS_COMP, CLS_MEMCPY, COMM_RE, ROCM_LEGACY_MEMCPY_RE
+from .steps import step_breakdown
 from .writer import open_atomic
 
 #: Top-level keys kineto writes before ``traceEvents`` (torch/profiler, libkineto ChromeTraceLogger).
@@ -65,6 +68,7 @@ class AnnotatedTrace(BaseModel):
 
     path: str
     events_copied: int
+    step_breakdown: list[dict[str, Any]] = []
     steps: int
     idle_gaps: int
     idle_us: float
@@ -130,6 +134,15 @@ def _dataloader_label(loader: list[tuple[float, float]]) -> GapLabel:
     return label
 
 
+def _gpu_class(cat: str, name: str) -> int:
+    """TraceLens's gpu_timeline class of one GPU event (as :func:`~ai4s_graph.tools.trace.stream.
+    tracelens_classes`): memcpy events and ROCm legacy copy kernels -> memcpy; a name with
+    nccl/rccl -> communication; else computation."""
+    if cat == "gpu_memcpy" or (cat == "kernel" and ROCM_LEGACY_MEMCPY_RE.match(name)):
+        return CLS_MEMCPY
+    return CLS_COMM if COMM_RE.search(name) else CLS_COMP
+
+
 def _int_pid(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -148,9 +161,20 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
     Returns an :class:`AnnotatedTrace`. Raises InputError (one line) for a missing, empty, truncated
     or malformed trace; ``OSError`` when ``out`` cannot be written (an earlier file there is kept)."""
     src = Path(trace)
-    head = read_header(src, HEADER_KEYS)
+    if not src.is_file():
+        head = read_header(src, HEADER_KEYS)  # raises the one-line InputError for a missing file
+    with open(src, "rb") as fh:  # one open for the header and the events (a run opens each trace at most twice)
+        head = read_header(src, HEADER_KEYS, raw=fh)
+        fh.seek(0)
+        return _write(src, fh, head, out, rank, waits, gap_label, idle, min_gap_us)
+
+
+def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str], rank: int | None,
+           waits: Iterable[dict[str, Any]], gap_label: GapLabel | None,
+           idle: tuple[np.ndarray, np.ndarray] | None, min_gap_us: float) -> AnnotatedTrace:
+    """:func:`write_annotated_trace`'s copy, from the open source file ``fh``."""
     trailer: dict[str, Any] = {}
-    g_ts, g_end = array("d"), array("d")
+    g_ts, g_end, g_cls = array("d"), array("d"), array("b")
     steps: list[tuple[int, float, float]] = []
     loader: list[tuple[float, float]] = []
     pids: set[int] = set()
@@ -161,7 +185,7 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
         for k, v in head.items():
             gz.write(orjson.dumps(k) + b":" + orjson.dumps(v) + b",")
         gz.write(b'"traceEvents":[')
-        for ev in iter_events(src, trailer=trailer):
+        for ev in iter_events(src, trailer=trailer, raw=fh):
             gz.write((b"," if n else b"") + orjson.dumps(ev, option=orjson.OPT_SERIALIZE_NUMPY))
             n += 1
             p = _int_pid(ev.get("pid"))
@@ -171,10 +195,9 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
             if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
                 continue
             if cat in GPU_CATS:
-                if idle is not None:
-                    continue
                 g_ts.append(float(ts))
                 g_end.append(float(ts) + float(dur))
+                g_cls.append(_gpu_class(cat, ev.get("name") or ""))
                 continue
             name = ev.get("name") or ""
             if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):
@@ -202,7 +225,9 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
             if k not in head and k != "traceEvents":
                 gz.write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
         gz.write(b"}")
-    return AnnotatedTrace(path=str(out), events_copied=n, steps=counts["steps"], idle_gaps=counts["GPU idle"],
+    gts, gend = np.frombuffer(g_ts, dtype=np.float64), np.frombuffer(g_end, dtype=np.float64)
+    per_step = step_breakdown(gts, gend, np.frombuffer(g_cls, dtype=np.int8), steps) if steps else []
+    return AnnotatedTrace(path=str(out), events_copied=n, step_breakdown=per_step, steps=counts["steps"], idle_gaps=counts["GPU idle"],
                           idle_us=idle_us, collective_waits=counts["collective waits"], pid=pid)
 
 

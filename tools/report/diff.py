@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +47,12 @@ from typing import Any
 
 from ...state.fom import FOM_DEFINITIONS, steady_epochs, verdict_fom, warmup_reason
 from ...state.loop import FomSpec
+from ...state.publish import ensure_dir, publish_many
+from ...state.status import one_line_all
 from ..errors import Ai4sError, InputError
+from ..jsonguard import load_file
 from ..levers.catalog import improvement_pct
 from ..levers.guards import integrity_guard, memory_from_telemetry
-from .writer import write_text
 
 #: sigma of a normal distribution = MAD x this (1 / Phi^-1(3/4); Rousseeuw & Croux 1993).
 MAD_TO_SIGMA = 1.4826
@@ -80,10 +83,7 @@ class Side:
 
 
 def _read(p: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{p}: cannot read ({str(e).splitlines()[0]})") from None
+    d = load_file(p)  # size, depth and string bounds first (tools/jsonguard.py); InputError otherwise
     if not isinstance(d, dict):
         raise InputError(f"{p}: expected a JSON object")
     return d
@@ -352,17 +352,27 @@ def _f(v: Any, nd: int = 4) -> str:
 def render_md(d: dict[str, Any]) -> str:
     """``diff.md`` from the jinja2 template ``templates/diff.md.j2``: verdict first, then the FOM,
     the other figures of merit, contradictions, comparability, bottleneck, moved claims, the
-    timeline, top kernels, collectives and telemetry tables. Raises ``jinja2.TemplateError`` for a
-    broken template."""
+    timeline, top kernels, collectives and telemetry tables. Every string from the two reports is
+    made one line first (:func:`ai4s_graph.state.status.one_line`: control characters escaped).
+    Raises ``jinja2.TemplateError`` for a broken template."""
     from .templating import render
 
-    return render("diff.md.j2", d=d, f=_f)
+    return render("diff.md.j2", d=one_line_all(d), f=_f)
 
 
-def write_diff(d: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """Write ``diff.md`` and ``diff.json`` into ``out`` (atomically, :mod:`.writer`); returns their
-    paths."""
+def default_out(b: Side, a: Side) -> Path:
+    """``<B>/diff-<A's job id>``, the id cut to the characters of a file name (a report's
+    ``jobid`` is the user's data: ``../..`` must not lead outside B)."""
+    return b.path / ("diff-" + (re.sub(r"[^A-Za-z0-9._-]", "_", a.jobid).lstrip(".") or "run"))
+
+
+def write_diff(d: dict[str, Any], out: str | Path, root: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``diff.md`` and ``diff.json`` into ``out`` together and atomically, refusing links
+    (:func:`ai4s_graph.state.publish.publish_many`; ``root``: the folder ``out`` lies under, whose
+    sub-folders are checked too). Returns their paths. Raises
+    :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError``."""
     o = Path(out)
-    write_text(o / "diff.json", json.dumps(d, indent=1, default=str) + "\n")
-    write_text(o / "diff.md", render_md(d))
+    ensure_dir(o, root if root is not None else o)
+    publish_many([(o / "diff.json", json.dumps(d, indent=1, default=str) + "\n"), (o / "diff.md", render_md(d))],
+                 root=root if root is not None else o)
     return o / "diff.md", o / "diff.json"

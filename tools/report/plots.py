@@ -4,23 +4,25 @@ iteration.
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot global state, no
 display needed), so they are safe to call from worker threads of the graph. Every function
 returns the path it wrote and raises :class:`InputError` (one line) for empty or malformed input;
-the PNG is written to a temporary file beside ``path`` and renamed, so a failed call never leaves
-a half-written file behind.
+the PNG is rendered in memory and published atomically (:mod:`ai4s_graph.state.publish`), so a
+failed call never leaves a half-written file behind, and a link at ``path`` is refused.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..files import publish
+from ...state.publish import publish
 from ..errors import InputError
 
 #: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
@@ -34,18 +36,35 @@ BREAKDOWN_CATEGORIES = (
 DPI = 110
 
 
-def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
-    os.close(fd)
+_STAGED: ContextVar[list[tuple[Path, bytes]] | None] = ContextVar("ai4s_staged_plots", default=None)
+
+
+@contextmanager
+def staged() -> Iterator[list[tuple[Path, bytes]]]:
+    """Within this block the plot functions render into the yielded list of ``(path, PNG bytes)``
+    instead of writing, so the caller publishes them with the report in one
+    :func:`~ai4s_graph.state.publish.publish_many` (a failed report write then leaves the old
+    plots too)."""
+    files: list[tuple[Path, bytes]] = []
+    token = _STAGED.set(files)
     try:
-        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-        publish(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        yield files
+    finally:
+        _STAGED.reset(token)
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Render ``fig`` as PNG in memory and publish it at ``path`` atomically, refusing a link
+    there (:func:`ai4s_graph.state.publish.publish`), or stage it (:func:`staged`). Returns the path."""
+    out = Path(path)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    batch = _STAGED.get()
+    if batch is not None:
+        batch.append((out, buf.getvalue()))
+    else:
+        publish(out, buf.getbuffer())
     return out
 
 
@@ -150,6 +169,48 @@ def plot_gpu_breakdown(
     return _save(fig, path)
 
 
+STEP_PARTS = (("computation_ms", "computation", "#4C72B0"), ("exposed_comm_ms", "exposed comm", "#DD8452"),
+              ("exposed_memcpy_ms", "exposed memcpy", "#8172B3"), ("idle_ms", "idle (host, waits)", "#C8C8C8"))
+"""Per-step parts in stacking order (:func:`ai4s_graph.tools.report.steps.step_breakdown`)."""
+
+
+def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike[str], *,
+                        marked: str | None = None, title: str = "Step time breakdown") -> Path:
+    """Stacked bars per step (ms) of computation / exposed communication / exposed memcpy / idle,
+    one panel per rank (the PyTorch profiler TensorBoard step-time view in TraceLens's categories).
+    ``per_rank``: ``{rank label: [{"step", "computation_ms", "exposed_comm_ms",
+    "exposed_memcpy_ms", "idle_ms"}]}``; ``marked``: the rank to mark (the straggler), its panel
+    titled so. Returns ``path``. Raises :class:`InputError` for no rank or no step, or a
+    non-numeric or negative part."""
+    ranks = [(str(k), list(v)) for k, v in per_rank.items() if v]
+    if not ranks:
+        raise InputError("step breakdown: no rank with steps to plot")
+    fig = Figure(figsize=(max(6.0, 0.5 * max(len(r) for _, r in ranks) + 3.5), 2.8 * len(ranks) + 0.6))
+    for j, (label, rows) in enumerate(ranks):
+        ax = fig.add_subplot(len(ranks), 1, j + 1)
+        xs = list(range(len(rows)))
+        bottoms = [0.0] * len(rows)
+        for key, name, color in STEP_PARTS:
+            h = []
+            for r in rows:
+                v = _num(r.get(key), f"rank {label} step {r.get('step')}: {key}")
+                if v < 0:
+                    raise InputError(f"rank {label} step {r.get('step')}: {key} is negative: {v}")
+                h.append(v)
+            ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7, edgecolor="white")
+            bottoms = [b + x for b, x in zip(bottoms, h)]
+        ax.set_xticks(xs, [str(r.get("step")) for r in rows], fontsize=8)
+        ax.set_ylabel("ms")
+        lab = f"rank {label}" if label.isdigit() else label
+        ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
+                            else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
+        if j == 0:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.axes[-1].set_xlabel("ProfilerStep")
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
 def _unix_s(t: float) -> float:
     """Unix seconds; millisecond timestamps (VictoriaMetrics export, > 1e11) are converted."""
     return t / 1000.0 if t > 1e11 else t
@@ -162,8 +223,10 @@ def plot_telemetry(
     path: str | os.PathLike[str],
     *,
     title: str | None = None,
+    profiled: tuple[float, float] | None = None,
 ) -> Path:
-    """One panel per metric over the job window, time in seconds since the job start.
+    """One panel per metric over the job window, time in seconds since the job start;
+    ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel.
 
     ``series``: ``{metric: [(t_unix, value), ...]}`` (t in unix seconds; values above 1e11 are
     taken as milliseconds, the VictoriaMetrics export's unit). ``units``: ``{metric: unit}``
@@ -211,8 +274,11 @@ def plot_telemetry(
         ax.set_ylabel(f"{unit}" if unit else "value", fontsize=8)
         ax.set_title(metric, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
+        if profiled is not None:
+            ax.axvspan(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, color="#F2C14E", alpha=0.35,
+                       lw=0, label="profiled steps")
         ax.set_xlim(0, end - start)
-    axes[-1].set_xlabel("time since job start (s)")
+    axes[-1].set_xlabel("time since job start (s)" + ("; shaded: the profiled steps" if profiled else ""))
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from ...state.publish import append
+
 from ..errors import InputError
 
 BAD_NODE_EXIT_CODE = 42
@@ -122,10 +124,7 @@ def append_known_bad(path: str | Path, nodes: Iterable[str], *, jobid: str | Non
     known = read_known_bad(p)
     new = [n for n in nodes if n and n not in known]
     if new:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("a") as f:
-            for n in new:
-                f.write(n + (f"\t# job {jobid}" if jobid else "") + "\n")
+        append(p, "".join(n + (f"\t# job {jobid}" if jobid else "") + "\n" for n in new))  # refuses a link
     return known + new
 
 

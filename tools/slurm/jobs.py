@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...state import Artifacts, Manifest
+from ..trace.ranks import is_trace_name
 from . import failures, health
 from .client import SacctRecord
 
@@ -178,11 +179,13 @@ def plan_retry(end: JobEnd, known_bad_path: Path, exclude: list[str], retries_do
 
 def discover_artifacts(run_dir: Path) -> Artifacts:
     """The artifact paths present in a perf-run directory (relative to it): ``train.log``,
-    ``traces/*.json[.gz]`` sorted, ``telemetry/*.jsonl``, ``node_health_probe.txt``."""
+    ``traces/*.json[.gz]`` sorted (trace-like names only, :func:`is_trace_name`),
+    ``telemetry/*.jsonl``, ``node_health_probe.txt``."""
     run_dir = Path(run_dir)
     traces = sorted(
         str(p.relative_to(run_dir))
         for p in list(run_dir.glob("traces/*.json")) + list(run_dir.glob("traces/*.json.gz"))
+        if p.is_file() and is_trace_name(p.name)
     )
     telemetry = sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("telemetry/*.jsonl"))
     return Artifacts(

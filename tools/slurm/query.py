@@ -221,3 +221,15 @@ def poll(step: Callable[[], T | None], timeout_s: float, interval: float | Calla
     retrying = Retrying(retry=retry_if_result(lambda v: v is None), wait=wait,
                         stop=lambda _rs: time.monotonic() >= deadline, retry_error_callback=lambda _rs: None)
     return retrying(step)
+
+
+_JOB_STATE = re.compile(r"\bJobState=([A-Z_]+)")
+
+
+def scontrol_state(text: str | None) -> str | None:
+    """The ``JobState=`` of ``scontrol show job`` output (``"PENDING"``, ``"RUNNING"``...), or None
+    when the text holds none. slurmctld answers scontrol from its own memory, while sacct's row
+    comes through slurmdbd asynchronously (seconds later on a loaded machine), so this is the job's
+    state when sacct has no row yet."""
+    m = _JOB_STATE.search(text or "")
+    return m.group(1) if m else None

@@ -207,6 +207,8 @@ def _parse_export_lines(lines: Iterable[bytes | str], origin: str, report: Expor
             got = _line_series(_decode(line))
         except ValueError:
             got = "not JSON"
+        except RecursionError:  # the stdlib fallback on a line nested too deep
+            got = "nested too deep to be a series"
         if isinstance(got, str):
             rep.dropped_lines.append((i, got))
             continue

@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
+from ...state.publish import publish
 from ..errors import InputError
 from .rawfile import raw_of
 
@@ -96,14 +96,7 @@ class TraceCache:
         """Store ``value`` (JSON-able) atomically; returns the entry's path."""
         p = self.entry_path(kind, digest, version, params)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(value, fh, separators=(",", ":"), allow_nan=True)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        publish(p, json.dumps(value, separators=(",", ":"), allow_nan=True))  # atomic; refuses a link
         return p
 
     def get_or_compute(self, kind: str, path: str | os.PathLike, version: str,

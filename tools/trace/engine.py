@@ -33,7 +33,8 @@ import numpy as np
 
 from .categories import LAUNCH_KERNEL_NAMES, categorize_op
 from .engine_window import launch_index, rank_timeline, step_unrecorded  # noqa: F401 (launch_index re-exported)
-from .hygiene import window_flags
+from .guard import named_malformed_events
+from .hygiene import gpu_activity_problem, window_flags
 from .tables import kernel_tables
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TimelineRow, TraceAnalysis
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
@@ -330,6 +331,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
         gpu_ids=gpu_ids(scan), sources={"all": "stream (the engine: one bounded-memory pass, TraceLens definitions)"},
         warnings=warnings, window=window, per_step=steps, graph_launches=gl, per_device=per_device,
         clipped_excess_us=float(sum(x[2] for x in scan.overlaps)),
+        insufficient_gpu_activity=gpu_activity_problem(ks["kernel_count"], tl_us["busy_time"]),
     )
 
 
@@ -344,17 +346,20 @@ def analyze(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US
             progress: Callable[[int, int], None] | None = None) -> TraceAnalysis:
     """Scan a trace once and return every per-rank figure (:func:`analyze_scan`).
 
-    Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError and
-    NoGpuEventsError (see :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
-    return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
+    Raises InputError (missing / empty / truncated / malformed, a malformed event named:
+    :mod:`.guard`), GraphKernelsNotRecordedError and NoGpuEventsError (see
+    :func:`~ai4s_graph.tools.trace.stream.scan_trace`)."""
+    with named_malformed_events(path):
+        return analyze_scan(scan_trace(path, progress), short_kernel_us=short_kernel_us)
 
 
 def analyze_with_tables(path: str | os.PathLike, *, short_kernel_us: float = SHORT_KERNEL_US,
                         progress: Callable[[int, int], None] | None = None) -> tuple[TraceAnalysis, dict[str, list]]:
     """:func:`analyze` plus the kernel_summary / short_kernels_summary rows of
     :func:`~ai4s_graph.tools.trace.tables.kernel_tables`, from the same single pass."""
-    scan = scan_trace(path, progress)
-    keep: dict[str, Any] = {}
-    analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
-    return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
+    with named_malformed_events(path):
+        scan = scan_trace(path, progress)
+        keep: dict[str, Any] = {}
+        analysis = analyze_scan(scan, short_kernel_us=short_kernel_us, keep=keep)
+        return analysis, kernel_tables(scan, keep, keep["timeline_us"]["total_time"], short_kernel_us)
 

@@ -86,13 +86,17 @@ def window_flags(step_gpu_events: dict[int, int]) -> dict:
 
 def input_notes(*, renamed: list[tuple[str, str, int]] = (), joined: tuple[int, int, int] = (0, 0, 0),
                 lone_ends: tuple[int, int] = (0, 0), never_ended: tuple[int, int] = (0, 0), instants: int = 0,
-                bad_durations: int = 0, bad_numbers: int = 0, zero_inside: int = 0) -> list[str]:
+                bad_durations: int = 0, bad_numbers: int = 0, zero_inside: int = 0,
+                ill_typed: int = 0, args_not_object: int = 0) -> list[str]:
     """The lines that say what a reader did about a trace's input, from the counts each reader
     takes with its own code: ``renamed`` ``(category as written, kineto's name, events)``;
     ``joined`` ``(B/E pairs, async b/e pairs, of them GPU events)``; ``lone_ends`` / ``never_ended``
     ``(events, of them GPU events)``; ``instants`` on GPU rows; GPU events dropped for a negative
     or non-finite dur (``bad_durations``) or for no numeric ts / dur (``bad_numbers``); zero-length
-    GPU events inside another event on their stream (``zero_inside``: they clip nothing)."""
+    GPU events inside another event on their stream (``zero_inside``: they clip nothing); events of a
+    shape kineto never writes, left out (``ill_typed``: not a JSON object, or an unhashable category
+    such as a list), and GPU events whose ``args`` is not an object, kept without their stream and
+    device (``args_not_object``)."""
     out = []
     if renamed:
         out.append("categories normalised to kineto's names: " + ", ".join(f"'{r}' -> {c} ({k} events)"
@@ -114,7 +118,37 @@ def input_notes(*, renamed: list[tuple[str, str, int]] = (), joined: tuple[int, 
                    "the figures leave them out")
     if bad_numbers:
         out.append(f"{bad_numbers} GPU event(s) without a numeric, finite ts or dur dropped: the figures leave them out")
+    if ill_typed:
+        out.append(f"{ill_typed} event(s) of a shape the PyTorch profiler never writes (not a JSON object, or a "
+                   "category that is not a string) left out")
+    if args_not_object:
+        out.append(f"{args_not_object} GPU event(s) whose args is not a JSON object: kept without their stream "
+                   "and device")
     if zero_inside:
         out.append(f"{zero_inside} zero-length GPU event(s) (dur 0) lie inside another event on their stream: "
                    "a point in time, they clip nothing (pytorch/kineto#136)")
     return out
+#: Fewest GPU kernels a GPU timeline share can be measured over: with one, the window (first start
+#: to last end) IS that kernel, so it reads 100% busy by construction.
+MIN_GPU_KERNELS = 2
+#: Least GPU busy time (µs) a bottleneck class may be read from: ten kernel launches' worth at the
+#: H200's measured launch latency (6.1 µs, reports/eval-h200-2026-11-29.md; 3.5-3.8 µs on MI355X,
+#: seed 000 lesson 18). Below it the whole profile holds less GPU work than the host spends launching
+#: a handful of kernels, so neither the busy nor the idle share says where a step's time goes. The
+#: smallest real profile at hand holds 309 µs (TraceLens's H100 BERT-small trace, 60 kernels).
+MIN_GPU_BUSY_US = 10 * 6.1
+
+
+def gpu_activity_problem(kernel_count: int, busy_us: float) -> str | None:
+    """Why a trace holds too little GPU work for a bottleneck class (one line), or None when it holds
+    enough: every GPU event of zero duration, fewer than :data:`MIN_GPU_KERNELS` kernels, or less than
+    :data:`MIN_GPU_BUSY_US` of GPU busy time. Both readers apply it to their own figures."""
+    if not (busy_us > 0.0):
+        return "every GPU event of the trace lasts 0 µs: no GPU time to classify"
+    if kernel_count < MIN_GPU_KERNELS:
+        return (f"{kernel_count} GPU kernel(s) in the trace: a share of the GPU window needs at least "
+                f"{MIN_GPU_KERNELS} (with one, the window is that kernel)")
+    if busy_us < MIN_GPU_BUSY_US:
+        return (f"GPU busy {busy_us:.3g} µs in the whole trace, under the {MIN_GPU_BUSY_US:.0f} µs minimum (10 kernel "
+                "launch latencies): too little GPU work for a class")
+    return None

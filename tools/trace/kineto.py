@@ -45,9 +45,10 @@ from pathlib import Path
 import orjson
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import check_bytes
 from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
                          categorize_op)
-from .hygiene import window_flags
+from .hygiene import gpu_activity_problem, window_flags
 from .models import TimelineRow  # noqa: F401 (re-exported)
 from .intervals import merge_intervals, subtract_intervals, total_length  # noqa: F401 (re-exported)
 from .kineto_reader import (  # noqa: F401 (re-exported: the reader and its constants)
@@ -86,6 +87,7 @@ def read_trace_json(path: str | Path) -> dict:
         raise InputError(f"{p.name}: truncated or corrupt gzip ({type(e).__name__}: {e})") from e
     if not raw.strip():
         raise InputError(f"{p.name}: trace file is empty")
+    check_bytes(raw, p.name)  # depth, string and event bounds before the parser sees it
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -488,4 +490,6 @@ def figures_of(tr: KinetoTrace) -> dict:
     }
     if out.get("n_steps"):
         out["kernels_per_step"] = out["kernel_count"] / out["n_steps"]
+    out["insufficient_gpu_activity"] = gpu_activity_problem(out["kernel_count"],
+                                                            float(out["timeline"]["busy_time"]["time_ms"]) * 1e3)
     return out

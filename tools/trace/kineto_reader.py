@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import GuardedReader
+from .guard import named_malformed_events
 from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,  # noqa: F401 (re-exported)
                          canonical_category, no_gpu_events_message)
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
@@ -131,7 +133,7 @@ def _stream_events(p: Path):
                 magic = raw.read(2)
                 raw.seek(0)
                 fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
-                for ev in ijson.items(fh, "traceEvents.item", use_float=True):
+                for ev in ijson.items(GuardedReader(fh, p.name), "traceEvents.item", use_float=True):
                     n += 1
                     yield ev
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
@@ -234,6 +236,7 @@ class KinetoLoader:
         self.pairs = Pairs(GPU_CATS)  # Trace Event Format duration pairs (kineto_pairs)
         self.instants = 0  # instant events on GPU rows (left out)
         self.bad_numbers = 0  # GPU events without a numeric, finite ts or dur (dropped)
+        self.ill_typed = 0  # events that are not objects, or of an unhashable category (left out)
 
     def _nid(self, name: str) -> int:
         i = self._name_ix.get(name)
@@ -299,6 +302,7 @@ class KinetoLoader:
     def _feed(self, ev) -> None:
         self.n += 1
         if type(ev) is not dict:
+            self.ill_typed += 1
             return
         raw = ev.get("cat")
         try:
@@ -309,6 +313,7 @@ class KinetoLoader:
             self._cats[raw] = (cat, flag)
         except TypeError:  # an unhashable category is no category
             cat, flag = None, 0
+            self.ill_typed += 1
         if flag:
             if flag & 1:
                 self.renamed[(raw, cat)] = self.renamed.get((raw, cat), 0) + 1
@@ -421,7 +426,8 @@ class KinetoLoader:
         """What this reader did about the input (categories normalised, pairs joined or unmatched,
         instants and events without numbers left out), one line each (:func:`.hygiene.input_notes`)."""
         return input_notes(renamed=[(r, c, k) for (r, c), k in self.renamed.items()], instants=self.instants,
-                           bad_durations=self.bad_durations, bad_numbers=self.bad_numbers, **self.pairs.counts())
+                           bad_durations=self.bad_durations, bad_numbers=self.bad_numbers, ill_typed=self.ill_typed,
+                           **self.pairs.counts())
 
     def finish(self, rank: int | None = None, *, include_unlinked: bool = False) -> KinetoTrace:
         """Link, clip and attribute what was fed; see :func:`load_events` (same errors)."""
@@ -528,12 +534,13 @@ def load_events(path: str | Path, *, include_unlinked: bool = False) -> KinetoTr
     Raises :class:`InputError` for unreadable input and :class:`NoGpuEventsError` when the
     trace holds no kernel/memcpy/memset event (a CPU-only run)."""
     p = Path(path)
-    rank, events = _stream_events(p)
-    loader = KinetoLoader(p)
-    feed = loader.feed
-    for ev in events:
-        feed(ev)
-    return loader.finish(rank, include_unlinked=include_unlinked)
+    with named_malformed_events(p):  # a malformed event: one line naming it (tools/trace/guard.py)
+        rank, events = _stream_events(p)
+        loader = KinetoLoader(p)
+        feed = loader.feed
+        for ev in events:
+            feed(ev)
+        return loader.finish(rank, include_unlinked=include_unlinked)
 
 
 def _clip_streams(gpu: list[GpuEvent]) -> tuple[list[tuple], int]:

@@ -88,6 +88,8 @@ class TraceAnalysis(BaseModel):
     per_device: list[dict[str, Any]] = Field(default_factory=list,
                                              description="one file holding several GPUs: each device's gpu_timeline "
                                                          "rows (µs) over the common window, busy_pct, idle_pct")
+    insufficient_gpu_activity: str | None = Field(None, description="why the trace holds too little GPU work for a "
+                                                  "bottleneck class (hygiene.gpu_activity_problem), or None")
     cross_checks: list[dict[str, Any]] = Field(default_factory=list,
                                                description="optional TraceLens / CSV / HTA comparisons, or why not")
 

@@ -14,9 +14,12 @@ and feeds, besides the engine:
 - the causes' raw-text counter (:class:`RawCounter`: regular expressions over the document's
   bytes, no JSON parse), the verifier's independent count of the same event names.
 
-The step accountant (:class:`~.host_timeline.StepAccountant`) is not fed here yet: on the bundled
-91003 rank-0 trace it adds 17 % to this pass (0.13 s of 0.77 s CPU), above the ~15 % budget; it
-runs on its own read (``trace steps``).
+- the step accountant (:class:`~.host_timeline.StepAccountant`, issue 34): the time budget of
+  every profiled step (GPU split, what the host did in the GPU-idle time, critical path,
+  structure, lead) for the analyst and the report;
+- the verifier's host sampler (:func:`~.host_sampling.sample_steps` over the verifier's reader
+  and its :class:`~.host_sampling.Annotations`): the same budget by a different method (sampling
+  the host state on a grid of cells), for the re-derivation of the accounting's claims.
 
 The tools count and tabulate; the rules (``graph/rules/``) decide what the numbers mean.
 """
@@ -26,13 +29,16 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from . import crossrank_check, kineto, rank_analysis, stream
+from . import crossrank_check, host_sampling, host_timeline, kineto, rank_analysis, stream
 from ..errors import Ai4sError
 from ..perfmodel.roofline import RooflineCollector
 
 #: Overlap kept between two byte chunks of the raw counter: longer than any ``"name": "..."`` prefix
 #: a pattern can span (event names of kernels with long template arguments stay under ~4 KiB).
 RAW_OVERLAP = 1 << 16
+
+#: GPU event categories whose durations the name counter sums by name (kernels, memory copies).
+TIMED_CATS = ("kernel", "gpu_memcpy")
 
 
 class NameCounter:
@@ -41,6 +47,12 @@ class NameCounter:
 
     def __init__(self, wanted: Callable[[str], bool]) -> None:
         self.counts: dict[str, int] = {}
+        self.dur_us: dict[str, float] = {}
+        """Name -> summed ``dur`` (µs) of the counted complete events (python functions, ops)."""
+        self.kernel_us: dict[str, float] = {}
+        """Summed ``dur`` (µs) of the counted names' GPU events (:data:`TIMED_CATS`: kernels and
+        memory copies), the causes' GPU time by name (a share of the step needs the time, not only
+        the count)."""
         self._wanted = wanted
         self._checked: dict[str, bool] = {}
 
@@ -54,6 +66,22 @@ class NameCounter:
             hit = self._checked[n] = bool(self._wanted(n))
         if hit:
             self.counts[n] = self.counts.get(n, 0) + 1
+            d = ev.get("dur")
+            if type(d) in (int, float) and d > 0:
+                self.dur_us[n] = self.dur_us.get(n, 0.0) + d
+                if ev.get("cat") in TIMED_CATS:
+                    self.kernel_us[n] = self.kernel_us.get(n, 0.0) + float(d)
+
+
+def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, float]:
+    """Kernel (or copy) name -> summed duration (µs) of the verifier reader's GPU events of
+    :data:`TIMED_CATS` (of a loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
+    verifier's path to the kernel time the analyst's :attr:`NameCounter.kernel_us` sums."""
+    out: dict[str, float] = {}
+    for g in tr.gpu:
+        if g.cat in TIMED_CATS and wanted(g.name):
+            out[g.name] = out.get(g.name, 0.0) + float(g.dur)
+    return out
 
 
 class RawCounter:
@@ -105,27 +133,43 @@ def _totals(roof: RooflineCollector, link: str) -> dict[str, Any] | None:
 
 def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
               raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = ()) -> dict[str, Any]:
-    """One rank trace read once (see the module docstring). Returns ``{"record", "names",
+    """One rank trace read once (see the module docstring). Returns ``{"record", "names", "kernel_us",
     "roofline_totals", "roofline_correlation", "raw_counts", "reader" | "reader_error"}``: the
     engine's record (:func:`~.rank_analysis.analyze_rank`, with the optional ``cross_check``
     tools), the event-name counts, the roofline totals by External id and by correlation id (None
     when unreadable), the raw-text counts of ``raw_patterns``, and the verifier reader's tables
     (``timeline``, ``launch``, ``ops_by_category``, ``kernel_count``, ``short_kernels``, step
-    figures, ``method``, ``comm``) or, when that reader failed, why (one line).
+    figures, ``method``, ``comm``) or, when that reader failed, why (one line); ``name_dur_us``: the
+    summed duration (µs) of the counted events by name; ``step_accounting``: the step accountant's
+    :class:`~ai4s_graph.state.steps.StepBreakdown` as a dict (or ``step_accounting_error``: why not);
+    ``steps_sampled``: the verifier's sampled steps (:class:`~.host_sampling.SampledStep` dicts;
+    absent when its reader failed).
 
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
     loader, names, roof, raw = kineto.KinetoLoader(path), NameCounter(wanted), RooflineCollector(), \
         RawCounter(raw_patterns)
+    acc, notes = host_timeline.StepAccountant(path), host_sampling.Annotations()
     rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                     also=(loader.feed, names.feed, roof.feed), taps=(raw.feed,))
+                                     also=(loader.feed, names.feed, roof.feed, acc.feed, notes.feed), taps=(raw.feed,))
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    out: dict[str, Any] = {"record": rec, "names": names.counts, "roofline_totals": _totals(roof, "external_id"),
+    out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
+                           "roofline_totals": _totals(roof, "external_id"),
                            "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
+    try:
+        out["step_accounting"] = acc.finish().model_dump(mode="json")
+    except Exception as e:  # noqa: BLE001 - the accounting is one more figure: its failure drops it only
+        out["step_accounting_error"] = str(e) if isinstance(e, Ai4sError) else f"{type(e).__name__}: {e}"[:200]
+    del acc
     try:
         tr = loader.finish(rank)
         stream.trim_heap()  # the reader's linking temporaries are gone
         reader = kineto.figures_of(tr)
         reader["comm"] = crossrank_check.comm_table(tr)
+        try:
+            out["steps_sampled"] = [s.model_dump() for s in host_sampling.sample_steps(tr, loader, notes)]
+        except Ai4sError:
+            pass  # no ProfilerStep window: the accounting's claims are then inconclusive
+        reader["kernel_us"] = kernel_time_by_name(tr, wanted)
         del tr
         out["reader"] = reader
         stream.trim_heap()

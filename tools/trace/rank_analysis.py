@@ -23,6 +23,7 @@ from .backends import CROSS_CHECK_MAX_BYTES, CROSS_CHECK_TOOLS
 from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
 from .engine_window import rank_timeline
+from .guard import named_malformed_events
 from .tables import kernel_tables
 from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
@@ -206,12 +207,13 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
 
     def compute() -> dict[str, Any]:
         args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
-        scan = ts_mod.scan_trace(p, progress, (*also, args.feed), taps=taps, raw=raw)
-        rec = rank_record(scan, rank)
-        keep: dict[str, Any] = {}
-        analysis = engine.analyze_scan(scan, keep=keep)
-        rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
-        rec["tracelens_sheets"] = build_sheets(scan, keep, args)  # written as CSVs, then dropped (big)
+        with named_malformed_events(p):  # a malformed event (the engine's or a consumer's failure): one line
+            scan = ts_mod.scan_trace(p, progress, (*also, args.feed), taps=taps, raw=raw)
+            rec = rank_record(scan, rank)
+            keep: dict[str, Any] = {}
+            analysis = engine.analyze_scan(scan, keep=keep)
+            rec["tables"] = kernel_tables(scan, keep, keep["timeline_us"]["total_time"])
+            rec["tracelens_sheets"] = build_sheets(scan, keep, args)  # written as CSVs, then dropped (big)
         n_events = scan.n_events
         del scan, keep, args
         rec["analysis"] = analysis.model_dump(mode="json")

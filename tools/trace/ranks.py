@@ -102,17 +102,29 @@ def identify_ranks(paths: list[str | Path], header_ranks: list[int | None] | Non
     return out, notes
 
 
+#: Files the tool itself writes (reports, manifests, loop records): never a rank trace, even when
+#: an output directory was put inside ``traces/``.
+NOT_TRACES = frozenset({"report.json", "diff.json", "manifest.json", "foms.json", "run_info.json", "best_config.json",
+                        "loop.json", "node_health_probe.json"})
+
+
+def is_trace_name(name: str) -> bool:
+    """Whether a file name may be a rank trace: ``*.json`` or ``*.json.gz``, not hidden
+    (temporary files of an atomic write start with ``.``), not one of :data:`NOT_TRACES`."""
+    return name.endswith((".json", ".json.gz")) and not name.startswith(".") and name.removesuffix(".gz") not in NOT_TRACES
+
+
 def find_rank_traces(perf_run_dir: str | Path) -> list[Path]:
     """Trace files of one profiled run: ``<dir>/traces/*.json`` and ``*.json.gz`` (or the folder
-    itself when it has no ``traces/``), ordered by rank identity (:func:`identify_ranks`), then name.
+    itself when it has no ``traces/``; trace-like names only, :func:`is_trace_name`), ordered by
+    rank identity (:func:`identify_ranks`), then name.
 
     Raises :class:`InputError` when the folder does not exist or holds no trace."""
     d = Path(perf_run_dir)
     if not d.is_dir():
         raise InputError(f"{d}: run folder not found")
     tdir = d / "traces" if (d / "traces").is_dir() else d
-    files = sorted(p for p in tdir.iterdir()
-                   if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    files = sorted(p for p in tdir.iterdir() if p.is_file() and is_trace_name(p.name))
     if not files:
         raise InputError(f"{tdir}: no *.json or *.json.gz trace files")
     ident, _ = identify_ranks(files)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..files import package_dir
+from ...state.publish import publish
 from .collectives import aggregate_ranks
 from .rank_analysis import analyze_rank
 
@@ -51,7 +52,7 @@ def render_slurm_array(rank_traces: dict[int, str | os.PathLike] | list[tuple[in
              else [(int(r), str(p), str(lab)) for r, p, lab in rank_traces])
     entries = [{"rank": r, "label": lab, "trace": str(Path(p).resolve())} for r, p, lab in items]
     manifest = wd / "ranks.json"
-    manifest.write_text(json.dumps(entries, indent=1))
+    publish(manifest, json.dumps(entries, indent=1))
     sbatch_dir = package_dir("sbatch")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(sbatch_dir)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
@@ -61,7 +62,7 @@ def render_slurm_array(rank_traces: dict[int, str | os.PathLike] | list[tuple[in
         partition=partition, account=account, log_dir=str(wd / "logs"), python=python or sys.executable,
         manifest=str(manifest), results_dir=str(wd / "results"), cache_dir=cache_dir, pythonpath=pythonpath)
     script = wd / "analyze-ranks.sbatch"
-    script.write_text(text)
+    publish(script, text)
     return script
 
 
@@ -75,11 +76,7 @@ def run_rank_task(manifest: str | os.PathLike, index: int, out_dir: str | os.Pat
     e = entries[index]
     label = str(e.get("label", e["rank"]))
     res = analyze_rank(e["trace"], int(e["rank"]), cache_dir, label=label)
-    out = Path(out_dir) / f"rank-{label}.json"
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(res))
-    os.replace(tmp, out)
-    return out
+    return publish(Path(out_dir) / f"rank-{label}.json", json.dumps(res))  # atomic; refuses a link
 
 
 def gather_rank_results(work_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -137,8 +134,9 @@ def submitted_jobid(work_dir: str | os.PathLike) -> str | None:
     return json.loads(marker.read_text())["jobid"] if marker.exists() else None
 
 
-def record_submission(work_dir: str | os.PathLike, jobid: str, script: str | os.PathLike) -> None:
-    """Record the array job id and its script as soon as sbatch answers (``submitted.json``)."""
-    wd = Path(work_dir)
-    wd.mkdir(parents=True, exist_ok=True)
-    (wd / "submitted.json").write_text(json.dumps({"jobid": jobid, "script": str(script)}))
+def record_submission(work_dir: str | os.PathLike, jobid: str, script: str | os.PathLike,
+                      root: str | os.PathLike | None = None) -> None:
+    """Record the array job id and its script as soon as sbatch answers (``submitted.json``,
+    atomically, refusing links at it and at every folder from ``root`` down:
+    :func:`ai4s_graph.state.publish.publish`)."""
+    publish(Path(work_dir) / "submitted.json", json.dumps({"jobid": jobid, "script": str(script)}), root=root)

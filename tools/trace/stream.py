@@ -59,15 +59,17 @@ from typing import Any, BinaryIO, Callable, Iterator
 import numpy as np
 
 from ..errors import InputError, NoGpuEventsError
+from ..jsonguard import GuardedReader
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
+from . import fastscan
 from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
                    LaunchWindow, TraceScan)
 from .stream_fix import (INSTANT_PHASES, PAIR_PHASES, DurationPairs, clip_stream_overlaps,  # noqa: F401
                          num, overlap_warnings)
-from .trailer import TAIL_BYTES, TailKeeper, read_trailer, trailer_keys
+from .trailer import read_trailer
 from ijson.common import ObjectBuilder
 
 import ijson as _ijson_pkg
@@ -80,7 +82,7 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "3"
+STREAM_VERSION = "4"
 
 _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
@@ -120,7 +122,7 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | N
     key: str | None = None
     try:
         with _raw_of(p, raw) as r:
-            for prefix, event, value in ijson.parse(_decoded(r), use_float=True):
+            for prefix, event, value in ijson.parse(GuardedReader(_decoded(r), p.name), use_float=True):
                 if builder is not None:
                     if prefix == "" and event in ("map_key", "end_map"):
                         out[key] = builder.value  # type: ignore[index]
@@ -141,50 +143,29 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | N
 
 def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None, *, taps: Taps = (),
+                trailer: dict[str, Any] | None = None, fields: str = "all", *, taps: Taps = (),
                 raw: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
-    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``taps``, ``raw``: as
-    :func:`scan_trace`.
-    Memory: one event at a time plus ijson's 64 KiB buffer (and the kept tail with ``trailer``).
+    stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``fields``: ``all``, or
+    ``engine``: events may hold only the keys the engine's scan reads (:data:`.fastscan.ENGINE_EVENT_KEYS`).
+    ``taps``, ``raw``: as :func:`scan_trace`. The decoded bytes pass the JSON bounds
+    (:class:`~ai4s_graph.tools.jsonguard.GuardedReader`) before either parser sees them.
+    Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
     p = _check_path(path)
     size = p.stat().st_size
     try:
         with _raw_of(p, raw) as raw:
-            fh = ByteTap(_decoded(raw), taps) if taps else _decoded(raw)
-            if trailer is not None:
-                keeper = fh = TailKeeper(fh)
-                yield from _events(fh, raw, size, progress)
-                trailer.update(trailer_keys(keeper.last(), whole=keeper.total <= TAIL_BYTES))
-                return
-            yield from _events(fh, raw, size, progress)
+            fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before a parser sees a byte
+            fh = ByteTap(fh, taps) if taps else fh
+            # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
+            yield from fastscan.events(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
-
-
-def _events(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> Iterator[dict[str, Any]]:
-    if progress is None:
-        yield from ijson.items(fh, "traceEvents.item", use_float=True)
-        # drain what follows the events (the trailer keys) so a TailKeeper sees the document's end
-        while fh.read(1 << 16):
-            pass
-        return
-    step, nxt = 1 << 20, 0
-    for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
-        if not n & 1023:
-            pos = raw.tell()
-            if pos >= nxt:
-                progress(pos, size)
-                nxt = pos + step
-        yield ev
-    while fh.read(1 << 16):
-        pass
-    progress(size, size)
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
@@ -204,12 +185,14 @@ def trim_heap() -> None:
     """Give freed heap pages back to the OS (glibc ``malloc_trim(0)``; a no-op elsewhere). After a
     large analysis frees its arrays, glibc keeps the pages (its mmap threshold grows after each
     large free, so later large buffers come from the heap); measured on the 176 MB bench trace:
-    75 -> 50 MiB RSS after the engine's pass."""
+    75 -> 50 MiB RSS after the engine's pass. The arrays go when their last reference does; only the
+    young generations are collected (a full collection costs ~0.1 s with the graph's heap and freed
+    nothing more there: the same peak RSS, measured on the replicated 176 MB trace)."""
     import ctypes
     import ctypes.util
     import gc
 
-    gc.collect()
+    gc.collect(1)
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -276,13 +259,14 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
     pairs = DurationPairs()
     n = 0
-    bad_dur = bad_num = instants = 0
+    bad_dur = bad_num = instants = ill = bad_args = 0  # ill: not an object / unhashable category
     trailer: dict[str, Any] = {}
-    for ev in iter_events(p, progress, trailer, taps=taps, raw=raw):
+    for ev in iter_events(p, progress, trailer, "all" if also else "engine", taps=taps, raw=raw):  # parse entry (.fastscan)
         n += 1
         for f in also:
             f(ev)
         if type(ev) is not dict:
+            ill += 1
             continue
         cat_w = ev.get("cat")  # the category as written
         try:
@@ -292,6 +276,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
             cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
         except TypeError:  # an unhashable category is no category
             cat_w = cat = k = None
+            ill += 1
         cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
         ph = ev.get("ph")
         order = n
@@ -327,6 +312,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 names.append(nm)
             args = ev.get("args")
             if type(args) is not dict:
+                bad_args += args is not None
                 args = {}
             idx = len(ts)
             ts.append(t)
@@ -445,7 +431,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
         device_names={c: v for v, c in dev_codes.items()},
-        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur),
+        notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur, ill, bad_args),
     )
     if len(ts) == 0:
         gl = scan.graph_launches()
@@ -462,13 +448,14 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
 
 
 def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,
-                bad_dur: int) -> list[str]:
+                bad_dur: int, ill: int = 0, bad_args: int = 0) -> list[str]:
     """The pass's notes (:func:`.hygiene.input_notes`): categories normalised, duration pairs joined
-    or unmatched, instants and GPU events without numbers or with a negative dur left out."""
+    or unmatched, instants and GPU events without numbers or with a negative dur left out, events of
+    a shape kineto never writes left out, GPU events read without their args."""
     renamed = [(r, c, cat_counts.get(r, 0)) for r, (c, _k) in cat_of.items()
                if isinstance(r, str) and c is not None and c != r]
     return input_notes(renamed=renamed, instants=instants, bad_numbers=bad_num, bad_durations=bad_dur,
-                       **pairs.counts(GPU_CATS))
+                       ill_typed=ill, args_not_object=bad_args, **pairs.counts(GPU_CATS))
 
 
 # --------------------------------------------------------------------------- classification

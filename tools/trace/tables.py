@@ -11,12 +11,14 @@ The engine keeps no input shapes, so ``short_kernels_summary.csv``'s ``Input dim
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ...state.publish import ensure_dir, publish_many
 from .categories import TIMELINE_ROWS
 from .models import TraceAnalysis
 from .stream import KIND_KERNEL, TraceScan
@@ -95,11 +97,16 @@ def ops_table(analysis: TraceAnalysis) -> list[dict[str, Any]]:
 
 
 def write_tables(out_dir: str | os.PathLike, analysis: TraceAnalysis,
-                 kernel_rows: dict[str, list[dict[str, Any]]] | None) -> list[Path]:
+                 kernel_rows: dict[str, list[dict[str, Any]]] | None, *,
+                 root: str | os.PathLike | None = None) -> list[Path]:
     """Write the four CSVs into ``out_dir`` (created); ``kernel_rows`` from :func:`kernel_tables`
-    (None: only gpu_timeline.csv and ops_summary_by_category.csv). Returns the paths written."""
+    (None: only gpu_timeline.csv and ops_summary_by_category.csv). Returns the paths written.
+    The files are published together and atomically, refusing links at them and at every folder
+    from ``root`` (default ``out_dir`` itself) down (:func:`ai4s_graph.state.publish.publish_many`:
+    raises its ``UnsafePathError``, an ``OSError``)."""
     d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    base = Path(root) if root is not None else d
+    ensure_dir(d, base)
     tables: list[tuple[str, tuple[str, ...], list[dict[str, Any]]]] = [
         ("gpu_timeline.csv", ("type", "time ms", "percent"), timeline_table(analysis)),
         ("ops_summary_by_category.csv", ("op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
@@ -110,14 +117,11 @@ def write_tables(out_dir: str | os.PathLike, analysis: TraceAnalysis,
         tables.append(("short_kernels_summary.csv", SHORT_COLUMNS, kernel_rows.get("short_kernels_summary") or []))
         # the other TraceLens sheets (:mod:`.tracelens_sheets`: ops_summary, ops_unique_args, roofline, ...)
         tables += [(f"{n}.csv", tuple(sh["columns"]), sh["rows"]) for n, sh in (kernel_rows.get("sheets") or {}).items()]
-    out = []
+    files = []
     for name, cols, rows in tables:
-        p = d / name
-        tmp = p.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(cols))
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, p)
-        out.append(p)
-    return out
+        fh = io.StringIO(newline="")
+        w = csv.DictWriter(fh, fieldnames=list(cols))
+        w.writeheader()
+        w.writerows(rows)
+        files.append((d / name, fh.getvalue()))
+    return publish_many(files, root=base)

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +25,7 @@ from .models import FomKind, FomResult, LogFormat, PrecisionVerdict
 from .precision import (DEFAULT_NOISE_BAND, FP32_BF16_COMPUTE_THRESHOLD, FP64_FP32_COMPUTE_THRESHOLD,
                         compare_precision)
 from ..errors import InputError
-from ..files import publish
+from ...state.publish import publish
 
 __all__ = ["DEFAULT_NOISE_BAND", "FP32_BF16_COMPUTE_THRESHOLD", "FP64_FP32_COMPUTE_THRESHOLD", "FomKind", "FomResult",
            "LogFormat", "PrecisionVerdict", "SINGLE_EPOCH_WARMUP_FRACTION", "compare_precision", "detect_format",
@@ -342,14 +341,5 @@ def write_foms(
         data["hbm_total_bytes"] = int(hbm_total_bytes)
     if extra:
         data.update(extra)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".foms-", suffix=".json", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_finite_or_none(data), fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        publish(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    publish(out, json.dumps(_finite_or_none(data), indent=1, allow_nan=False) + "\n")  # atomic, refuses a link
     return out

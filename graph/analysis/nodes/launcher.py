@@ -15,6 +15,7 @@ from ..schema import AnalysisState
 from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
 from ....tools.errors import InputError
+from ....tools.report.write import has_report
 from ....tools.slurm.jobs import discover_artifacts, perf_run_dir
 
 
@@ -164,8 +165,10 @@ def launcher(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     out = Path(req.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_dir = Path(req.perf_run or default_perf_run(req.jobid or ""))
-    if not ((out / "manifest.json").exists() and out.resolve() == run_dir.resolve()):
-        manifest.write(out / "manifest.json")  # never rewrite the run's own manifest.json
+    inputs = manifest.artifacts.traces or manifest.artifacts.telemetry or manifest.artifacts.train_log
+    if not ((out / "manifest.json").exists() and out.resolve() == run_dir.resolve()) and (
+            inputs or not has_report(out)):  # never rewrite the run's own manifest.json, nor a
+        manifest.write(out / "manifest.json")  # report's with that of a run with no input at all
     nodes = ",".join(manifest.nodes_list) or "unknown nodes"
     status = Outcome.ok if not missing else Outcome.partial
     reason = f"adopted job {manifest.jobid} ({manifest.state}) on {nodes}"

@@ -29,9 +29,10 @@ from ..configuration import ResolvedRun, RunRequest
 from ..schema import AnalysisState, SubmittedJob
 from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
+from ....state.publish import publish
 from ....tools.slurm import health, jobs, jobscript, client as slurm
 from ....tools.slurm.executors import SlurmExecutor
-from ....tools.slurm.query import RetryLog
+from ....tools.slurm.query import RetryLog, scontrol_state
 from ....tools.slurm.submission import submit_once
 from ....tools.errors import InputError
 
@@ -156,10 +157,10 @@ def wait_for_job(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     try:
         rec = slurm.wait_for_terminal(jobid, req.wait_timeout_s, poll_s=_poll_s(req.wait_timeout_s), log=retries)
     except slurm.WaitTimeout as e:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "scontrol_show_job.txt").write_text(e.scontrol or "(scontrol show job: no record)\n")
+        publish(out_dir / "scontrol_show_job.txt", e.scontrol or "(scontrol show job: no record)\n", root=out_dir)
         last = e.last
-        slurm_state = last.state if last else "no sacct row"
+        # no sacct row yet (slurmdbd lags under load): slurmctld's own answer, from scontrol
+        slurm_state = last.state if last else (scontrol_state(e.scontrol) or "no sacct row")
         m = Manifest(jobid=jobid, state="TIMEOUT_WAITING", model=model, nodes_list=last.nodelist if last else [],
                      start_unix=last.start if last else None, exit_code=last.exit_code if last else None,
                      slurm_state=slurm_state, wait_timeout_s=req.wait_timeout_s,

@@ -7,6 +7,7 @@ missing, each node's STATUS line), ``report.json`` and PNG plots, all inside the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,19 @@ from ...agents.render import agent_notes_markdown
 from ...rules import context as ctx
 from ...rules import levers as lever_rules
 from ...rules import registry
-from ...rules.verdict import decide, rank_views, reconcile_with_window
+from ...rules.verdict import decide, name_causes, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
                               Tolerance, Verdict, VerifiedClaim)
 from ....tools.cluster.baseline import load_baseline
 from ....tools.errors import Ai4sError, InputError
+from ....state.publish import ensure_dir
+from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
+from ....tools.report import analysis_report as ar
+from ....tools.report.templating import render
+from ....tools.report import plots as report_plots
+from ....tools.report import write as report_write
 
 SYNTH = "synthesizer"
 
@@ -58,32 +65,16 @@ def _fmt(v: Any, unit: str = "") -> str:
     return f"{v} {unit}".strip()
 
 
-def executive_summary(rep: Report, manifest: Manifest) -> str:
-    """The deterministic executive summary (the LLM synthesizer may rewrite its prose)."""
-    if not rep.claims and rep.missing:
-        return (f"Nothing was analysed for job {rep.jobid}: {rep.missing[0]}. "
-                f"{len(rep.missing)} input(s) missing in all (see 'What was missing').")
-    counts: dict[str, int] = {}
-    for v in rep.claims:
-        counts[v.verdict.value] = counts.get(v.verdict.value, 0) + 1
-    b = rep.bottleneck
-    head = (f"Job {rep.jobid} ({manifest.model}, {manifest.precision}, {rep.state}) on "
-            f"{', '.join(rep.nodes_list) or 'unknown nodes'} is **{b.scope or b.klass.value}**"
-            + (" (borderline)" if b.borderline else "") + f". {b.rationale}")
-    if rep.progress:
-        head += " " + rep.progress["statement"]
-    if rep.representativeness and not rep.representativeness.get("representative", True):
-        head += " " + rep.representativeness["statement"]
-    figs = "; ".join(f"{k}: {v}" for k, v in rep.figures.items())
-    lever = f" First lever to try: `{rep.levers[0].name}` — {rep.levers[0].why}." if rep.levers else ""
-    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    miss = f" Missing: {len(rep.missing)} input(s) (see 'What was missing')." if rep.missing else ""
-    return f"{head}{lever} Claims: {tally or 'none'}. {('Headline figures: ' + figs + '.') if figs else ''}{miss}"
+def executive_summary(rep: Report, manifest: Manifest, throughput: dict[str, Any] | None = None) -> str:
+    """The deterministic executive summary, at most 80 words (the LLM synthesizer may rewrite its
+    prose): :func:`ai4s_graph.tools.report.analysis_report.executive_summary`."""
+    return ar.executive_summary(rep, manifest, throughput)
 
 
-def headline_figures(state: AnalysisState) -> dict[str, str]:
-    """A few headline numbers for the summary, taken from confirmed claims only."""
-    out: dict[str, str] = {}
+def headline_figures(state: AnalysisState) -> dict[str, dict[str, Any]]:
+    """A few headline numbers for the summary, taken from confirmed claims only: name ->
+    ``{"value": number, "unit": str}`` (the claim's own value and unit)."""
+    out: dict[str, dict[str, Any]] = {}
     names = {"gpu_timeline.idle_time.percent": "GPU idle", "gpu_timeline.computation_time.percent": "GPU computing",
              "gpu_timeline.exposed_comm_time.percent": "exposed communication",
              "fom.steady_step_time_s": "steady step", "fom.throughput_samples_per_s": "throughput",
@@ -91,7 +82,7 @@ def headline_figures(state: AnalysisState) -> dict[str, str]:
     for v in state.get("verdicts") or []:
         m = v.claim.metric
         if v.verdict is Verdict.confirmed and m in names and names[m] not in out:
-            out[names[m]] = _fmt(v.claim.value, v.claim.unit)
+            out[names[m]] = {"value": v.claim.value, "unit": v.claim.unit}
     return out
 
 
@@ -149,60 +140,54 @@ def context_markdown(rep: Report) -> list[str]:
     return L
 
 
-def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()) -> str:
-    """``report.md`` text (see the module docstring for its order); ``not_checked``: the checks
-    that could not run, listed with what was missing (they never lower STATUS)."""
-    L: list[str] = [f"# ai4s-graph report — job {rep.jobid}", ""]
-    L += [f"**Nodes:** {', '.join(rep.nodes_list) or 'unknown'} · **State:** {rep.state} · **Model:** {rep.model} · "
-          f"**Precision:** {manifest.precision} · **Global batch:** {manifest.global_batch_size} · "
-          f"**Agents:** {rep.llm}", ""]
-    L += ["## Executive summary", "", rep.executive_summary, ""]
-    b = rep.bottleneck
-    L += [f"## Bottleneck: {b.klass.value}", ""]
-    if b.scope and b.scope != b.klass.value:
-        L += [f"**{b.scope}**", ""]
-    L += [b.rationale, "", confidence_line(b) + " Supporting confirmed claims: "
-          + (", ".join(f"`{c}`" for c in b.supporting_claims) or "none") + ".", ""]
-    L += context_markdown(rep)
-    for p in rep.plots:
-        L += [f"![{Path(p).stem}]({Path(p).name})", ""]
-    L += ["## Claims and verdicts", "",
-          "Every claim was re-derived by a verifier from the raw inputs by a different path; refuted and "
-          "unsupported claims stay here so later runs do not re-derive them.", "",
-          "| id | claim | value | verdict | re-derived | tolerance | how it was checked |",
-          "|---|---|---:|---|---:|---|---|"]
+def _claim_rows(rep: Report, checks: dict[str, str], rules: list[str]) -> list[dict[str, str]]:
+    """The claims appendix's rows (values with their units, the check id instead of its text)."""
+    rows = []
     for v in rep.claims:
         c = v.claim
-        L.append(f"| `{c.id}` | {c.statement} | {_fmt(c.value, c.unit)} | **{v.verdict.value}** | "
-                 f"{_fmt(v.rederived_value, c.unit if not isinstance(v.rederived_value, str) else '')} | "
-                 f"{v.tolerance.describe()} | {v.method}{(' — ' + v.note) if v.note else ''} |")
-    L += ["", "### Evidence", ""]
-    for v in rep.claims:
-        for e in v.claim.evidence:
-            ret = json.dumps(e.returned, default=str)
-            if len(ret) > 160:
-                ret = ret[:157] + "…"
-            L.append(f"- `{v.claim.id}` ← `{e.tool}`: `{e.query}` returned `{ret}`")
-    L += ["", "## Recommended levers", ""]
-    L += [("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
-           "generic rules of `tools/levers/rules.py`, ordered by estimated saving per step (`tools/levers/impact.py`; levers "
-           "without an estimate last, in cost order):") if rep.lever_catalog else
-          "From the generic rules of `tools/levers/rules.py` (no lever catalog for this model), ordered by estimated saving "
-          "per step (`tools/levers/impact.py`; levers without an estimate last, in cost order):", ""]
-    if rep.levers:
-        L += [f"{i}. `{lv.name}` — {lv.why}" for i, lv in enumerate(rep.levers, 1)]
-    else:
-        L.append("The bottleneck class is unknown, so no lever is recommended; fill the missing inputs first.")
-    L += ["", "## What was missing", ""]
-    L += [f"- {m}" for m in rep.missing + list(not_checked)] or ["Every input the graph reads was present."]
-    L += ["", "## Node status", "", "```"] + [f"{k}: {v}" for k, v in rep.statuses.items()] + ["```", ""]
+        rows.append({"id": c.id, "statement": ar.scrub(c.statement, rules), "value": _fmt(c.value, c.unit),
+                     "verdict": v.verdict.value,
+                     "rederived": _fmt(v.rederived_value, c.unit if not isinstance(v.rederived_value, str) else ""),
+                     "tolerance": v.tolerance.describe(), "check": checks[v.method],
+                     "note": ar.scrub(v.note, rules) if v.note else ""})
+    return rows
+
+
+def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()) -> str:
+    """``report.md`` text from ``templates/report.md.j2``: the headline (at most 3 lines), the
+    summary, the verdict with its causes, context, pictures, top kernels, levers, what was missing,
+    node status, then the claims and rules appendices; ``not_checked``: the checks that could not
+    run, listed with what was missing (they never lower STATUS). References to the seeds are taken
+    out of the body and listed as ``docs/rules.md`` ids in the rules appendix. Every string of
+    ``rep``, ``manifest`` and ``not_checked`` is made one line first (control characters escaped)."""
+    rep, manifest = one_line_model(rep), one_line_model(manifest)  # a user's string never starts a line (issue 26)
+    not_checked = [one_line(n) for n in not_checked]
+    rules: list[str] = []
+    b = rep.bottleneck
+    checks = ar.check_ids(rep)
+    crit = b.critical_rank if b.critical_rank is not None else (0 if rep.top_kernels else None)
+    usage = ""
     if rep.usage:
         tot_in = sum(u.input_tokens for u in rep.usage.values())
         tot_out = sum(u.output_tokens for u in rep.usage.values())
         cost = sum(u.cost_usd for u in rep.usage.values())
-        L += ["---", f"LLM usage: {tot_in} input + {tot_out} output tokens, ${cost:.4f} "
-              + "(" + ", ".join(f"{k}: {u.input_tokens}+{u.output_tokens}" for k, u in rep.usage.items()) + ")", ""]
-    return "\n".join(L)
+        usage = (f"LLM usage: {tot_in} input + {tot_out} output tokens, ${cost:.4f} ("
+                 + ", ".join(f"{k}: {u.input_tokens}+{u.output_tokens}" for k, u in rep.usage.items()) + ")")
+    intro = (("From the lever catalog `" + rep.lever_catalog + "` (blocked and baked-in levers left out), then the "
+              "generic rules, ordered by estimated saving per step (levers without an estimate last, in cost order):")
+             if rep.lever_catalog else "From the generic rules (no lever catalog for this model), ordered by estimated "
+             "saving per step (levers without an estimate last, in cost order):")
+    ctx_lines = [ar.scrub(x, rules) for x in context_markdown(rep)]
+    return render("report.md.j2", rep=rep, manifest=manifest,
+                  rationale=ar.scrub(b.rationale, rules), confidence=confidence_line(b),
+                  supporting=", ".join(f"`{c}`" for c in b.supporting_claims) or "none",
+                  causes=ar.causes_rows(rep, checks), context=ctx_lines, plots=[Path(p) for p in rep.plots],
+                  annotated=Path(rep.annotated_trace).name if rep.annotated_trace else None,
+                  top_kernels=rep.top_kernels, kernels_rank=crit, lever_intro=intro,
+                  levers=[{"name": lv.name, "why": ar.scrub(lv.why, rules)} for lv in rep.levers],
+                  missing=[ar.rule_ids(m, rules) for m in rep.missing + list(not_checked)],
+                  claims=_claim_rows(rep, checks, rules), checks={ar.scrub(k, rules): v for k, v in checks.items()},
+                  rules=sorted(rules, key=lambda r: (r[0], int(re.sub(r"\D", "", r) or 0))), usage=usage)
 
 
 def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
@@ -227,7 +212,9 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
             units[m] = "GiB"
     if series:
         try:
-            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png",
+            crit = next(iter(ranks), None)
+            prof = ctx.profiled_window(crit) if crit else None
+            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png", profiled=prof,
                                                   title=f"Telemetry over job {state['manifest'].jobid}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")
@@ -277,6 +264,72 @@ def context_of(state: AnalysisState, manifest: Manifest, b: Bottleneck, verdicts
     return out
 
 
+#: Largest rank trace (bytes on disk) copied into ``annotated_trace.json.gz``: the copy streams, but
+#: its size follows the source; above this the report says it was not written (a bound on the
+#: output folder, 2x the largest bundled trace of ``bench/accuracy/cases`` ~ 100 MB rounded up).
+MAX_ANNOTATED_SOURCE_BYTES = 256 * 2**20
+
+
+def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
+                   problems: list[str]) -> Any:
+    """Write ``<out_dir>/annotated_trace.json.gz`` (:func:`~ai4s_graph.tools.report.annotated.
+    write_annotated_trace`) from the trace of ``rank`` (the critical rank, else the first), with the
+    collective waits when the ranks' communication columns are in the findings. Returns the
+    :class:`~ai4s_graph.tools.report.annotated.AnnotatedTrace` (its per-step breakdown too), None
+    when no trace is present; a trace too large or unreadable is a problem, not an error."""
+    from ....tools.report import annotated
+
+    rec = _rank_record(findings, rank)
+    path = (rec or {}).get("path")
+    if not path or not Path(path).is_file():
+        return None
+    size = Path(path).stat().st_size
+    if size > MAX_ANNOTATED_SOURCE_BYTES:
+        problems.append(f"synthesizer: annotated trace not written: rank {rec.get('rank')}'s trace is "
+                        f"{size / 2**20:.0f} MiB, over {MAX_ANNOTATED_SOURCE_BYTES / 2**20:.0f} MiB")
+        return None
+    ranks = ((findings.get("trace") or {}).get("ranks")) or []
+    waits: list[dict[str, Any]] = []
+    with_comm = [r for r in ranks if isinstance(r.get("comm"), dict)]
+    if len(with_comm) > 1:
+        try:
+            waits = annotated.collective_waits(with_comm, int(rec.get("rank", 0)))
+        except (KeyError, ValueError) as e:
+            problems.append(f"synthesizer: collective waits not drawn: {e}")
+    try:
+        return annotated.write_annotated_trace(path, out_dir / "annotated_trace.json.gz", rank=rec.get("rank"),
+                                               waits=waits)
+    except (Ai4sError, OSError) as e:
+        problems.append(f"synthesizer: annotated trace not written: {' '.join(str(e).split())[:200]}")
+        return None
+
+
+def step_plot(ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
+    """``step_time_breakdown.png`` from the annotated trace's per-step breakdown (the rank it
+    annotated, marked when it is the straggler); [] without steps."""
+    from ....tools.report import plots
+
+    rows = getattr(ann, "step_breakdown", None) or []
+    if not rows:
+        return []
+    label = str(b.critical_rank if b.critical_rank is not None else 0)
+    try:
+        return [str(plots.plot_step_breakdown({label: rows}, out_dir / "step_time_breakdown.png",
+                                              marked=str(b.straggler) if b.straggler is not None else None))]
+    except Ai4sError as e:
+        problems.append(f"synthesizer: step breakdown plot: {e}")
+        return []
+
+
+def _rank_record(findings: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
+    """The trace analyst's record of ``rank`` (the critical rank), else its first rank's, else None."""
+    ranks = ((findings.get("trace") or {}).get("ranks")) or []
+    for r in ranks:
+        if rank is not None and r.get("rank") == rank:
+            return r
+    return ranks[0] if ranks else None
+
+
 def _verdicts(state: AnalysisState) -> list[VerifiedClaim]:
     """Every verdict, plus a claim that no verifier reached as inconclusive (it stays in the report)."""
     verdicts = list(state.get("verdicts") or [])
@@ -311,15 +364,24 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Write report.md, report.json and the plots into the output directory."""
     req = state["request"]
     out_dir = Path(req.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     manifest = state.get("manifest") or Manifest(jobid=req.jobid or "unknown")
     verdicts = _verdicts(state)
     findings = state.get("findings") or {}
     b = decide_bottleneck(verdicts, findings)
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
+    name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
-    levers = lever_rules.choose(levers, findings, verdicts)
-    plots_, plot_problems = make_plots(state, out_dir, _plot_window(findings, manifest))
+    levers = lever_rules.choose(levers, findings, verdicts, b)
+    # the report (and its plots) replace the one in out_dir only after a run that analysed something,
+    # and never another job's report without --force (tools/report/write.py)
+    dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
+                                          force=req.force)
+    ensure_dir(dest, out_dir)
+    with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
+        plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
+        ann = annotate_trace(findings, b.critical_rank, dest, plot_problems)
+        if ann is not None:
+            plots_ += step_plot(ann, b, dest, plot_problems)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -327,7 +389,13 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                  missing=list(state.get("missing") or []) + plot_problems,
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
                  usage=dict(state.get("usage") or {}), llm=req.llm, **in_context)
-    rep.executive_summary = executive_summary(rep, manifest)
+    rep.throughput = ar.throughput(findings.get("fom"))
+    crit_rank = _rank_record(findings, b.critical_rank)
+    rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
+    if ann is not None:
+        rep.annotated_trace = ann.path
+    rep.headline = ar.headline(rep)
+    rep.executive_summary = executive_summary(rep, manifest, rep.throughput)
     outcome = Outcome.ok
     reason_extra = ""
     if req.llm != "none":
@@ -337,15 +405,16 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             rep.executive_summary = res.prose
         if res.status.status is not Outcome.ok:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
-    if not state.get("manifest"):
+    if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     status = StatusLine.make(
         Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; report.md in {out_dir}"
+        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
-    (out_dir / "report.json").write_text(json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked), indent=1,
-                                                    ensure_ascii=False) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep))
+    report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
+                                                        indent=1, ensure_ascii=False) + "\n",
+                              render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep),
+                              staged_plots)
     return {"report": rep}, status

@@ -45,7 +45,8 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None, text: s
                 facts: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Claim]]:
     """Parse ``train.log`` into figures of merit (writes ``foms.json`` into ``out_dir``) and claims;
     ``text``: the log's text when the node already read it (the one read of the log); ``facts``:
-    receives the parsed steady step times (``step_times_s``, s) as soon as the log parses.
+    receives the parsed steady step times (``step_times_s``, s), ``batches_per_epoch`` and
+    ``warmup_steps_skipped`` (where the steady steps' epochs begin) as soon as the log parses.
 
     Raises :class:`InputError` (one line) for a missing, empty or unrecognisable log."""
     log = run_dir / (manifest.artifacts.train_log or "train.log")
@@ -53,6 +54,7 @@ def analyze_fom(run_dir: Path, manifest: Manifest, out_dir: Path | None, text: s
                         fom_kind=fom.fom_kind_for_model(manifest.model), text=text)
     if facts is not None:
         facts["step_times_s"] = list(res.step_times_s)
+        facts["batches_per_epoch"], facts["warmup_steps_skipped"] = res.batches_per_epoch, res.warmup_steps_skipped
     if out_dir is not None:  # lessons 4, 24: HBM total, MFMA FLOP/s (two methods), from the run's telemetry
         tel = extra_foms(run_dir, manifest)
         fom.write_foms(res, out_dir / "foms.json", hbm_reserved_bytes=manifest.hbm_reserved_bytes,

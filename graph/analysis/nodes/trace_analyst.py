@@ -47,7 +47,7 @@ __all__ = ["ANALYST", "trace_class", "claims_for_rank", "fan_out_ranks", "trace_
 
 #: Keys of a rank result that only the verifier reads (the verifier's reader's tables): never part
 #: of the analyst's findings.
-VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation")
+VERIFIER_KEYS = ("reader", "reader_error", "raw_counts", "roofline_correlation", "steps_sampled")
 #: Keys of a rank result kept out of the analyst's findings (the LLM's input, report.json): the
 #: verifier's side and the CSV folder (listed under ``tables``).
 NOT_IN_FINDINGS = (*VERIFIER_KEYS, "csv_dir")
@@ -134,7 +134,12 @@ def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_c
                             raw_patterns=registry.raw_patterns(), cross_check=cross_check)
     res = as_rank_result(got["record"], out_dir)
     res["event_names"] = got["names"]
+    res["kernel_us"] = got["kernel_us"]
     res["roofline_totals"] = got["roofline_totals"]
+    res["name_dur_us"] = got.get("name_dur_us") or {}
+    for k in ("step_accounting", "step_accounting_error"):
+        if k in got:
+            res[k] = got[k]
     for k in VERIFIER_KEYS:
         if k in got:
             res[k] = got[k]
@@ -335,7 +340,8 @@ def _no_rank_status(bad: list[RankResult]) -> StatusLine:
 
 def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[str]) -> list[str]:
     """What the report lists as missing for the rank traces: each failed rank's error, the identity
-    notes, and the input warnings of a rank whose hygiene could change a claim."""
+    notes, the input warnings of a rank whose hygiene could change a claim, and a rank holding too
+    little GPU work for a class (:func:`ai4s_graph.tools.trace.hygiene.gpu_activity_problem`)."""
     missing = [f"trace_analyst: {r['error']}" if str(r["error"]).startswith(Path(r["path"]).name)
                else f"trace_analyst: {Path(r['path']).name}: {r['error']}" for r in bad]
     missing += [f"trace_analyst: {n}" for n in id_notes]
@@ -343,6 +349,9 @@ def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[
         material = _material_clip(res)
         missing += [f"trace_analyst: {Path(res['path']).name}: {w}" for w in res.get("warnings") or []
                     if material or not is_clip_warning(w)]
+        if res.get("insufficient_gpu_activity"):  # no class from this rank: said as a caveat (STATUS=partial)
+            missing.append(f"trace_analyst: {Path(res['path']).name}: no bottleneck class: "
+                           f"{res['insufficient_gpu_activity']}")
     return missing
 
 
@@ -412,9 +421,10 @@ def _write_tables(state: AnalysisState, good: list[RankResult]) -> list[str]:
         fields = {k: res[k] for k in TraceAnalysis.model_fields if k in res}
         try:
             d = out_dir / f"rank{res.get('label') or res.get('rank')}"
-            trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"))
+            trace_tables.write_tables(d, TraceAnalysis.model_validate(fields), res.get("tables"),
+                                      root=state["request"].out_dir)
             written.append(str(d))
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a link under perf_report_csvs/ is refused (UnsafePathError, an OSError)
             continue
     return written
 

@@ -33,7 +33,7 @@ def trace_array(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             partition=cfg.partition if cfg else None, account=cfg.account if cfg else None,
             cache_dir=str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache"))
         jobid = slurm.sbatch(script)
-        slurm_array.record_submission(work, jobid, script)
+        slurm_array.record_submission(work, jobid, script, root=req.out_dir)
     journal(req.out_dir, "trace_array", "submitted", jobid=jobid)
     try:
         tasks = slurm.wait_for_array(jobid, timeout_s=req.wait_timeout_s)

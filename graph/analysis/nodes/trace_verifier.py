@@ -58,7 +58,8 @@ def _judge(c: Claim, value: Any, tol: Tolerance, method: str, note: str = "") ->
 
 def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
     """What the causes' re-derivations read of one rank: the raw-text counts and the roofline with
-    kernels linked by correlation id (``roofline_correlation_rf``), from the rank's one pass; read
+    kernels linked by correlation id (``roofline_correlation_rf``) and the verifier reader's tables
+    (``reader``: its timeline, step figures and kernel time by name, or None), from the rank's one pass; read
     now only for a rank whose pass did not count them (a SLURM-array rank)."""
     path = str(res["path"])
     raw = res.get("raw_counts")
@@ -78,7 +79,8 @@ def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
             rf = roofline(path, gpu, link="correlation")
         except InputError:
             rf = None
-    return {"raw_counts": raw, "roofline_correlation_rf": rf}
+    return {"raw_counts": raw, "roofline_correlation_rf": rf, "steps_sampled": res.get("steps_sampled"),
+            "reader": res.get("reader")}
 
 
 def _reader(state: AnalysisState, c: Claim, res: RankResult | None) -> Reader:

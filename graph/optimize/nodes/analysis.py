@@ -22,6 +22,7 @@ from typing import Any
 from ....state import Outcome, StatusLine
 from ....state.claims import BottleneckClass
 from ....state.loop import Lever
+from ....state.publish import publish
 from .common import loop_dir, req_of
 
 ANALYSIS_TIMEOUT_S = 900
@@ -97,7 +98,7 @@ def run_analysis(perf_run: str | Path, jobid: str, out: Path, timeout_s: float =
         text = cp.stdout + cp.stderr
     except subprocess.TimeoutExpired:
         text = f"STATUS=fail; reason=analysis did not finish in {timeout_s:g}s"
-    (out / "analysis.log").write_text(text)
+    publish(out / "analysis.log", text)
     last = next((ln for ln in reversed(text.splitlines()) if ln.startswith("STATUS=")), "STATUS=fail; reason=no STATUS line")
     return out / "report.json", last
 

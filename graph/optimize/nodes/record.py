@@ -8,6 +8,7 @@ from typing import Any
 
 from ....state import Outcome, StatusLine
 from ....state.loop import Catalog, Decision, GuardResult, IterationRecord
+from ....state.publish import publish
 from ....tools.errors import Ai4sError
 from ....tools.levers import catalog as L
 from .common import catalog_of, fmt, known_bad, loop_dir, req_of
@@ -143,6 +144,5 @@ def write_loop_report(state: dict[str, Any]) -> tuple[Path, Path | None]:
               "`journal.jsonl` (one record per iteration), `iter-<n>-<lever>.json`, `known_bad_nodes.txt`, "
               "`best_config.json`, `catalog.updated.yaml` (statuses and evidence after this loop), "
               "`submissions.jsonl` (every sbatch), `jobs/` (the rendered job scripts).", ""]
-    p = d / L.LOOP_REPORT
-    p.write_text("\n".join(lines))
+    p = publish(d / L.LOOP_REPORT, "\n".join(lines))
     return p, png

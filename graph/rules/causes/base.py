@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple
 
 from ..figures import Figure, Inputs, Reader, Rederived
-from ....state import Claim, Evidence
+from ....state import Claim, Evidence, Tolerance
 from ....state.claimkit import claim as make_claim
 
 
@@ -74,10 +74,22 @@ class Finding:
     causes: tuple[str, ...]
     claim: Claim
     levers: tuple[Lever, ...]
+    explains: str | None = None
+    """For a class-level cause (:attr:`Cause.explains`): the bottleneck class it explains; the
+    verdict names it only when that is the verdict's class (set by ``registry.detect``)."""
+    share: float | None = None
+    """The measured share (0..1) of the profiled step time this cause costs (the time the control
+    would not spend), from the claim's own evidence; None when the cause's cost is not measurable
+    from the inputs. The verdict names the confirmed cause with the largest share first."""
 
-    def entries(self) -> list[dict[str, str]]:
-        """``[{"id", "lever", "why"}]``: the findings' lever list as the analysts record it."""
-        return [{"id": self.claim.id, "lever": lv.name, "why": lv.why} for lv in self.levers]
+    def entries(self) -> list[dict[str, Any]]:
+        """``[{"id", "lever", "why", "causes", "share"}]``: the findings' lever list as the
+        analysts record it (one entry per lever; a finding without a lever still gives one entry
+        with ``lever`` None, so its cause can be named)."""
+        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share, "explains": self.explains}
+        if not self.levers:
+            return [{**base, "lever": None, "why": ""}]
+        return [{**base, "lever": lv.name, "why": lv.why} for lv in self.levers]
 
 
 class Cause:
@@ -97,6 +109,10 @@ class Cause:
     log_patterns: ClassVar[dict[str, str]] = {}
     verifier_log_patterns: ClassVar[dict[str, str]] = {}
     verifier_needs: ClassVar[tuple[str, ...]] = ()
+    explains: ClassVar[str | None] = None
+    """A class-level cause (what a class's own measurement shows, e.g. memory-bound kernels) sets
+    the class it explains: the verdict names it only when the job has that class, so a few
+    bandwidth-bound kernels in a communication-bound job are a claim, not the job's cause."""
 
     def detect(self, x: Inputs) -> list[Finding]:
         """The findings on these inputs ([] when the cause is absent or its inputs are missing)."""
@@ -144,6 +160,16 @@ class Cause:
     def wants_name(self, name: str) -> bool:
         """Whether the analysis pass must count trace events of this name for this cause."""
         return name in self.event_names or any(p.search(name) for p in self.event_name_patterns)
+
+
+def raw_count(r: Reader, key: str, method: str) -> Rederived:
+    """A claim's count re-derived as the raw-text count ``key`` of the claim's rank trace (the
+    verifier pass's :class:`~ai4s_graph.tools.trace.onepass.RawCounter`, no JSON parse), exact
+    tolerance; inconclusive (value None) when the reader has no such count."""
+    n = ((r.rank or {}).get("raw_counts") or {}).get(key)
+    if n is None:
+        return Rederived(None, "no independent path for this triage claim", Tolerance())
+    return Rederived(n, method, Tolerance())
 
 
 def ev(tool: str, query: str, returned: Any, **args: Any) -> Evidence:

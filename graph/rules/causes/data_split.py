@@ -2,16 +2,23 @@
 :data:`~..diagnosis.DATALOADER_STEP_SHARE` of the step (the step is data-bound), host CPU busy >=
 :data:`CPU_BUSY_PCT` means the per-sample transform is the bottleneck (CPU-transform-bound),
 <= :data:`CPU_IDLE_PCT` means the workers wait on storage (I/O-bound); between the two the readings
-cannot separate them.
+cannot separate them and the finding names the class-level cause ``dataloader-stall`` (the step waits
+in ``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``). A per-epoch stall the log shows
+(:mod:`.worker_respawn`) is the more specific cause: this module then names nothing.
+
+``share`` = DataLoader time per profiled step / profiled step time (the time the GPU waits on the
+loader in the profiled steps; an upper bound of what a faster loader saves).
 
 Reads the trace (the DataLoader share of the first analysed rank) and telemetry (the node's CPU
 utilization), so it runs in the trace analyst, one superstep after the telemetry analyst wrote its
 statistics. Re-derived from the mean of the ``cpu_util`` series (``query_range`` points, not the
-PromQL statistic). Levers ``gpu_transforms`` / ``stage_to_local_nvme``."""
+PromQL statistic). Levers ``gpu_transform`` (CPU-transform-bound), ``num_workers_8`` (I/O-bound, or
+undecided: more workers overlap both waits while cores are free)."""
 
 from __future__ import annotations
 
 from .base import Cause, Constant, Finding, LeverSpec, ev
+from . import worker_respawn
 from .. import diagnosis as dg
 from ..figures import Figure, Inputs, Reader, Rederived, dataloader_share_pct, series_mean
 from ....state import Claim, Tolerance
@@ -41,28 +48,32 @@ class DataSplit(Cause):
     """A data-bound step split into CPU-transform-bound or I/O-bound by the host CPU (seed 001 T8)."""
 
     seed = "seed 001 T8"
-    causes = {"dataloader-transform-bound": "the DataLoader's per-sample CPU transform limits the step",
-              "dataloader-io-bound": "the DataLoader waits on storage while the host CPU idles"}
+    causes = {"dataloader-cpu-transform": "the DataLoader's per-sample CPU transform limits the step",
+              "dataloader-io-wait": "the DataLoader waits on storage while the host CPU idles",
+              "dataloader-stall": "the step waits on the DataLoader; the host CPU does not say whether on the "
+                                  "transform or on I/O"}
     analyst = "trace_analyst"
     reads = ("cpu.dataloader_step_share_pct", "cpu.host_util_pct")
-    figures = (Figure("cpu_util", "%", "the node's host CPU utilization over the job", "cause", Tolerance(abs=5.0)),)
+    figures = (Figure("cpu_util", "%", "the node's host CPU utilization over the job", "cause", Tolerance(abs=5.0)),
+               Figure("dataloader.step_share", "fraction", "DataLoader time per profiled step / profiled step time",
+                      "cause", Tolerance(rel=0.05)))
     constants = {"CPU_BUSY_PCT": Constant(CPU_BUSY_PCT, "seed 001 T1/T3"),
                  "CPU_IDLE_PCT": Constant(CPU_IDLE_PCT, "seed 001 T3"),
                  "DATALOADER_STEP_SHARE": Constant(dg.DATALOADER_STEP_SHARE, "seed 001 T19 (graph/rules/diagnosis.py)")}
-    levers = (LeverSpec("gpu_transforms", "move the per-sample transform to the GPU (DALI, torchvision v2 on tensors); "
-                        "more workers cap at the core count"),
-              LeverSpec("stage_to_local_nvme", "stage the working set to node-local NVMe or shard small files "
-                        "(seed 001 T8: U8/U25)"))
+    levers = (LeverSpec("gpu_transform", "run the per-batch transform on the GPU (torchvision.transforms.v2 on device "
+                        "tensors, DALI) instead of in the DataLoader worker's CPU (seed 001 T8)"),
+              LeverSpec("num_workers_8", "raise DataLoader(num_workers=...) (e.g. 8, below the cores per rank): "
+                        "more batches in flight overlap the waits (seed 001 T4, T8; lesson 22)"))
     verifier_needs = ("series",)
 
     def detect(self, x: Inputs) -> list[Finding]:
-        cpu = x.figure("cpu.host_util_pct")
-        if cpu is None or not (cpu >= CPU_BUSY_PCT or cpu <= CPU_IDLE_PCT) or not x.rank:
+        if not x.rank or worker_respawn.respawns(worker_respawn.from_log(x.log or {})):
             return []
         pct = dataloader_share_pct(x.rank)
         if pct is None or pct / 100.0 < dg.DATALOADER_STEP_SHARE:
             return []
-        f = self.check(float(x.rank["dataloader_ms_per_step"]) / float(x.rank["step_time_ms"]), cpu)
+        f = self.check(float(x.rank["dataloader_ms_per_step"]) / float(x.rank["step_time_ms"]),
+                       x.figure("cpu.host_util_pct"))
         return [f] if f is not None else []
 
     def not_checked(self, x: Inputs) -> list[str]:
@@ -70,26 +81,38 @@ class DataSplit(Cause):
         return [line] if line else []
 
     def check(self, dataloader_share: float | None, cpu_util_pct: float | None) -> Finding | None:
-        """The finding for a data-bound step (``dataloader_share``: DataLoader time / step time)
-        and the host CPU busy %; None between :data:`CPU_IDLE_PCT` and :data:`CPU_BUSY_PCT` or
-        when an input is missing."""
-        if dataloader_share is None or cpu_util_pct is None:
+        """The finding for a data-bound step (``dataloader_share``: DataLoader time / step time, 0..1)
+        and the host CPU busy % (None: no host telemetry): ``dataloader-cpu-transform`` at or above
+        :data:`CPU_BUSY_PCT`, ``dataloader-io-wait`` at or below :data:`CPU_IDLE_PCT`, the class-level
+        ``dataloader-stall`` between them or without the CPU reading; None without the share. The
+        finding's ``share`` is ``dataloader_share``."""
+        if dataloader_share is None:
             return None
-        evidence = [ev("tracelens.analyze_trace", "dataloader_ms_per_step / step_time_ms", dataloader_share),
-                    ev("promql.instant", "cpu_util avg", cpu_util_pct)]
+        dl = round(dataloader_share, 6)
+        evidence = [ev("tracelens.analyze_trace", "dataloader_ms_per_step / step_time_ms", dl)]
+        if cpu_util_pct is None or CPU_IDLE_PCT < cpu_util_pct < CPU_BUSY_PCT:
+            why = ("no host CPU telemetry" if cpu_util_pct is None else
+                   f"the host CPU is {cpu_util_pct:.0f}% busy, between the transform-bound and I/O-bound bounds")
+            c = self.claim("triage.t8.dataloader_stall", f"the step waits on the DataLoader {dl * 100:.0f}% of the "
+                           f"time ({why}: transform and I/O not separated; seed 001 T19/T8)",
+                           "dataloader.step_share", dl, "fraction", evidence, 0.7)
+            return Finding(("dataloader-stall",), c, (self.lever("num_workers_8"),), share=dl)
+        evidence.append(ev("promql.instant", "cpu_util avg", cpu_util_pct))
         if cpu_util_pct >= CPU_BUSY_PCT:
-            c = self.claim("triage.t8.transform_bound", f"data loading takes {dataloader_share * 100:.0f}% of the step "
+            c = self.claim("triage.t8.transform_bound", f"data loading takes {dl * 100:.0f}% of the step "
                            f"while the host CPU is {cpu_util_pct:.0f}% busy: CPU-transform-bound (seed 001 T8)",
                            "cpu_util", cpu_util_pct, "%", evidence, 0.7)
-            return Finding(("dataloader-transform-bound",), c, (self.lever("gpu_transforms"),))
-        if cpu_util_pct <= CPU_IDLE_PCT:
-            c = self.claim("triage.t8.io_bound", f"data loading takes {dataloader_share * 100:.0f}% of the step while "
-                           f"the host CPU is only {cpu_util_pct:.0f}% busy: I/O-bound (seed 001 T8)",
-                           "cpu_util", cpu_util_pct, "%", evidence, 0.7)
-            return Finding(("dataloader-io-bound",), c, (self.lever("stage_to_local_nvme"),))
-        return None
+            return Finding(("dataloader-cpu-transform",), c, (self.lever("gpu_transform"),), share=dl)
+        c = self.claim("triage.t8.io_bound", f"data loading takes {dl * 100:.0f}% of the step while "
+                       f"the host CPU is only {cpu_util_pct:.0f}% busy: I/O-bound (seed 001 T8)",
+                       "cpu_util", cpu_util_pct, "%", evidence, 0.7)
+        return Finding(("dataloader-io-wait",), c, (self.lever("num_workers_8"),), share=dl)
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
+        if c.metric == "dataloader.step_share":
+            pct = dataloader_share_pct(r.rank or {})
+            return Rederived(round(pct / 100.0, 6) if pct is not None else None, "the verifier's full-load read of "
+                             "the trace: DataLoader time per step / step time", Tolerance(rel=0.05))
         v = series_mean(r.series.get("cpu_util"))
         if v is None:
             return Rederived(None, "no independent path for this triage claim", Tolerance())

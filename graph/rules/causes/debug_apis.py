@@ -4,7 +4,9 @@ mode checks every backward node's outputs for NaN, torch/csrc/autograd/engine.cp
 launch-serializing / allocator-disabling variable of :data:`DEBUG_ENV` in the job's environment.
 
 Detects from the trace's event-name counts and the job's environment (job script, then the
-manifest); re-derived from raw-text counts of the same trace. Lever ``disable_debug_apis``."""
+manifest); re-derived from raw-text counts of the same trace. Levers: ``anomaly_detection_off`` for anomaly
+mode, ``launch_blocking_off`` for a launch-serializing variable (the lever ids of
+``tools/levers/catalogs/workload.yaml``)."""
 
 from __future__ import annotations
 
@@ -62,8 +64,11 @@ class DebugApis(Cause):
                       Tolerance(), from_evidence=from_evidence),)
     constants = {"ANOMALY_ISNAN_PER_BACKWARD": Constant(ANOMALY_ISNAN_PER_BACKWARD, "anomaly mode checks every backward "
                                                         "node's outputs for NaN (torch/csrc/autograd/engine.cpp)")}
-    levers = (LeverSpec("disable_debug_apis", "turn off set_detect_anomaly and unset *_LAUNCH_BLOCKING for the real run "
-                        "(anomaly detection is ~10x slower)"),)
+    levers = (LeverSpec("anomaly_detection_off", "call torch.autograd.set_detect_anomaly(False) (or drop the "
+                        "detect_anomaly() context) for the real run: it adds a NaN check and a host sync after every "
+                        "backward node"),
+              LeverSpec("launch_blocking_off", "unset CUDA_LAUNCH_BLOCKING / HIP_LAUNCH_BLOCKING (or set it to 0) for "
+                        "the real run: with it every kernel launch waits for its kernel to finish"))
     event_names = (ISNAN,)
     event_name_patterns = ()
     raw_patterns = {"isnan": r'aten::isnan"', "backward": BACKWARD}
@@ -81,18 +86,20 @@ class DebugApis(Cause):
         if not anomaly and not bad_env:
             return []
         path, rank = str(x.rank["path"]), x.rank.get("rank")
-        evidence, parts, causes = [], [], []
+        evidence, parts, causes, levers = [], [], [], []
         if anomaly:
             evidence.append(ev("trace.event_names", f"{file_name(path)}: {ISNAN} / {BACKWARD}",
                                {"isnan": isnan, "backward_nodes": bw}, path=path, rank=rank))
             parts.append(f"{isnan} {ISNAN} checks for {bw} backward nodes: torch.autograd anomaly detection is on")
             causes.append("anomaly-mode")
+            levers.append(self.lever("anomaly_detection_off"))
         if bad_env:
             evidence.append(ev("manifest.env", "debug variables", bad_env, rank=rank, path=path))
             parts.append(", ".join(f"{k}={v}" for k, v in bad_env.items()) + " serializes every launch")
             causes.append("cuda-launch-blocking")
+            levers.append(self.lever("launch_blocking_off"))
         c = self.claim(CLAIM_ID, "; ".join(parts) + " (seed 001 T12)", "debug_apis_on", True, "bool", evidence, 0.85)
-        return [Finding(tuple(causes), c, (self.lever("disable_debug_apis"),))]
+        return [Finding(tuple(causes), c, tuple(levers))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         raw = (r.rank or {}).get("raw_counts") or {}

@@ -1,13 +1,17 @@
 """torch.compile recompiling in the steady state (seed 001 T16): compile events inside the
-profiled steps (Dynamo's ``convert_frame._compile`` / Inductor's ``compile_fx_inner`` python events,
-or a compiled region whose compile id ``frame/N`` is past 0, i.e. the N-th recompilation of that
-frame: torch/_dynamo/convert_frame.py names regions so), or ``Recompiling function`` /
-``recompile_limit`` lines in the training log. Past ``recompile_limit`` (default 8) Dynamo runs the
+profiled steps (Dynamo's ``convert_frame._compile`` / Inductor's ``compile_fx_inner`` python events
+and ``compile_fx_inner (dynamo_timed)`` cpu ops), or ``Recompiling function`` / ``recompile_limit``
+lines in the training log.
+
+A compiled region's id ``frame/N`` with N past 0 (``Torch-Compiled Region: 1/1``) is NOT counted: it
+names which cached graph of the frame runs, and a graph break's resume function gets such ids while
+nothing recompiles in the steady state (bundled run ``graph-break``: 12 ``1/1`` regions in its 3
+profiled steps, no compile event, no recompile line; that kind is ``graph_breaks``). Past ``recompile_limit`` (default 8) Dynamo runs the
 function eagerly.
 
 Detects from the trace's event-name counts and the log's line counts (the one read of each);
 re-derived from the raw text of the trace and the verifier's own re-read of the log. Lever
-``torch_compile_dynamic`` (no saving model: its effect is not visible in one trace)."""
+``compile_dynamic_shapes`` (no saving model: its effect is not visible in one trace)."""
 
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ from .base import Cause, Finding, LeverSpec, ev, file_name
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
-COMPILE_EV = re.compile(r"_dynamo/convert_frame\.py\(\d+\): _compile\b|compile_fx_inner|Torch-Compiled Region: \d+/[1-9]\d*")
+COMPILE_EV = re.compile(r"_dynamo/convert_frame\.py\(\d+\): _compile\b|compile_fx_inner")
 RECOMPILE_LOG = re.compile(r"Recompiling function|recompile_limit|cache_size_limit|torch\._dynamo hit config", re.I)
-RAW_COMPILE = r"(?:[^\"]*_dynamo/convert_frame\.py\(\d+\): _compile\"|[^\"]*compile_fx_inner|Torch-Compiled Region: \d+/[1-9])"
+RAW_COMPILE = r"(?:[^\"]*_dynamo/convert_frame\.py\(\d+\): _compile\"|[^\"]*compile_fx_inner)"
 """The same events as :data:`COMPILE_EV`, as the raw text after ``"name": "`` (verifier side)."""
 CLAIM_ID = "triage.t16.recompiles"
 
@@ -35,7 +39,8 @@ class Recompilation(Cause):
                       "the log", "cause", Tolerance(), from_evidence=lambda returned: sum(
                           int(v) for v in returned if isinstance(v, (int, float)) and not isinstance(v, bool))),)
     constants = {}
-    levers = (LeverSpec("torch_compile_dynamic", "mark the varying dimension dynamic (dynamic=True / mark_dynamic) or "
+    levers = (LeverSpec("compile_dynamic_shapes", "compile with torch.compile(dynamic=True) or "
+                        "torch._dynamo.mark_dynamic(x, dim) on the varying dimension, or "
                         "pad shapes to a few buckets; TORCH_LOGS=recompiles names the failing guard"),)
     event_name_patterns = (COMPILE_EV,)
     raw_patterns = {"compile": RAW_COMPILE}
@@ -62,7 +67,7 @@ class Recompilation(Cause):
         c = self.claim(CLAIM_ID, f"torch.compile recompiled during the run ({n_trace} compile events in the profiled "
                        f"steps, {n_log} recompile lines in the log): past recompile_limit (default 8) Dynamo runs the "
                        "function eagerly (seed 001 T16)", "recompile_events", n_trace + n_log, "events", evidence, 0.8)
-        return [Finding(("recompilation",), c, (self.lever("torch_compile_dynamic"),))]
+        return [Finding(("recompilation",), c, (self.lever("compile_dynamic_shapes"),))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         n = ((r.rank or {}).get("raw_counts") or {}).get("compile")

@@ -27,6 +27,7 @@ class RooflineMemoryBound(Cause):
     causes = {"memory-bound-elementwise": "elementwise/normalization/reduction kernels bound by HBM bandwidth",
               "memory-bound-kernels": "matrix or attention kernels whose shapes make them bandwidth-bound"}
     analyst = "trace_analyst"
+    explains = "memory-bound"  # class-level: named only for a memory-bound job (base.Cause.explains)
     reads = ("roofline", "rank", "manifest")
     figures = (Figure("roofline.{category}.tbps", "TB/s", "bandwidth a memory-bound roofline category achieves",
                       "cause", Tolerance(rel=0.01)),)

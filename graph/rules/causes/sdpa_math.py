@@ -4,7 +4,7 @@
 slower than EFFICIENT).
 
 Detects from the trace's event-name counts (the analysis pass); re-derived from the raw text of the
-same trace (the pass's raw-text counter: no JSON parse). Lever ``sdpa_efficient``, saving from
+same trace (the pass's raw-text counter: no JSON parse). Lever ``sdpa_fused_backend`` (the benchmark's lever id), saving from
 ``tools/levers/impact.py`` (``SDPA_MATH_SLOWDOWN``, lesson 21)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class SdpaMathFallback(Cause):
                       Tolerance()),)
     constants = {"MATH_SLOWDOWN": Constant(10.0, "seed 000 lesson 21: MATH is 10-15x slower than EFFICIENT "
                                                  "(the lever's saving model, tools/levers/impact.py SDPA_MATH_SLOWDOWN)")}
-    levers = (LeverSpec("sdpa_efficient", "feed SDPA bf16/fp16 inputs and force the fused backend with "
+    levers = (LeverSpec("sdpa_fused_backend", "feed SDPA bf16/fp16 inputs and force the fused backend with "
                         "sdpa_kernel([EFFICIENT_ATTENTION, FLASH_ATTENTION]) so an ineligible shape errors loudly",
                         saving="sdpa_efficient"),)
     event_names = (MATH_SDPA,)
@@ -51,7 +51,7 @@ class SdpaMathFallback(Cause):
                        "sdpa_math_calls", n, "calls",
                        [ev("trace.event_names", f"{file_name(path)}: count {MATH_SDPA}", n, path=path,
                            rank=x.rank.get("rank"))], 0.9)
-        return [Finding(("sdpa-math-fallback",), c, (self.lever("sdpa_efficient"),))]
+        return [Finding(("sdpa-math-fallback",), c, (self.lever("sdpa_fused_backend"),))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         n = ((r.rank or {}).get("raw_counts") or {}).get("sdpa_math")

@@ -1,0 +1,308 @@
+"""The fast parse (tools/trace/fastscan.py) against the old one (ijson over the whole file): the same
+events (same types: ``1`` stays an int, ``1.0`` a float), the same trailer keys and the same engine
+output (timeline rows, kernel tables, warnings) on every trace the repository and ../shared/data
+hold, and the same outcome (events or the one-line error) on hand-built odd documents, with the
+pieces cut small so that every cut lands somewhere odd."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from ai4s_graph.tools.errors import Ai4sError
+from ai4s_graph.tools.trace import engine, fastscan, stream
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("AI4S_TEST_DATA", REPO.parent / "shared" / "data")).resolve()
+ROOTS = [REPO / "examples", REPO / "bench" / "accuracy" / "cases", REPO / "tests" / "data", SHARED]
+
+
+def _is_trace(p: Path) -> bool:
+    if not p.is_file() or not (p.name.endswith(".json") or p.name.endswith(".json.gz")):
+        return False
+    try:
+        with (gzip.open(p, "rb") if p.read_bytes()[:2] == b"\x1f\x8b" else open(p, "rb")) as fh:
+            return b'"traceEvents"' in fh.read()
+    except (OSError, EOFError):
+        return False
+
+
+def _traces() -> list[Path]:
+    out = []
+    for root in ROOTS:
+        if root.is_dir():
+            out += sorted(p for p in root.rglob("*.json*") if _is_trace(p))
+    return out
+
+
+TRACES = _traces()
+
+
+def _ids(p: Path) -> str:
+    for root in ROOTS:
+        if p.is_relative_to(root):
+            return f"{root.name}/{p.relative_to(root)}"
+    return str(p)
+
+
+def _outcome(path: Path, parser: str, monkeypatch) -> tuple:
+    """(encoded events, trailer) of a parse, or ("error", message)."""
+    monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+    trailer: dict = {}
+    enc = msgspec.json.Encoder()
+    try:
+        evs = [enc.encode(e) for e in stream.iter_events(path, trailer=trailer)]
+    except Ai4sError as e:
+        return ("error", str(e))
+    return (evs, enc.encode(trailer))
+
+
+def _both(path: Path, monkeypatch) -> tuple:
+    old = _outcome(path, "ijson", monkeypatch)
+    new = _outcome(path, "fast", monkeypatch)
+    return old, new
+
+
+def test_the_trace_set_is_there():
+    # the repository's own traces at least (examples, accuracy cases, tests/data)
+    assert sum(1 for p in TRACES if p.is_relative_to(REPO)) >= 20, [str(p) for p in TRACES]  # 28 on 2026-12-01
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[_ids(p) for p in TRACES])
+def test_every_trace_same_events_and_engine_output(path, monkeypatch):
+    old, new = _both(path, monkeypatch)
+    assert old[0] != "error"
+    assert new == old
+    assert fastscan.last_parse["fallback"] is None, fastscan.last_parse  # the fast parse did the work
+    assert fastscan.last_parse["pieces"] >= 1
+    res = {}
+    for parser in ("ijson", "fast"):
+        monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+        try:
+            analysis, tables = engine.analyze_with_tables(path)
+        except Ai4sError as e:  # a trace without GPU events: the same refusal
+            res[parser] = ("error", str(e))
+            continue
+        res[parser] = (analysis.model_dump(mode="json"), json.dumps(tables, sort_keys=True, default=str))
+    assert res["fast"] == res["ijson"]
+
+
+# ------------------------------------------------------------------------------ hand-built odd documents
+
+
+def _ev(i: int, **kw) -> dict:
+    e = {"ph": "X", "cat": "kernel" if i % 3 == 0 else "cpu_op", "name": f"k{i}", "pid": 1, "tid": 7,
+         "ts": 1000.0 + 10 * i, "dur": 5.0, "args": {"correlation": 100 + i, "stream": 7, "device": 0}}
+    e.update(kw)
+    return e
+
+
+def _doc(events: list, head: dict | None = None, tail: dict | None = None, *, layout: str = "kineto") -> bytes:
+    """A trace document: ``head`` keys, the list, ``tail`` keys; ``layout`` kineto (one event per
+    block, ``},\\n  {`` between), compact (one line) or loose (tabs, CRLF, spaces around commas)."""
+    enc = [json.dumps(e) for e in events]
+    sep = {"kineto": ",\n  ", "compact": ",", "loose": "\t ,\r\n\t"}[layout]
+    h = "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in (head or {"schemaVersion": 1}).items())
+    t = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in (tail or {}).items())
+    return ("{" + h + '"traceEvents": [\n  ' + sep.join(enc) + "\n]" + t + "}\n").encode()
+
+
+EVENTS = [_ev(i) for i in range(40)]
+CASES: dict[str, bytes] = {
+    "kineto layout": _doc(EVENTS),
+    "compact layout": _doc(EVENTS, layout="compact"),
+    "tabs and CRLF between events": _doc(EVENTS, layout="loose"),
+    "trailer keys after the list": _doc(EVENTS, tail={"deviceProperties": [{"id": 0, "name": "H200"}],
+                                                      "traceName": "x"}),
+    "the list first, no head": _doc(EVENTS, head={}),
+    "the boundary pattern inside names": _doc([_ev(i, name="a},\n  {b},{" * (i % 4)) for i in range(40)]),
+    "objects in lists inside args": _doc([_ev(i, args={"x": [{"a": 1}, {"b": [{"c": 2}, {}]}], "correlation": i})
+                                          for i in range(40)]),
+    "items that are not objects": _doc([1, "two", None, [3, {"a": 4}], *EVENTS, 5.5, True]),
+    "duplicate keys inside an event": (b'{"traceEvents": [{"ph": "X", "ts": 1, "ts": 2.5, "dur": 1, "dur": 3},'
+                                       b' {"a": 1, "a": {"b": 1, "b": 2}}]}'),
+    "two traceEvents lists": _doc(EVENTS[:10], tail={"traceEvents": EVENTS[10:20]}),
+    "a second list under an escaped key": _doc(EVENTS[:10]).replace(b"]}\n", b'], "trace\\u0045vents": [{"x": 1}]}\n'),
+    "an escaped list key first": (b'{"trace\\u0045vents": [{"a": 1}], "traceEvents": [{"b": 2}, {"c": 3}]}'),
+    "traceEvents inside a header object": (b'{"h": {"traceEvents": [{"a": 1}]}, "traceEvents": [{"b": 2}, {"c": 3}]}'),
+    "traceEvents in a header string": (b'{"h": "\\"traceEvents\\": [", "traceEvents": [{"b": 2}, {"c": 3}]}'),
+    "traceEvents not a list": b'{"traceEvents": {"a": 1}, "x": [{"b": 2}]}',
+    "empty list": _doc([]),
+    "no traceEvents": b'{"schemaVersion": 1, "other": [{"a": 1}, {"b": 2}]}',
+    "root is a list": json.dumps(EVENTS).encode(),
+    "root is a number": b"42",
+    "empty object": b"{}",
+    "int64 max and min + 1": _doc([_ev(1, id=(1 << 63) - 1), _ev(2, id=-(1 << 63) + 1)]),
+    "integer 2**63 (ijson: integer overflow)": _doc([_ev(1), _ev(2, args={"stream": 1 << 63})] + EVENTS),
+    "integer -2**63": _doc([_ev(1), _ev(2, id=-(1 << 63))] + EVENTS),
+    "a 30-digit integer": _doc(EVENTS + [_ev(2, id=10 ** 30)]),
+    "long digit runs that are floats and strings": _doc([_ev(i, dur=float(f"0.{'7' * 25}"), ts=1.5e22,
+                                                             name="k" + "9" * 30) for i in range(40)]
+                                                        ).replace(b"1.5e+22", b"15000000000000000000000.25"),
+    "float overflow 1e400": _doc(EVENTS).replace(b'"dur": 5.0', b'"dur": 1e400', 1),
+    "float underflow 1e-400": _doc(EVENTS).replace(b'"dur": 5.0', b'"dur": 1e-400', 3),
+    "NaN literal": _doc(EVENTS).replace(b'"dur": 5.0', b'"dur": NaN', 1),
+    "a lone surrogate escape": _doc(EVENTS).replace(b'"k1"', b'"k\\ud800"'),
+    "a surrogate pair escape": _doc(EVENTS).replace(b'"k1"', b'"k\\ud83d\\ude00"'),
+    "an invalid UTF-8 byte": _doc(EVENTS).replace(b'"k5"', b'"k\xff"'),
+    "a raw control character in a string": _doc(EVENTS).replace(b'"k5"', b'"k\x01"'),
+    "UTF-8 names": _doc([_ev(i, name="ядро—核") for i in range(40)]).decode("unicode_escape").encode(),
+    "names with \\u escapes": _doc([_ev(i, name="ядро—核") for i in range(40)]),
+    "byte order mark": b"\xef\xbb\xbf" + _doc(EVENTS),
+    "trailing garbage after the root": _doc(EVENTS) + b"xyz",
+    "a second root after the first": _doc(EVENTS) + _doc(EVENTS),
+    "truncated inside an event": _doc(EVENTS)[: len(_doc(EVENTS)) // 2],
+    "truncated after a comma between events": _doc(EVENTS)[: _doc(EVENTS).index(b"},\n  {", 2000) + 2],
+    "truncated before the root closes": _doc(EVENTS)[:-3],
+    "deep nesting in one event": _doc(EVENTS[:5] + [{"a": json.loads("[" * 300 + "]" * 300)}] + EVENTS[5:]),
+}
+
+
+def _write(tmp_path: Path, name: str, data: bytes, gz: bool) -> Path:
+    p = tmp_path / (f"{abs(hash(name))}.json" + (".gz" if gz else ""))
+    p.write_bytes(gzip.compress(data) if gz else data)
+    return p
+
+
+@pytest.mark.parametrize("piece", [16, 300, 1 << 20])
+@pytest.mark.parametrize("name", list(CASES))
+def test_odd_documents_same_outcome(tmp_path, monkeypatch, name, piece):
+    # pieces of 16 B cut at every boundary (retries, cuts inside strings and nested objects); 300 B
+    # several events a piece; 1 MiB the whole document in one piece. Blocks of 64 B make every piece
+    # span several reads.
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", piece)
+    monkeypatch.setattr(fastscan, "BLOCK_BYTES", 64)
+    p = _write(tmp_path, name, CASES[name], gz=False)
+    old, new = _both(p, monkeypatch)
+    assert new == old
+
+
+@pytest.mark.parametrize("name", ["kineto layout", "trailer keys after the list", "two traceEvents lists",
+                                  "truncated inside an event", "integer 2**63 (ijson: integer overflow)"])
+def test_odd_documents_gzip_same_outcome(tmp_path, monkeypatch, name):
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    p = _write(tmp_path, name, CASES[name], gz=True)
+    old, new = _both(p, monkeypatch)
+    assert new == old
+
+
+def test_truncated_gzip_same_error(tmp_path, monkeypatch):
+    data = gzip.compress(_doc([_ev(i) for i in range(3000)]))
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    old, new = _both(p, monkeypatch)
+    assert old[0] == "error" and "truncated or not valid JSON" in old[1]
+    assert new == old
+
+
+def test_cases_that_must_fall_back_do_and_the_others_do_not(tmp_path, monkeypatch):
+    """Which documents the fast parse hands to ijson: the ones msgspec would read differently or
+    cannot read, never a plain trace, whatever its layout."""
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    expect_fast = ["kineto layout", "compact layout", "tabs and CRLF between events", "trailer keys after the list",
+                   "the list first, no head", "the boundary pattern inside names", "objects in lists inside args",
+                   "empty list", "int64 max and min + 1", "long digit runs that are floats and strings",
+                   "UTF-8 names", "names with \\u escapes", "float underflow 1e-400", "a surrogate pair escape"]
+    expect_ijson = ["two traceEvents lists", "a second list under an escaped key", "an escaped list key first",
+                    "integer 2**63 (ijson: integer overflow)", "integer -2**63", "a 30-digit integer",
+                    "float overflow 1e400", "NaN literal", "an invalid UTF-8 byte", "root is a list",
+                    "truncated inside an event", "trailing garbage after the root", "no traceEvents"]
+    for name in expect_fast + expect_ijson:
+        p = _write(tmp_path, name, CASES[name], gz=False)
+        try:
+            for _ in stream.iter_events(p):
+                pass
+        except Ai4sError:
+            pass
+        fell_back = fastscan.last_parse["fallback"] is not None
+        assert fell_back == (name in expect_ijson), (name, fastscan.last_parse)
+
+
+def test_the_reader_thread_stops_when_the_pass_stops_early(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(fastscan, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    p = _write(tmp_path, "kineto", _doc([_ev(i) for i in range(5000)]), gz=True)
+    it = stream.iter_events(p)
+    next(it)
+    readers = [t for t in threading.enumerate() if t.name == "trace-reader"]
+    assert readers  # the file is read in its own thread
+    it.close()  # the consumer stops after one event: the reader must not go on (nor block forever)
+    for t in readers:
+        t.join(timeout=60)
+        assert not t.is_alive()
+
+
+def test_the_engine_fields_cover_what_the_engine_scan_reads():
+    """A scan without other consumers decodes only fastscan.ENGINE_EVENT_KEYS / ENGINE_ARG_KEYS: every
+    key the scan's source reads from an event or its args must be in them (a key added to the scan
+    and not there would read as missing on the fast parse only)."""
+    import re
+
+    src = ""
+    for name in ("stream.py", "stream_fix.py", "scan.py"):  # the scan and the helpers it calls per event
+        p = REPO / "tools" / "trace" / name
+        if p.is_file():
+            src += p.read_text()
+    read = set(re.findall(r'\b(?:ev|e|a|args|first|nxt)(?:\.get\(|\[)"([^"]+)"', src))
+    assert read, "no event key found in the scan's source"
+    assert read <= set(fastscan.ENGINE_EVENT_KEYS) | set(fastscan.ENGINE_ARG_KEYS), read
+    assert set(stream.COLLECTIVE_ARG_KEYS) <= set(fastscan.ENGINE_ARG_KEYS)
+
+
+def test_engine_fields_decode_keeps_only_those(tmp_path, monkeypatch):
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    ev = _ev(0, args={"correlation": 5, "External id": 9, "Input Dims": [[1]], "stream": 7}, extra="x")
+    p = _write(tmp_path, "one", _doc([ev, _ev(1)]), gz=False)
+    full = next(stream.iter_events(p))
+    lean = next(stream.iter_events(p, fields="engine"))
+    assert full == ev
+    assert lean == {k: v for k, v in ev.items() if k != "extra"} | {"args": {"correlation": 5, "stream": 7}}
+
+
+def _engine_outcome(path: Path, parser: str, monkeypatch):
+    monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+    try:
+        analysis, tables = engine.analyze_with_tables(path)
+    except Ai4sError as e:
+        return ("error", type(e).__name__, str(e))
+    except Exception as e:  # noqa: BLE001 - a crash must at least be the same crash
+        return ("crash", type(e).__name__)
+    return (analysis.model_dump(mode="json"), json.dumps(tables, sort_keys=True, default=str))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_odd_documents_same_engine_output(tmp_path, monkeypatch, name):
+    # the engine's own scan decodes only its fields on the fast parse: same figures or the same refusal
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    p = _write(tmp_path, name, CASES[name], gz=False)
+    assert _engine_outcome(p, "fast", monkeypatch) == _engine_outcome(p, "ijson", monkeypatch)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_left_as_it_was(tmp_path, monkeypatch, enabled):
+    # the decode pauses the cyclic collector; after the parse (and after one that fails) it is as before
+    import gc
+
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        for name in ("kineto layout", "truncated inside an event"):
+            p = _write(tmp_path, name, CASES[name], gz=False)
+            try:
+                sum(1 for _ in stream.iter_events(p))
+            except Ai4sError:
+                pass
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -1,0 +1,83 @@
+"""Where a run's report goes, and its one atomic write.
+
+``report.json`` and ``report.md`` are written together through
+:func:`ai4s_graph.state.publish.publish_many` (temporary files beside them, ``fsync``, then the
+renames: a full disk or a crash leaves the earlier pair as it was, never a 0-byte file). They
+replace the report in the output directory only when both hold:
+
+* the run analysed something (a manifest was adopted and at least one claim was made): a refused,
+  mistyped or empty run (no such ``--perf-run``, a malformed ``manifest.json``) must not replace a
+  good report with "Nothing was analysed";
+* the report already there (if any) is the same job's, or the user passed ``--force``.
+
+Otherwise the new report goes to ``<out>/.ai4s-graph/not-published/`` and the caller says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...state.publish import ensure_dir, publish_many
+from ..errors import InputError
+from ..jsonguard import load_file
+
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
+#: Where a report that must not replace the one in the output directory is written instead.
+NOT_PUBLISHED = Path(".ai4s-graph") / "not-published"
+_MD_JOB = re.compile(r"^# ai4s-graph report — job (\S+)")
+
+
+def has_report(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds a report (``report.json`` or ``report.md``, links included)."""
+    d = Path(out_dir)
+    return any(Path(d / n).is_symlink() or (d / n).exists() for n in (REPORT_JSON, REPORT_MD))
+
+
+def report_job(out_dir: str | Path) -> str | None:
+    """The job id of the report in ``out_dir``: ``report.json``'s ``jobid``, else the job in
+    ``report.md``'s first line; None when there is no report or it names no job."""
+    d = Path(out_dir)
+    js = d / REPORT_JSON
+    if js.is_file() and not js.is_symlink():
+        try:
+            data = load_file(js)
+        except InputError:
+            data = None
+        if isinstance(data, dict) and data.get("jobid") is not None:
+            return str(data["jobid"])
+    md = d / REPORT_MD
+    if md.is_file() and not md.is_symlink():
+        try:
+            with md.open(encoding="utf-8", errors="replace") as fh:
+                m = _MD_JOB.match(fh.readline(4096))
+        except OSError:
+            return None
+        return m.group(1) if m else None
+    return None
+
+
+def destination(out_dir: str | Path, jobid: str | None, *, analysed: bool, force: bool = False) -> tuple[Path, str | None]:
+    """``(folder the report goes to, why it is not out_dir or None)``; see the module docstring."""
+    out = Path(out_dir)
+    if not has_report(out):
+        return out, None
+    if not analysed:
+        return out / NOT_PUBLISHED, "nothing was analysed: earlier report kept"
+    prior = report_job(out)
+    if prior is not None and jobid is not None and prior != str(jobid) and not force:
+        return out / NOT_PUBLISHED, f"job {prior}'s report there kept (--force replaces it)"
+    return out, None
+
+
+def write_report(out_dir: str | Path, dest: str | Path, report_json: str, report_md: str,
+                 extra: Sequence[tuple[Path, bytes]] = ()) -> tuple[Path, Path]:
+    """Write ``report.json``, ``report.md`` and the ``extra`` files (the staged plots,
+    :func:`ai4s_graph.tools.report.plots.staged`) into ``dest`` (``out_dir`` or a folder under it)
+    together and atomically, refusing links under ``out_dir``. Returns the report's two paths.
+    Raises :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError`` (then nothing is
+    replaced)."""
+    d = ensure_dir(dest, out_dir)
+    done = publish_many([*extra, (d / REPORT_JSON, report_json), (d / REPORT_MD, report_md)], root=out_dir)
+    return done[-2], done[-1]

@@ -1,0 +1,429 @@
+"""The fast parse of a kineto trace's ``traceEvents``: msgspec over bounded pieces of the
+decompressed text, split at event boundaries, with ijson as the fallback.
+
+The one pass (:func:`.stream.iter_events`) spends most of its time turning JSON into Python
+objects. ``ijson``'s C backend (yajl2) builds them one parser event at a time; ``msgspec`` decodes a
+whole buffer in C. Measured on the replicated 176 MB trace (``bench/make_long_trace.py``, 713 k
+events; CPU seconds on the project's 2-core machine, shared): gunzip 0.16 s, ijson over every event
+1.8 s, this parse 1.2 s (whole events) and ~0.9 s (the engine's fields only, below). Neither parser
+may hold the whole file: the text is decoded in pieces of about :data:`PIECE_BYTES`.
+
+**Splitting.** Kineto writes one event per ``{ ... }`` with ``},\\n  {`` between two events of the
+list. A piece runs from the start of an event to a ``}`` followed by ``,`` and ``{`` (any
+whitespace between; found with ``re`` in C) at least :data:`PIECE_BYTES` further on, and is
+decoded as ``[`` + piece + ``]``. That decode succeeds only when the cut lies between two events of
+the list: a cut inside a nested object or a string leaves a bracket or a string open (JSON's
+grammar is deterministic, so a prefix of the list that closes with ``]`` ends at depth one). A piece
+that does not decode is retried up to :data:`RETRIES` boundaries further; then the rest of the
+document goes to ijson, from that piece's first event on (the text ``{"traceEvents":[`` + rest,
+which is what ijson would have read there). Events come out in file order either way.
+
+**Where the list starts and ends.** The head (up to ``"traceEvents": [``) is accepted when
+``"traceEvents"`` occurs once in it and ``head + "]}"`` decodes to an object: the key is then the
+root's. The last piece is decoded as ``{"traceEvents":[`` + rest of the document; when the rest
+names ``traceEvents`` again (a second list, which ijson would read too) it goes to ijson. Anything
+else (a root that is not an object, no list in the first :data:`HEAD_MAX_BYTES`) is ijson's from
+the first byte.
+
+**The same values as ijson** (``use_float=True``): both give ``int`` for integer literals, ``float``
+for the others (correctly rounded), the same strings and the last of duplicate keys. Where they
+differ, msgspec's decode is refused before any of its events is given out: integers outside the
+signed 64-bit range (ijson raises *integer overflow*; msgspec would decode them: a piece with a run
+of 19 digits goes to ijson), numbers beyond the float range and malformed text (msgspec raises, so
+ijson reads it and raises its own error). ``tests/test_fastscan.py`` checks each of these and that
+every trace the suite and the benchmark hold gives the same engine output on both parsers.
+
+**Threads.** The file is read and decompressed (zlib releases the GIL) in a reader thread, at
+most :data:`QUEUE_BLOCKS` blocks of :data:`BLOCK_BYTES` ahead, while the main thread decodes.
+
+**Garbage collection** is paused while msgspec decodes a piece (:class:`_GcPause`): the piece's
+thousands of event dicts are made in one call, and with the collector on the young-generation
+collections inside that call promote them to the oldest generation, which then sets off full
+collections (18 instead of 5 over the 176 MB trace in ``run``'s one read, ~0.7 s of 4.5 s). Paused,
+they are young when the consumers drop them. JSON values hold no reference cycles.
+
+**Memory.** A block queue (3 x 1 MiB of text), the text being cut (~2 MiB), the piece being decoded
+and its events (~4x its text as Python objects), the document's last :data:`~.trailer.TAIL_BYTES`
+for the trailer keys: ~10 MiB whatever the trace's size.
+
+``AI4S_TRACE_PARSER=ijson`` selects the old parser (the whole file through ijson).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import re
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator, TypedDict
+
+import msgspec
+
+from .trailer import TAIL_BYTES, TailKeeper, trailer_keys
+
+try:  # the same backend as the engine's ijson path (.stream)
+    import ijson.backends.yajl2_c as ijson  # type: ignore[import-not-found]
+except Exception:  # pragma: no cover - depends on the wheel
+    import ijson  # type: ignore[no-redef]
+
+#: Decompressed text decoded at a time (measured on the replicated 176 MB trace: 256 KiB to 4 MiB
+#: pieces decode within 3 % of each other; 1 MiB keeps ~4 MiB of Python objects alive).
+PIECE_BYTES = 1 << 20
+#: Bytes of text one read of the (decompressed) file returns, and how many the reader thread keeps
+#: ahead (measured on the replicated 176 MB trace, engine only: 4 MiB blocks 100 MB peak RSS, 1 MiB
+#: 80 MB, the same time).
+BLOCK_BYTES = 1 << 20
+QUEUE_BLOCKS = 2
+#: Boundaries tried after a piece that does not decode before the rest goes to ijson.
+RETRIES = 4
+#: The ``traceEvents`` key must come within this many bytes (kineto's header is a few KB).
+HEAD_MAX_BYTES = 16 << 20
+#: Environment variable that picks the parser: ``fast`` (default) or ``ijson``.
+PARSER_ENV = "AI4S_TRACE_PARSER"
+
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: Runs of 19 digits or more (integers that may lie outside what ijson takes, |v| <= 2**63 - 1, 19
+#: digits) are found in the text mapped digits -> "0", the rest -> " " (``bytes.translate`` +
+#: ``find``: 0.6 ms per MiB here, against 7 ms for the regular expression ``\d{19}``).
+_DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_RUN = b"0" * 19
+_DIGITS = re.compile(rb"[0-9]+")
+_INT_MAX = (1 << 63) - 1
+#: What JSON allows right before a number token and right after an integer one (b"": the text's end).
+_BEFORE_NUMBER = frozenset((b":", b",", b"[", b" ", b"\t", b"\r", b"\n", b""))
+_AFTER_INT = frozenset((b",", b"]", b"}", b" ", b"\t", b"\r", b"\n", b""))
+_DECODE = msgspec.json.Decoder().decode
+
+#: The event fields and ``args`` keys the engine's scan reads (:func:`.stream.scan_trace` and its
+#: helpers; ``tests/test_fastscan.py`` checks the list against their source). A scan without other
+#: consumers decodes only these (msgspec skips the rest in C: ~40 % less time, see the module
+#: docstring); every other reader gets whole events.
+ENGINE_EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "id2", "args")
+ENGINE_ARG_KEYS = ("correlation", "stream", "device",
+                   # collective metadata of communication kernels (.stream.COLLECTIVE_ARG_KEYS)
+                   "Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
+                   "Process Group Description", "Process Group Ranks", "In split size", "Out split size")
+_EngineArgs = TypedDict("_EngineArgs", {k: Any for k in ENGINE_ARG_KEYS}, total=False)  # type: ignore[misc]
+_EngineEvent = TypedDict("_EngineEvent", {**{k: Any for k in ENGINE_EVENT_KEYS[:-1]},  # type: ignore[misc]
+                                          "args": _EngineArgs}, total=False)
+_EngineDoc = TypedDict("_EngineDoc", {"traceEvents": list[_EngineEvent]}, total=False)  # type: ignore[misc]
+#: Per field set: (decode a piece ``[...]``, decode the last piece ``{"traceEvents": [...], ...}``).
+_DECODERS: dict[str, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
+    "all": (_DECODE, _DECODE),
+    "engine": (msgspec.json.Decoder(list[_EngineEvent]).decode, msgspec.json.Decoder(_EngineDoc).decode),
+}
+_OPEN = b'{"traceEvents":['
+#: A key holding a ``\u`` escape (from the escape to the string's end, then ``:``): the only way to
+#: spell ``traceEvents`` other than plainly (no other JSON escape gives a letter).
+_ESCAPED_KEY = re.compile(rb'\\u[0-9a-fA-F]{4}(?:[^"\\]|\\.)*"\s*:')
+
+#: What the latest fast parse in this process did (for the tests and the benchmark): ``pieces``
+#: decoded by msgspec, ``fallback``: None, or why the rest went to ijson.
+last_parse: dict[str, Any] = {"pieces": 0, "fallback": None}
+
+
+def parser_name() -> str:
+    """``fast`` or ``ijson``, from :data:`PARSER_ENV` (anything but ``ijson`` is ``fast``)."""
+    return "ijson" if os.environ.get(PARSER_ENV, "").strip().lower() == "ijson" else "fast"
+
+
+class _Blocks:
+    """The document's text in blocks of :data:`BLOCK_BYTES`, read by a daemon thread; keeps the last
+    :data:`~.trailer.TAIL_BYTES` (``tail()``) and the bytes read (``total``). An exception of the
+    read (truncated gzip, OSError, a JSON bound) is raised by :meth:`next` where it happened."""
+
+    def __init__(self, fh, threaded: bool = True) -> None:
+        self._fh = fh
+        self.total = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_n = 0
+        self._done = False
+        self._stop = threading.Event()
+        self._q: queue.Queue | None = None
+        if threaded:
+            self._q = queue.Queue(maxsize=QUEUE_BLOCKS)
+            threading.Thread(target=self._run, name="trace-reader", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                b = self._fh.read(BLOCK_BYTES)
+                self._put(b)
+                if not b:
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the decoding thread, raised there
+            self._put(e)
+
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)  # type: ignore[union-attr]
+                return
+            except queue.Full:
+                continue
+
+    def next(self) -> bytes:
+        """The next block; ``b""`` at the end of the document."""
+        if self._done:
+            return b""
+        b = self._q.get() if self._q is not None else self._fh.read(BLOCK_BYTES)
+        if isinstance(b, BaseException):
+            self._done = True
+            raise b
+        if not b:
+            self._done = True
+            return b""
+        self.total += len(b)
+        self._tail.append(b)
+        self._tail_n += len(b)
+        while self._tail_n - len(self._tail[0]) >= TAIL_BYTES:
+            self._tail_n -= len(self._tail.popleft())
+        return b
+
+    def tail(self) -> bytes:
+        return b"".join(self._tail)[-TAIL_BYTES:]
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class _GcPause:
+    """Pause the cyclic garbage collector around one decode call (threads may decode at once: the
+    first in turns it off when it was on, the last out restores it)."""
+
+    _lock = threading.Lock()
+    _active = 0
+    _was_enabled = False
+
+    def __enter__(self) -> "_GcPause":
+        with _GcPause._lock:
+            if _GcPause._active == 0:
+                _GcPause._was_enabled = gc.isenabled()
+                gc.disable()
+            _GcPause._active += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _GcPause._lock:
+            _GcPause._active -= 1
+            if _GcPause._active == 0 and _GcPause._was_enabled:
+                gc.enable()
+
+
+class _Rest:
+    """A file-like ``read(n)`` over ``first`` and then the remaining blocks: what ijson reads when
+    the fast parse hands over."""
+
+    def __init__(self, first: bytes, blocks: _Blocks) -> None:
+        self._buf, self._pos, self._blocks = first, 0, blocks
+
+    def read(self, n: int = -1) -> bytes:
+        while self._pos >= len(self._buf):
+            b = self._blocks.next()
+            if not b:
+                return b""
+            self._buf, self._pos = b, 0
+        if n is None or n < 0:
+            n = len(self._buf) - self._pos
+        out = self._buf[self._pos:self._pos + n]
+        self._pos += len(out)
+        return out
+
+
+def _head(blocks: _Blocks) -> tuple[bytes, int | None]:
+    """Read blocks until ``"traceEvents": [`` of the root is found; returns the text read and the
+    offset just after that ``[`` (None: hand the whole document to ijson)."""
+    buf = b""
+    while True:
+        b = blocks.next()
+        buf += b
+        m = _KEY.search(buf)
+        if m is not None:  # accepted when no other (or escaped) key could be traceEvents and the head is the root's
+            if (buf.count(b'"traceEvents"', 0, m.start()) == 0 and _ESCAPED_KEY.search(buf, 0, m.start()) is None
+                    and _decodes_as_object(buf[:m.end()] + b"]}")):
+                return buf, m.end()
+            return buf, None
+        if not b or len(buf) > HEAD_MAX_BYTES:
+            return buf, None
+
+
+def _decodes_as_object(text: bytes) -> bool:
+    try:
+        return isinstance(_DECODE(text), dict)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+
+
+def _piece(text: bytes, decode: Callable[[bytes], Any]) -> list | None:
+    """``text`` decoded as a list of events, or None when msgspec refuses it or ijson would not
+    give the same values (a 19-digit run: an integer that may lie outside int64)."""
+    try:
+        with _GcPause():
+            out = decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return out if _ints_agree(text) else None
+
+
+def _ints_agree(text: bytes) -> bool:
+    """False when ``text`` may hold an integer literal that ijson refuses (|v| > 2**63 - 1) and msgspec
+    decodes: a run of 19+ digits placed as a number token can be (after ``:``, ``,``, ``[`` or
+    whitespace, an optional ``-``; before ``,``, ``]``, ``}`` or whitespace), not a float's digits, and
+    out of that range. A run placed otherwise lies inside a string, where both decoders agree; a string
+    holding such a token-like run (``"a: 12345678901234567890 b"``) counts too (conservative)."""
+    t = text.translate(_DIGIT_MAP)
+    i = t.find(_RUN)
+    while i >= 0:  # i: the start of a run (the previous run ended before it)
+        m = _DIGITS.match(text, i)
+        b = m.end()  # type: ignore[union-attr]
+        a = i - 1 if text[i - 1:i] == b"-" else i
+        if text[a - 1:a] in _BEFORE_NUMBER and text[b:b + 1] in _AFTER_INT:
+            if b - i > 19 or int(text[i:b]) > _INT_MAX:
+                return False
+        i = t.find(_RUN, b)
+    return True
+
+
+def _ijson_events(stream) -> Iterator[list]:
+    """The list's events as ijson reads them from ``stream`` (a document whose root holds the list
+    under ``traceEvents``), in batches; drains the stream after the list."""
+    batch: list = []
+    for ev in ijson.items(stream, "traceEvents.item", use_float=True):
+        batch.append(ev)
+        if len(batch) >= 4096:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+    while stream.read(1 << 16):
+        pass
+
+
+def events(fh, raw, size: int, progress: Callable[[int, int], None] | None = None,
+           trailer: dict[str, Any] | None = None, fields: str = "all") -> Iterator[dict[str, Any]]:
+    """The parse entry of :func:`.stream.iter_events`: the events of the document read from ``fh``
+    (``raw``: the file on disk, whose ``tell()`` the progress reports; ``size``: its bytes), by the
+    parser :func:`parser_name` picks. ``progress(bytes_read, size)``: every ~1 MiB of the file;
+    ``trailer``: receives the keys written after the list. ``fields``: ``all`` (whole events) or
+    ``engine`` (the fast parse keeps only :data:`ENGINE_EVENT_KEYS` / :data:`ENGINE_ARG_KEYS`; the
+    ijson parse keeps everything). Raises what ijson and ``fh.read`` raise."""
+    if parser_name() == "ijson":
+        if trailer is not None:
+            keeper = fh = TailKeeper(fh)
+            yield from _ijson_path(fh, raw, size, progress)
+            trailer.update(trailer_keys(keeper.last(), whole=keeper.total <= TAIL_BYTES))
+            return
+        yield from _ijson_path(fh, raw, size, progress)
+        return
+    tick = None if progress is None else (lambda: progress(raw.tell(), size))
+    for batch in event_batches(fh, trailer=trailer, on_batch=tick, stats=last_parse, fields=fields):
+        yield from batch
+    if progress is not None:
+        progress(size, size)
+
+
+def _ijson_path(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> Iterator[dict[str, Any]]:
+    """The old parse: ijson over the whole document (the reference the fast parse is tested against)."""
+    if progress is None:
+        yield from ijson.items(fh, "traceEvents.item", use_float=True)
+        # drain what follows the events (the trailer keys) so a TailKeeper sees the document's end
+        while fh.read(1 << 16):
+            pass
+        return
+    step, nxt = 1 << 20, 0
+    for n, ev in enumerate(ijson.items(fh, "traceEvents.item", use_float=True)):
+        if not n & 1023:
+            pos = raw.tell()
+            if pos >= nxt:
+                progress(pos, size)
+                nxt = pos + step
+        yield ev
+    while fh.read(1 << 16):
+        pass
+    progress(size, size)
+
+
+def event_batches(fh, *, threaded: bool = True, trailer: dict[str, Any] | None = None,
+                  on_batch: Callable[[], None] | None = None, stats: dict[str, Any] | None = None,
+                  fields: str = "all") -> Iterator[list]:
+    """The ``traceEvents`` of the (decompressed) document read from ``fh`` as lists of event dicts,
+    in file order (see the module docstring). ``trailer``: receives the top-level keys written after
+    the list (:func:`.trailer.trailer_keys` over the document's last bytes) once the list is done.
+    ``on_batch()``: called after each batch (the caller's progress report). ``stats``: set to
+    ``{"pieces": decoded by msgspec, "fallback": None or why the rest went to ijson}``. ``fields``:
+    ``all``, or ``engine`` for events of :data:`ENGINE_EVENT_KEYS` / :data:`ENGINE_ARG_KEYS` only (a
+    piece that does not fit that shape, ``args`` not an object say, goes to ijson whole).
+    Raises what ijson raises on a malformed or truncated document, and what ``fh.read`` raises."""
+    blocks = _Blocks(fh, threaded)
+    st = stats if stats is not None else {}
+    st.update(pieces=0, fallback=None)
+    try:
+        yield from _batches(blocks, on_batch, st, *_DECODERS[fields])
+        if trailer is not None:
+            trailer.update(trailer_keys(blocks.tail(), whole=blocks.total <= TAIL_BYTES))
+    finally:
+        blocks.close()
+
+
+def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str, Any],
+             decode_list: Callable[[bytes], Any], decode_doc: Callable[[bytes], Any]) -> Iterator[list]:
+    tick = on_batch or (lambda: None)
+    buf, s = _head(blocks)
+    if s is None:  # not the shape we split: ijson reads the whole document
+        st["fallback"] = "no traceEvents list at the root's head"
+        yield from _ijson_events(_Rest(buf, blocks))
+        return
+    eof = False
+    while True:
+        # enough text for a piece (or the end of the document)
+        while not eof and len(buf) - s < PIECE_BYTES + (1 << 16):
+            b = blocks.next()
+            if b:
+                buf = buf[s:] + b
+                s = 0
+            else:
+                eof = True
+        m = None if eof and len(buf) - s < PIECE_BYTES else _BOUNDARY.search(buf, s + PIECE_BYTES)
+        if m is None:
+            if not eof:  # no boundary in what is here yet: read on
+                b = blocks.next()
+                if b:
+                    buf = buf[s:] + b
+                    s = 0
+                    continue
+                eof = True
+            rest = buf[s:]
+            if b'"traceEvents"' not in rest and _ESCAPED_KEY.search(rest) is None:  # no second list, not even escaped
+                try:
+                    with _GcPause():
+                        doc = decode_doc(_OPEN + rest)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    doc = None
+                if isinstance(doc, dict) and _ints_agree(rest):
+                    st["pieces"] += 1
+                    if doc["traceEvents"]:
+                        yield doc["traceEvents"]
+                        tick()
+                    return
+            st["fallback"] = "the end of the list did not decode"
+            yield from _ijson_events(_Rest(_OPEN + rest, blocks))
+            return
+        evs = None
+        for _ in range(RETRIES + 1):
+            evs = _piece(b"[" + buf[s:m.start() + 1] + b"]", decode_list)
+            if evs is not None:
+                break
+            m = _BOUNDARY.search(buf, m.end())
+            if m is None:
+                break
+        if evs is None:  # ijson from this piece's first event on
+            st["fallback"] = f"piece {st['pieces'] + 1} did not decode"
+            yield from _ijson_events(_Rest(_OPEN + buf[s:], blocks))
+            return
+        s = m.end() - 1  # the next event's "{"
+        st["pieces"] += 1
+        yield evs
+        tick()
