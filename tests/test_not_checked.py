@@ -46,7 +46,10 @@ def test_report_says_not_checked_and_status_stays_ok(repo_root, tmp_path):
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     rep = Report.model_validate_json((out / "report.json").read_text())
-    assert [x[:60] for x in json.loads((out / "report.json").read_text())["not_checked"]] == [f"not checked: {T8}"[:60]]
+    nc = json.loads((out / "report.json").read_text())["not_checked"]
+    # T8, and the host-side causes that need Python stacks (gc_pause, checkpoint_io): 92002 has none
+    assert [x[:60] for x in nc if x.startswith(f"not checked: {T8}"[:20])] == [f"not checked: {T8}"[:60]]
+    assert any(x.startswith("not checked: gc pause: needs Python stacks") for x in nc), nc
     md = (out / "report.md").read_text()
     section = md[md.index("## What was missing"):md.index("## Node status")]
     assert "not checked: T8" in section and "host CPU busy %" in section

@@ -39,6 +39,8 @@ def test_one_pass_gives_what_each_standalone_read_gives(bert, tmp_path):
     alone = kineto.rederive_figures(bert)
     fed = dict(res["reader"])
     comm = fed.pop("comm")
+    kus = fed.pop("kernel_us")  # the causes' GPU time by name (onepass.kernel_time_by_name), not a figure of the reader
+    assert kus and all(v > 0 for v in kus.values())
     assert fed == alone
     assert comm == crossrank_check.comm_kernels(bert)
     # the causes' name counts and raw-text counts equal a separate streamed count
