@@ -191,3 +191,62 @@ def test_new_loop_and_find_loop(tmp_path):
         st["request"]["model"] = "orbit2"
         st.pop("catalog")
         N.init_body(st)
+
+
+def _catalog_with_noop(tmp_path: Path) -> Path:
+    """cpu-toy plus two hand-made levers: one that removes a flag the baseline never passes (a no-op
+    by construction) and one that sets an environment variable (a change, whatever its default)."""
+    doc = yaml.safe_load(CATALOG.read_text())
+    doc["levers"] += [
+        {"name": "no_detect_anomaly", "description": "drop --detect-anomaly (never passed here)",
+         "change": {"script_args": {"--detect-anomaly": False}}, "status": "candidate", "targets": ["data-loader-bound"]},
+        {"name": "launch_blocking_0", "description": "CUDA_LAUNCH_BLOCKING=0",
+         "change": {"env": {"CUDA_LAUNCH_BLOCKING": "0"}}, "status": "candidate", "targets": ["data-loader-bound"]},
+    ]
+    p = tmp_path / "noop.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def test_a_lever_that_renders_the_same_job_is_never_tried(tmp_path):
+    p = _catalog_with_noop(tmp_path)
+    cat = L.load_catalog(p)
+    assert L.changes_nothing(cat, [], "no_detect_anomaly") is True
+    assert L.changes_nothing(cat, [], "launch_blocking_0") is False   # env set where it was unset: a change
+    assert L.changes_nothing(cat, [], "num_workers_2") is False       # --num-workers 0 -> 2
+    assert L.changes_nothing(cat, ["num_workers_2"], "num_workers_2") is True  # already applied
+    with pytest.raises(InputError):
+        L.changes_nothing(cat, [], "no_such_lever")
+    st = _with_baseline(tmp_path / "loop", tried=["num_workers_2", "threads_2", "iterable_shards_3w"], iterations=20)
+    st["catalog"] = cat.model_dump(mode="json")
+    st["request"]["bottleneck"] = "data-loader-bound"
+    picked = []
+    for _ in range(len(cat.levers)):
+        upd, status = N.make_pick_body()(st)
+        if upd.get("stop"):
+            break
+        picked.append(upd["current"]["lever"])
+        st["tried"] = [*st["tried"], upd["current"]["lever"]]
+        assert not any(s["lever"] == upd["current"]["lever"] for s in upd["current"]["skipped"])
+        assert any(s["lever"] == "no_detect_anomaly" and "changes nothing" in s["why"] for s in upd["current"]["skipped"])
+    assert "no_detect_anomaly" not in picked and "launch_blocking_0" in picked
+
+
+def test_a_baseline_noisier_than_the_replicate_tolerance_makes_every_lever_replicate(tmp_path):
+    """The worker-respawn loop of reports/optimizer-2026-12-02: baseline runs 517.8 and 546.1
+    samples/s (spread 5.32% > ±5%), then one run of a lever read far above the best. With the
+    baseline that noisy a single run is not evidence: the lever replicates, and a replicate that
+    disagrees by more than 5% rejects it."""
+    cat = L.load_catalog(CATALOG)
+    assert L.effective_variance("normal", 5.32, cat.fom).value == "high"
+    assert L.effective_variance("normal", 5.0, cat.fom).value == "normal"   # at the tolerance: not wider
+    assert L.effective_variance("high", 1.0, cat.fom).value == "high"
+    st = _with_baseline(tmp_path)
+    st["baseline"]["noise_pct"] = 8.0
+    st["current"] = _current("threads_2", [_run("30", 0.40)])          # a normal-variance lever, 34% faster
+    upd, status = N.decide_body(st)
+    assert upd["route"] == "submit" and upd["current"]["runs_needed"] == 2
+    assert "wider than ±5%" in status.reason
+    st["current"] = {**upd["current"], "runs": [_run("30", 0.40), _run("31", 0.60)]}   # the replicate disagrees
+    upd, status = N.decide_body(st)
+    assert upd["current"]["record"]["decision"] == "replicate-disagrees" and "applied" not in upd

@@ -160,6 +160,36 @@ def sbatch_options_strings(change: LeverChange) -> dict[str, str]:
     return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in change.sbatch_options.items()}
 
 
+def rendered_job(change: LeverChange) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """What a change puts into the job: (environment, workload arguments, ``#SBATCH`` options),
+    each as rendered into the job script (:func:`env_strings`, :func:`script_args_list`,
+    :func:`sbatch_options_strings`), sorted so two changes that render alike compare equal."""
+    return (tuple(sorted(env_strings(change).items())), tuple(script_args_list(change)),
+            tuple(sorted(sbatch_options_strings(change).items())))
+
+
+def changes_nothing(catalog: Catalog, applied: Sequence[str], lever: str) -> bool:
+    """True when ``lever`` on top of the baseline and the accepted levers ``applied`` renders the
+    same job as without it (e.g. ``--detect-anomaly: false`` on a baseline that never passed the
+    flag): such a run can only measure noise, and accepting it is a false accept (measured:
+    reports/optimizer-2026-12-02, a no-op ``anomaly_detection_off`` beat the best by 33.5% on a
+    bursty loader workload). An environment variable set to a value the job did not have before
+    (``CUDA_LAUNCH_BLOCKING=0`` where it was unset) counts as a change: its default is the
+    program's, not known here. Raises :class:`InputError` for an unknown lever name."""
+    return rendered_job(effective_change(catalog, applied)) == rendered_job(effective_change(catalog, applied, lever))
+
+
+def effective_variance(variance: VarianceClass | str, noise_pct: float, spec: FomSpec) -> VarianceClass:
+    """The variance class a lever is judged with: its own, or ``high`` when the baseline's
+    measured noise band (``noise_pct``, percent) is wider than lesson 9's replicate tolerance
+    (``spec.replicate_tolerance_pct``, +-5 %): on a workload whose repeated baseline runs already
+    differ by more than that, one run of any lever is not evidence, so every lever replicates
+    before it is accepted (seed 000 lesson 9; measured: the worker-respawn baseline's two runs
+    differed by 5.32%, and a single run of a no-op lever then read +33.5%)."""
+    v = VarianceClass(variance)
+    return VarianceClass.high if noise_pct > spec.replicate_tolerance_pct else v
+
+
 def nominal_batch(catalog: Catalog, change: LeverChange) -> int | None:
     """The nominal global batch of a run: ``--batch-size`` when the change sets it, else the
     catalog's ``baseline.global_batch_size``."""

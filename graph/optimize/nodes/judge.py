@@ -124,7 +124,11 @@ def decide_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
         rec_kw["delta_pct"] = L.improvement_pct(runs[-1].primary, best_val, cat.fom.direction)
     else:
         values = [r.primary for r in runs]
-        action, why, delta = L.decide(values, best_val, noise, cat.fom, lever.variance)
+        variance = L.effective_variance(lever.variance, noise, cat.fom)
+        action, why, delta = L.decide(values, best_val, noise, cat.fom, variance)
+        if variance != lever.variance:
+            why = (f"baseline noise band {noise:.2f}% wider than ±{cat.fom.replicate_tolerance_pct:g}%: every lever "
+                   f"replicates (lesson 9); {why}")
         rec_kw.update(fom_value=statistics.fmean(values), delta_pct=delta)
         if len(values) >= 2:
             rec_kw["replicate_spread_pct"] = L.spread_pct(values)

@@ -87,7 +87,12 @@ def make_pick_body(picker: L.LeverPicker | None = None):
             stop = f"node-hours budget spent ({used:.4f} >= {req.node_hours:g})"
         if stop is None:
             eligible = L.eligible_levers(cat, state.get("tried", []), state.get("applied", []))
+            applied = state.get("applied", [])
+            noop = [lv for lv in eligible if L.changes_nothing(cat, applied, lv.name)]
+            eligible = [lv for lv in eligible if lv not in noop]
             keep, skipped = split_by_class(eligible, klass)
+            skipped += [{"lever": lv.name, "why": "changes nothing on the current configuration (the job it renders "
+                                                  "is the best run's): it could only measure noise"} for lv in noop]
             if eligible and not keep:
                 stop = f"no eligible lever aims at the verified bottleneck {klass} ({len(skipped)} skipped)"
             else:
