@@ -200,6 +200,8 @@ def _control(jobid, name, of, lever, klass, notes="", est_s=None, also=()):
 
 STEPS = ["--epochs", "1", "--steps-per-epoch", "16"]
 S12 = ["--epochs", "1", "--steps-per-epoch", "12"]
+S300 = ["--epochs", "1", "--steps-per-epoch", "300"]  # >= 10 s of steady steps at 40 ms: seed 001 T3 watches the host
+                                                     # CPU ~10 s to tell a CPU-bound loader from an I/O-bound one
 VIT_MED = ["--model", "vit", "--hidden", "512", "--depth", "6", "--tokens", "128", "--batch-size", "16"]
 VIT_BIG = ["--model", "vit", "--precision", "bf16", "--batch-size", "256", "--num-workers", "2"]
 VIT_BF16 = ["--model", "vit", "--precision", "bf16", "--hidden", "1024", "--depth", "12", "--tokens", "256"]
@@ -404,14 +406,14 @@ _NEW = [  # issue 24: the causes one GPU can show, each with its control
           notes="4 workers with prefetch_factor 1 (4 batches ahead, ~60 ms of steps) and every 5th batch 120 ms "
                 "slow: the mean fetch rate keeps up, the bursts do not (a stall at steps 5, 10, 15, 20; step 10 "
                 "is profiled)"),
-    _case(93128, "cpu-transform-loader", 1, VIT_MED + S12 + ["--num-workers", "1", "--transform-ms", "40"],
+    _case(93128, "cpu-transform-loader", 1, VIT_MED + S300 + ["--num-workers", "1", "--transform-ms", "40"],
           "dataloader-cpu-transform", "data-loader-bound", lever="gpu_transform", control=93129, pending=True,
-          est_s=est(12, 42.0),
+          est_s=est(300, 42.0),
           notes="1 worker spinning its CPU 40 ms per batch (a Python augmentation): one host CPU at ~100% user "
                 "time in node_cpu_seconds_total while the GPU waits"),
-    _case(93130, "io-wait-loader", 1, VIT_MED + S12 + ["--num-workers", "1", "--data-latency-ms", "40"],
+    _case(93130, "io-wait-loader", 1, VIT_MED + S300 + ["--num-workers", "1", "--data-latency-ms", "40"],
           "dataloader-io-wait", "data-loader-bound", lever="num_workers_8", control=93131, pending=True,
-          est_s=est(12, 42.0),
+          est_s=est(300, 42.0),
           notes="1 worker sleeping 40 ms per batch (reading a shard from storage): the host CPUs idle in "
                 "node_cpu_seconds_total while the GPU waits"),
     _case(93132, "cpu-oversubscription", 1, VIT_MED + S12 + ["--num-workers", "8", "--worker-threads", "16",
@@ -499,8 +501,8 @@ _CONTROLS = [
     _control(93125, "persistent-workers", _N["93124"], "persistent_workers", "dispatch-bound",
              est_s=est(24, 13.0, 1.0)),
     _control(93127, "deep-prefetch", _N["93126"], "prefetch_factor_8", "dispatch-bound", est_s=est(24, 13.0, 1.0)),
-    _control(93129, "gpu-transform", _N["93128"], "gpu_transform", "dispatch-bound", est_s=est(12, 13.0)),
-    _control(93131, "io-wait-8-workers", _N["93130"], "num_workers_8", "dispatch-bound", est_s=est(12, 13.0, 1.0)),
+    _control(93129, "gpu-transform", _N["93128"], "gpu_transform", "dispatch-bound", est_s=est(300, 13.0)),
+    _control(93131, "io-wait-8-workers", _N["93130"], "num_workers_8", "dispatch-bound", est_s=est(300, 13.0, 1.0)),
     _control(93133, "one-thread-workers", _N["93132"], "worker_threads_1", "dispatch-bound",
              est_s=est(12, 13.0, 1.0)),
     _control(93134, "sdpa-flash", _O["93106"], "sdpa_fused_backend", None, est_s=est(16, 30.0),
