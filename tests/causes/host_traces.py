@@ -7,12 +7,10 @@ verifier's sampler both run on it."""
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import NamedTuple
 
-from step_traces import _x
+from step_traces import _x, header, windows, write
 
 
 class Op(NamedTuple):
@@ -36,11 +34,9 @@ def host_trace(tmp: Path, items: list[Op], *, steps: int = 3, wall: float = 1000
     """The trace (see the module docstring); ``py``: ``(frame, first, last)`` a user Python frame
     (``file.py(line): function``) spanning ``items[first:last]`` (with_stack)."""
     rt = "hip" if rocm else "cuda"
-    ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]
+    ev = header()
     corr = 1
-    for i in range(steps):
-        s0 = 1000.0 + i * (wall + 100.0)
-        ev.append(_x("user_annotation", f"ProfilerStep#{i + 5}", s0, wall))
+    for s0 in windows(ev, steps, wall):
         t = s0 + 10
         starts = []
         for op in items:
@@ -61,7 +57,4 @@ def host_trace(tmp: Path, items: list[Op], *, steps: int = 3, wall: float = 1000
             frame, a, b = py
             end = starts[b] if b < len(starts) else t
             ev.append(_x("python_function", frame, starts[a], end - starts[a]))
-    p = tmp / name
-    with gzip.open(p, "wt") as f:
-        json.dump({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}]}, f)
-    return p
+    return write(tmp / name, ev)

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from ..step_budget import StepCause, budget, figure, mean_wall_us, share, top_site
+from ..step_budget import StepCause, budget, figure, mean_wall_us, share, top_site, where_text
 from ..figures import Inputs
 
 FRAMEWORK = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.|^TorchDynamo |^Torch-Compiled Region|"
@@ -74,8 +74,7 @@ class CpuPreprocess(StepCause):
                      "site": site or None, "site_us_per_step": round(site_us, 3),
                      "python_stacks": bool(b.get("has_python_stacks"))}, path=path, rank=rank)]
         names = ", ".join(f"{k} {v / 1e3:.1f} ms" for k, v in top[:3])
-        where = (f", at {site}" if site else
-                 f" (no Python stacks: {b.get('python_stack_note') or 'profile with with_stack=True to name the line'})")
+        where = where_text(b, site)
         stmt = (f"the GPU idles {own_us / 1e3:.1f} ms of each {wall / 1e3:.1f} ms profiled step ({own:.0%}) while the "
                 f"host runs CPU tensor ops that launch no GPU work ({names}){where}; GPU-idle time in ops' CPU side: "
                 f"{share(b, 'idle', 'op'):.0%} of the step")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from ..step_budget import StepCause, budget, figure, mean_wall_us
+from ..step_budget import StepCause, budget, figure, mean_wall_us, where_text
 from ..figures import Inputs
 
 MIN_REPEATS = Constant(16, "issue 34 (a measured run: one module's forward 16 times a step on batch-1 shapes); "
@@ -71,8 +71,7 @@ class PerSampleLoop(StepCause):
                      "site": site or None,
                      "python_stacks": bool(b.get("has_python_stacks"))}, path=path, rank=rank)]
         ops = " -> ".join(rep.get("ops") or [])
-        where = (f", at {site}" if site else
-                 f" (no Python stacks: {b.get('python_stack_note') or 'profile with with_stack=True to name the line'})")
+        where = where_text(b, site)
         stmt = (f"the same {int(rep['period'])}-op sequence ({ops}) runs {int(rep['k'])} times a step on batch-1 shapes "
                 f"({rep.get('shape') or '?'}): {us / 1e3:.1f} ms of the {wall / 1e3:.1f} ms step ({sh:.0%}) in a "
                 f"per-sample loop{where}")
