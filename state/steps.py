@@ -94,7 +94,8 @@ class Repetition(BaseModel):
     """The same op sequence repeated ``k`` times in one step on batch-1 shapes (first input's leading
     dim 1, from ``record_shapes``): ``period`` ops per repetition on thread ``thread``, its first ops'
     names and the first one's ``Input Dims``; ``us``: host time of those ops in the step; ``top_ops``: the
-    thread's top-level ops in the step (the run's share of them is ``k * period / top_ops``)."""
+    thread's top-level ops in the step (the run's share of them is ``k * period / top_ops``); ``site``:
+    the Python call site most of the run's ops start under (``file:line (function)``, ``""`` without stacks)."""
 
     k: int
     period: int
@@ -103,6 +104,7 @@ class Repetition(BaseModel):
     shape: str = ""
     us: float = 0.0
     top_ops: int = 0
+    site: str = ""
 
 
 class StepStructure(BaseModel):
@@ -130,7 +132,8 @@ class StepStructure(BaseModel):
 class StepAccount(BaseModel):
     """One profiled step. ``host_us``: the whole step by host state (sums to ``wall_us``);
     ``idle_by_host_us``: the GPU-idle time by host state (sums to ``gpu.idle_us``); ``idle_top`` /
-    ``idle_sites``: the largest GPU-idle attributions by (category, name) and by Python call site."""
+    ``idle_sites``: the largest GPU-idle attributions by (category, name) and by Python call site;
+    ``idle_cpu_only_ops_us``: the GPU-idle time in kernel-less top-level ops by name."""
 
     step: int
     ts_us: float
@@ -140,6 +143,9 @@ class StepAccount(BaseModel):
     idle_by_host_us: dict[str, float] = Field(default_factory=dict)
     idle_top: list[Attribution] = Field(default_factory=list)
     idle_sites: list[SiteShare] = Field(default_factory=list)
+    idle_cpu_only_ops_us: dict[str, float] = Field(default_factory=dict)
+    """GPU-idle µs in the CPU side of top-level ops that launched no GPU work, by op name
+    (``tools/trace/cpu_ops.py``: CPU tensor work in the step)."""
     critical_path: CriticalPath
     structure: StepStructure = Field(default_factory=StepStructure)
 

@@ -75,6 +75,14 @@ def top_site(b: dict[str, Any], category: str) -> tuple[str, float]:
     return site, tot[site] / len(st)
 
 
+def where_text(b: dict[str, Any], site: str) -> str:
+    """The claim's "where" clause: ``", at <site>"`` with a Python call site, else why there is none
+    (``" (no Python stacks: ...)"``: the accounting's note, so the user knows to profile with stacks)."""
+    if site:
+        return f", at {site}"
+    return f" (no Python stacks: {b.get('python_stack_note') or 'profile with with_stack=True to name the line'})"
+
+
 def python_fn_share(x: Inputs, b: dict[str, Any], pattern: Any) -> tuple[dict[str, float], float, float]:
     """``(µs per name, µs per step, share of the step)`` of the ``python_function`` events whose name
     ``pattern`` (a compiled regex) matches: their summed ``dur`` from the one pass

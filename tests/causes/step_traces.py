@@ -33,11 +33,9 @@ def step_trace(tmp: Path, *, steps: int = 3, wall: float = 10000.0, alloc: int =
     ``outside_us`` of host time in no op, covered by the python functions ``py`` (name, µs; the k-th
     starts k µs after the first: give each a duration at least 1 µs shorter than its parent) when given. Everything else of the step is outside ops too."""
     rt = "hip" if rocm else "cuda"
-    ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]
+    ev = header()
     corr = 1
-    for i in range(steps):
-        s0 = 1000.0 + i * (wall + 100.0)
-        ev.append(_x("user_annotation", f"ProfilerStep#{i + 5}", s0, wall))
+    for s0 in windows(ev, steps, wall):
         t = s0 + 10
         ev.append(_x("cpu_op", "aten::mm", t, 200.0, **{"External id": corr}))
         ev.append(_x(f"cuda_runtime", f"{rt}LaunchKernel", t + 50, 20.0, correlation=corr))
@@ -60,7 +58,24 @@ def step_trace(tmp: Path, *, steps: int = 3, wall: float = 10000.0, alloc: int =
             for k, (fn, us) in enumerate(nest):
                 ev.append(_x("python_function", fn, t + k, us))
             t += outside_us
-    p = tmp / name
+    return write(tmp / name, ev)
+
+
+def header() -> list[dict]:
+    """A trace's first events: the GPU's process name."""
+    return [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]
+
+
+def windows(ev: list[dict], steps: int, wall: float) -> list[float]:
+    """Append ``steps`` ``ProfilerStep#N`` windows of ``wall`` µs (100 µs apart) on thread 1 to ``ev``;
+    their start times."""
+    starts = [1000.0 + i * (wall + 100.0) for i in range(steps)]
+    ev.extend(_x("user_annotation", f"ProfilerStep#{i + 5}", s0, wall) for i, s0 in enumerate(starts))
+    return starts
+
+
+def write(p: Path, ev: list[dict]) -> Path:
+    """``ev`` as a gzipped kineto trace of an H200 at ``p``."""
     with gzip.open(p, "wt") as f:
         json.dump({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}]}, f)
     return p

@@ -64,3 +64,17 @@ def test_both_on_give_both_levers_in_cause_order(tmp_path):
 def test_levers_are_catalog_levers():
     from bench.accuracy.cases import LEVERS
     assert {s.name for s in CAUSE.levers} <= set(LEVERS)
+
+
+@pytest.mark.parametrize("env,share", [({}, 0.14), ({"CUDA_LAUNCH_BLOCKING": "1"}, 0.17)])
+def test_share_is_the_time_of_the_checks_and_blocking_launches(tmp_path, env, share):
+    from host_traces import Op, host_trace
+    from step_traces import read
+    # 20 backward nodes a step, each checked by isnan (20 µs) + any (20 µs) + item (30 µs): 1400 µs of the
+    # 10 ms step; with CUDA_LAUNCH_BLOCKING=1 also the 60 launch calls of 5 µs on the host: + 300 µs
+    one = [Op(BW, 10.0, kernel_us=1.0), Op("aten::isnan", 20.0, kernel_us=1.0), Op("aten::any", 20.0, kernel_us=1.0),
+           Op("aten::item", 30.0, launch_us=20.0, sync=True)]
+    x, _ = read(host_trace(tmp_path, one * 20))
+    x.rank["n_steps"], x.env = 3, env
+    [f] = CAUSE.detect(x)
+    assert f.share == pytest.approx(share, abs=1e-9)

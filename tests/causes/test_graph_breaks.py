@@ -44,3 +44,13 @@ def test_borderline(tmp_path, names, steps, fires):
                                               ("compiled-no-breaks", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
     assert_bundled_run(case, tmp_path, cause, lever)
+
+
+def test_share_is_the_time_in_the_fragments(tmp_path):
+    from host_traces import Op, host_trace
+    from step_traces import read
+    # 6 compiled fragments a step of 500 µs each (100 µs kernels): 3000 µs of the 10 ms step
+    x, _ = read(host_trace(tmp_path, [Op("Torch-Compiled Region: 0/1", 500.0, kernel_us=100.0)] * 6))
+    x.rank["n_steps"] = 3
+    [f] = CAUSE.detect(x)
+    assert f.share == pytest.approx(0.3, abs=1e-9)

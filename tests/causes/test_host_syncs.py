@@ -43,3 +43,15 @@ def test_anomaly_mode_is_registered_first():
                                               ("experts-foreach", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
     assert_bundled_run(case, tmp_path, cause, lever)
+
+
+def test_share_is_the_gpu_idle_time_blocked_in_syncs(tmp_path):
+    from host_traces import Op, host_trace
+    from step_traces import read
+    # 40 host reads a step, each blocked 10 µs in cudaStreamSynchronize with the GPU idle, then a GEMM:
+    # 400 µs of the 10 ms step
+    x, _ = read(host_trace(tmp_path, [Op("aten::item", 15.0, launch_us=10.0, sync=True)] * 40
+                           + [Op("aten::mm", 200.0, kernel_us=1000.0)]))
+    x.rank["n_steps"] = 3
+    [f] = CAUSE.detect(x)
+    assert f.share == pytest.approx(0.04, abs=1e-9)

@@ -48,3 +48,14 @@ def test_borderline_and_multi_tensor(tmp_path, names, steps, fires):
                                                 "foreach_optimizer"), ("experts-foreach", None, None)])
 def test_bundled_run_and_its_control(tmp_path, case, cause, lever):
     assert_bundled_run(case, tmp_path, cause, lever)
+
+
+def test_share_is_the_gpu_idle_time_in_the_optimizer_step(tmp_path):
+    from host_traces import Op, host_trace
+    from step_traces import read
+    # a 3000 µs optimizer step with the GPU idle, then 120 per-tensor updates (tiny kernels): 0.3 of the step
+    items = [Op("Optimizer.step#AdamW.step", 3000.0)] + [Op("aten::addcdiv_", 10.0, kernel_us=1.0, launch_us=2.0)] * 120
+    x, _ = read(host_trace(tmp_path, items))
+    x.rank["n_steps"] = 3
+    [f] = CAUSE.detect(x)
+    assert f.share == pytest.approx(0.3, abs=1e-9)

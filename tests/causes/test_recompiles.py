@@ -4,6 +4,8 @@ of the trace and the verifier's own log re-read give the same number."""
 
 from __future__ import annotations
 
+import pytest
+
 from cause_inputs import inputs_for, reader_for, trace
 
 from ai4s_graph.graph.rules import registry
@@ -58,3 +60,14 @@ def test_inductor_compile_op_counts(tmp_path):
     p = trace(tmp_path, {"compile_fx_inner (dynamo_timed)": 2, "Torch-Compiled Region: 0/6": 1})
     [f] = CAUSE.detect(inputs_for(p, log={"counts": {"recompile_lines": 0}}))
     assert f.claim.value == 2 and CAUSE.rederive(f.claim, reader_for(p)).value == 2
+
+
+def test_share_is_the_compile_time_counted_once(tmp_path):
+    from host_traces import Op, host_trace
+    from step_traces import read
+    # a 5000 µs Inductor compile a step inside Dynamo's _compile frame of the same span: 0.5, not 1.0
+    items = [Op("compile_fx_inner (dynamo_timed)", 5000.0), Op("aten::mm", 200.0, kernel_us=1000.0)]
+    x, _ = read(host_trace(tmp_path, items, py=("torch/_dynamo/convert_frame.py(100): _compile", 0, 1)))
+    x.rank["n_steps"] = 3
+    [f] = CAUSE.detect(x)
+    assert f.share == pytest.approx(0.5, abs=1e-9)

@@ -48,7 +48,7 @@ def test_memory_bound_elementwise_claimed_and_confirmed(tmp_path):
     [f] = CAUSE.detect(Inputs(rank={"path": str(p), "rank": 0}, roofline=rf, manifest=Manifest(jobid="1", gpu="H200")))
     assert f.causes == ("memory-bound-elementwise",) and f.claim.id == "triage.roofline.elementwise"
     assert f.claim.metric == "roofline.elementwise.tbps" and f.claim.value == round(BYTES / 10e-6 / 1e12, 4) == 1.2583
-    assert [lv.name for lv in f.levers] == ["fuse_elementwise"]
+    assert [lv.name for lv in f.levers] == ["torch_compile"]
     rd = CAUSE.rederive(f.claim, Reader(rank={"roofline_correlation_rf": _roofline(p, "correlation")}))
     assert rd.value == 1.2583
     assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == "confirmed"

@@ -38,7 +38,9 @@ PRECISION_SPEEDUP_FLOOR = 1.4          # seed 000 lesson 22: >= 1.4x precision s
 
 LAUNCH_LEVERS = {"torch_compile_reduce_overhead", "fuse_small_kernels", "larger_batch_per_launch", "cuda_graphs", "hip_graphs"}
 LOADER_LEVERS = {"num_workers", "persistent_workers", "pin_memory_non_blocking", "prefetch_factor"}
-MEMORY_LEVERS = {"fuse_elementwise", "bf16_activations", "batch_packing"}
+MEMORY_LEVERS = {"torch_compile", "fuse_elementwise", "bf16_activations", "batch_packing"}
+"""``torch_compile`` is the lever catalog's id of the fusion lever (``tools/levers/catalogs/workload.yaml``);
+``fuse_elementwise`` its older name, still estimated for callers that use it."""
 COMM_LEVERS = {"ddp_bucket_cap_mb", "remove_host_syncs", "fsdp_prefetch", "overlap_comm"}
 
 

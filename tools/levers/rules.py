@@ -25,7 +25,7 @@ LEVERS: dict[BottleneckClass, list[tuple[str, str]]] = {
         ("bigger_effective_batch", "larger per-step batch where data allows (lessons 24, 25)"),
     ],
     BottleneckClass.memory: [
-        ("fuse_elementwise", "torch.compile/Inductor fuses bandwidth-bound elementwise chains (seed 001 T15)"),
+        ("torch_compile", "torch.compile/Inductor fuses bandwidth-bound elementwise chains (seed 001 T15)"),
         ("bf16_activations", "halve bytes moved (seed 001 T13)"),
         ("batch_packing", "fewer launches over more data (lesson 13, memory-bound branch)"),
     ],

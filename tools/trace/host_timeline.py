@@ -39,6 +39,7 @@ import numpy as np
 from ...state.steps import (HOST_CATEGORIES, Attribution, GpuSplit, Saving, SiteShare, StepAccount, StepBreakdown,
                              StepStructure)
 from ..errors import InputError
+from . import cpu_ops
 from . import critical_path as cp
 from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
 from .hygiene import STEP_NAME_RE, as_id
@@ -376,11 +377,15 @@ class StepAccountant:
         mem = (mem[0][mo], mem[1][mo])
         steps: list[StepAccount] = []
         before: list[dict[int, str]] = []
+        launching = cpu_ops.launching_calls(host, gpu)
         for num, s0, s1, thr in self.windows:
             view = build_view(num, s0, s1, host, gpu, thr, self.states)
             links = cp.walk(view, host, gpu, self.states)
             acc = self._account(view, links)
             acc.structure = structure(view, host, gpu, self.sigs, mem)
+            state_cat = np.asarray(self.states.cat, dtype=np.int64)  # the sweep may add states each step
+            acc.idle_cpu_only_ops_us = cpu_ops.cpu_only_op_idle(view, host, launching, state_cat,
+                                                                HOST_CATEGORIES.index("op"))
             steps.append(acc)
             before.append(preceding_states(view, self.states.cat, self._label))
             if self.keep_views:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...state.steps import HOST_CATEGORIES, Lead, Repetition, StepAccount, StepDistribution, StepStructure
 from .host_names import ALLOCATOR, LAUNCH, OPTIMIZER, SYNC, SYNC_OPS, copy_direction
+from .pystack import site_of
 from .step_window import KIND_OP, KIND_RUNTIME, GpuColumns, HostColumns, StepView
 from .stream import KIND_MEMCPY
 
@@ -108,8 +109,22 @@ def repetition(view: StepView, host: HostColumns, sigs: Signatures) -> Repetitio
             run = seq_k[a:a + k * p]
             us = float(sum(min(host.end[i], view.s1) - host.ts[i] for i in run))
             best = Repetition(k=k, period=p, thread=int(thr), ops=[host.names[host.name[i]] for i in run[: min(p, 8)]],
-                              shape=sigs.dims[seq[a]], us=us, top_ops=len(ks))
+                              shape=sigs.dims[seq[a]], us=us, top_ops=len(ks), site=_run_site(view, host, run, int(thr)))
     return best
+
+
+def _run_site(view: StepView, host: HostColumns, run: list[int], thr: int) -> str:
+    """The Python call site (``file:line (function)``) most of the run's ops start under on their
+    thread (the step timeline's cell at each op's start), ``""`` without stacks."""
+    if view.c_t0.size == 0:
+        return ""
+    at = np.asarray([host.ts[i] for i in run], dtype=np.float64)
+    j = np.clip(np.searchsorted(view.c_t0, at, "right") - 1, 0, view.c_t0.size - 1)
+    sites = view.c_site[j][(view.c_thr[j] == thr) & (view.c_site[j] >= 0)]
+    if sites.size == 0:
+        return ""
+    ids, n = np.unique(sites, return_counts=True)
+    return site_of(host.names[int(ids[int(np.argmax(n))])])
 
 
 def _sync_ops(h: np.ndarray, host: HostColumns) -> int:

@@ -13,7 +13,7 @@ Lever ``no_per_step_param_copy``."""
 from __future__ import annotations
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from ..step_budget import figure, StepCause, budget, median_count, share, top_site
+from ..step_budget import figure, StepCause, budget, mean_wall_us, median_count, share, top_site, where_text
 from ..figures import Inputs
 
 BYTES_MIN = Constant(float(1 << 20), "measurement, bundled H200 runs: d2h-param-copy (93201/93202) 83.9 MB "
@@ -57,9 +57,11 @@ class D2hParamCopy(StepCause):
         extra = [ev("trace.step_accounting", f"{file_name(path)}: device-to-host copies per steady step", returned,
                     path=path, rank=rank)]
         of_params = f" ({ratio:.2f}x the parameter bytes)" if ratio is not None else ""
-        where = f", at {site}" if site else ""
+        where = where_text(b, site)
+        wall = mean_wall_us(b)
         stmt = (f"each step copies {nbytes / 1e6:.1f} MB device-to-host in {n:.0f} copies{of_params}; the host is "
-                f"blocked on the device {sh:.0%} of the step{where}: per-step parameter copies to the host")
+                f"blocked on the device {sh * wall / 1e3:.1f} ms of the {wall / 1e3:.1f} ms step ({sh:.0%}){where}: "
+                "per-step parameter copies to the host")
         c = self.share_claim(x, b, "triage.steps.d2h_param_copy", stmt, extra)
         return [Finding(("d2h-param-copy",), c, (self.lever("no_per_step_param_copy"),), share=sh)]
 

@@ -6,17 +6,26 @@ launch-serializing / allocator-disabling variable of :data:`DEBUG_ENV` in the jo
 Detects from the trace's event-name counts and the job's environment (job script, then the
 manifest); re-derived from raw-text counts of the same trace. Levers: ``anomaly_detection_off`` for anomaly
 mode, ``launch_blocking_off`` for a launch-serializing variable (the lever ids of
-``tools/levers/catalogs/workload.yaml``)."""
+``tools/levers/catalogs/workload.yaml``).
+
+Finding ``share`` (None without the step accounting): for anomaly mode, the summed ``dur`` of its
+checks (``aten::isnan``, ``aten::any``, ``aten::item``: ``torch/csrc/autograd/engine.cpp`` checks each
+backward node's outputs with ``isnan().any().item()``, the sync included) per step of the trace over
+the accounting's mean wall time; for a launch-serializing variable, the host time in launch calls
+over the step (each launch waits for its kernel); their sum when both, at most 1."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .base import Cause, Constant, Finding, LeverSpec, ev, file_name
+from ..step_budget import budget, mean_wall_us, share
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
 ISNAN = "aten::isnan"
+CHECK_OPS = (ISNAN, "aten::any", "aten::item")
+"""The ops of anomaly mode's check of a backward node's outputs (``isnan().any().item()``)."""
 BACKWARD = "autograd::engine::evaluate_function"
 ANOMALY_ISNAN_PER_BACKWARD = 0.5
 DEBUG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "HIP_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -69,12 +78,12 @@ class DebugApis(Cause):
                         "backward node"),
               LeverSpec("launch_blocking_off", "unset CUDA_LAUNCH_BLOCKING / HIP_LAUNCH_BLOCKING (or set it to 0) for "
                         "the real run: with it every kernel launch waits for its kernel to finish"))
-    event_names = (ISNAN,)
+    event_names = CHECK_OPS
     event_name_patterns = ()
     raw_patterns = {"isnan": r'aten::isnan"', "backward": BACKWARD}
 
     def wants_name(self, name: str) -> bool:
-        return name == ISNAN or name.startswith(BACKWARD)
+        return name in CHECK_OPS or name.startswith(BACKWARD)
 
     def detect(self, x: Inputs) -> list[Finding]:
         if not x.rank:
@@ -99,7 +108,20 @@ class DebugApis(Cause):
             causes.append("cuda-launch-blocking")
             levers.append(self.lever("launch_blocking_off"))
         c = self.claim(CLAIM_ID, "; ".join(parts) + " (seed 001 T12)", "debug_apis_on", True, "bool", evidence, 0.85)
-        return [Finding(tuple(causes), c, tuple(levers))]
+        return [Finding(tuple(causes), c, tuple(levers), share=self._share(x, anomaly, bool(bad_env)))]
+
+    @staticmethod
+    def _share(x: Inputs, anomaly: bool, bad_env: bool) -> float | None:
+        b = budget(x)
+        steps = int((x.rank or {}).get("n_steps") or 0)
+        wall = mean_wall_us(b) if b is not None else 0.0
+        if wall <= 0 or steps <= 0:
+            return None
+        durs = (x.rank or {}).get("name_dur_us") or {}
+        sh = sum(float(durs.get(k, 0.0)) for k in CHECK_OPS) / steps / wall if anomaly else 0.0
+        if bad_env:
+            sh += share(b, "host", "launch")
+        return min(1.0, sh)
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         raw = (r.rank or {}).get("raw_counts") or {}

@@ -6,14 +6,18 @@ with eager Python between them instead of one graph. Recompiling is another kind
 just enters many regions.
 
 Detects from the trace's event-name counts and the rank's step count; re-derived from the raw-text
-count of the region events in the same trace. Lever ``remove_graph_breaks``; no share (counts
-only)."""
+count of the region events in the same trace. Lever ``remove_graph_breaks``. Finding ``share``: the
+summed duration of the ``Torch-Compiled Region`` events per profiled step (the trace's step count)
+over the step accounting's mean wall time, at most 1: an upper bound, the step time inside the
+fragmented graphs whose breaks cost the launches and guards between them; None without the
+accounting."""
 
 from __future__ import annotations
 
 import re
 
 from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
+from ..step_budget import budget, mean_wall_us
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -21,6 +25,20 @@ REGION = re.compile(r"^Torch-Compiled Region: \d+/\d+$")
 RAW_REGION = r"Torch-Compiled Region: \d+/\d+\""
 MIN_REGIONS_PER_STEP = 3
 CLAIM_ID = "triage.graph_breaks"
+
+
+def time_share(x: Inputs, pattern: re.Pattern[str], steps: int, outermost: bool = False) -> float | None:
+    """The summed ``dur`` (the one pass's ``rank["name_dur_us"]``) of the events whose name
+    ``pattern`` matches, per step of the trace (``steps``), over the step accounting's mean wall
+    time, at most 1.0; with ``outermost`` the largest of the names' sums only (nested events of
+    different names, e.g. a compile and its inner compile, counted once). None without the
+    accounting, the durations or steps."""
+    b = budget(x)
+    durs = [v for k, v in ((x.rank or {}).get("name_dur_us") or {}).items() if pattern.search(k)]
+    wall = mean_wall_us(b) if b is not None else 0.0
+    if not durs or steps <= 0 or wall <= 0:
+        return None
+    return min(1.0, (max(durs) if outermost else sum(durs)) / steps / wall)
 
 
 class GraphBreaks(Cause):
@@ -59,7 +77,7 @@ class GraphBreaks(Cause):
                        "runs between the fragments", "compiled_regions", n, "regions",
                        [ev("trace.event_names", f"{file_name(path)}: count /{REGION.pattern}/", n, path=path,
                            rank=x.rank.get("rank"), n_steps=steps)], 0.8)
-        return [Finding(("graph-break",), c, (self.lever("remove_graph_breaks"),))]
+        return [Finding(("graph-break",), c, (self.lever("remove_graph_breaks"),), share=time_share(x, REGION, steps))]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         return raw_count(r, "compiled_regions", "raw-text count of Torch-Compiled Region events in the trace file")

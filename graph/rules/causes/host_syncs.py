@@ -5,13 +5,16 @@ catches up. A step or two of those (the loss read once a step) is normal; tens a
 
 Detects from the trace's event-name counts and the rank's step count; the op that syncs is said
 through the ``aten::item`` / ``aten::_local_scalar_dense`` counts. Re-derived from the raw-text count
-of the sync calls in the same trace. Lever ``remove_host_syncs``; no share (counts only). Anomaly
-mode (:mod:`.debug_apis`) also syncs after every backward node; it is registered first, so with no
-share on either it is named first."""
+of the sync calls in the same trace. Lever ``remove_host_syncs``. Finding ``share``: the GPU-idle µs
+per profiled step the host spent blocked in synchronizing calls (the step accounting's ``sync``
+state: ``cudaStreamSynchronize``, blocking copies, the wait inside ``aten::item``) over the step wall
+time; None without the accounting. Anomaly mode (:mod:`.debug_apis`) also syncs after every
+backward node; its own share (the time of its checks, the syncs included) is the larger there."""
 
 from __future__ import annotations
 
 from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
+from ..step_budget import budget, share
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -54,7 +57,9 @@ class HostSyncs(Cause):
                        "the stream and the GPU idles until the host launches again (seed 001 T23)", "host_syncs", n,
                        "calls", [ev("trace.event_names", f"{file_name(path)}: count {'/'.join(SYNC_CALLS)}", n,
                                     path=path, rank=x.rank.get("rank"), n_steps=steps)], 0.8)
-        return [Finding(("host-sync",), c, (self.lever("remove_host_syncs"),))]
+        b = budget(x)
+        return [Finding(("host-sync",), c, (self.lever("remove_host_syncs"),),
+                        share=share(b, "idle", "sync") if b is not None else None)]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         return raw_count(r, "stream_syncs", "raw-text count of cuda/hipStreamSynchronize in the trace file")

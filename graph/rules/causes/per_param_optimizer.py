@@ -6,12 +6,15 @@ signature is one ``aten::addcdiv_`` per parameter tensor per step (the update
 ``_single_tensor_*``); the multi-tensor path calls ``aten::_foreach_addcdiv_`` once per group.
 
 Detects from the trace's event-name counts and the rank's step count; re-derived from the raw-text
-count of ``aten::addcdiv_"`` in the same trace. Lever ``foreach_optimizer``; no share (counts only:
-the cost of the per-tensor launches is not measured from counts)."""
+count of ``aten::addcdiv_"`` in the same trace. Lever ``foreach_optimizer``. Finding ``share``: the
+GPU-idle µs per profiled step the host spent in the optimizer step (the step accounting's
+``optimizer`` state; the launch calls inside it are the ``launch`` state, so a lower bound) over
+the step wall time; None without the accounting."""
 
 from __future__ import annotations
 
 from .base import Cause, Constant, Finding, LeverSpec, ev, file_name, raw_count
+from ..step_budget import budget, share
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -55,7 +58,9 @@ class PerParamOptimizer(Cause):
                        "(foreach=False), a few kernel launches per parameter tensor", "per_tensor_optimizer_updates",
                        n, "calls", [ev("trace.event_names", f"{file_name(path)}: count {PER_TENSOR_OP}", n, path=path,
                                        rank=x.rank.get("rank"), n_steps=steps)], 0.85)
-        return [Finding(("per-parameter-optimizer",), c, (self.lever("foreach_optimizer"),))]
+        b = budget(x)
+        return [Finding(("per-parameter-optimizer",), c, (self.lever("foreach_optimizer"),),
+                        share=share(b, "idle", "optimizer") if b is not None else None)]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         return raw_count(r, "per_tensor_update", "raw-text count of aten::addcdiv_ in the trace file")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .base import Constant, Finding, LeverSpec, ev, file_name
-from ..step_budget import FIGURE, StepCause, budget, mean_wall_us, missing, share, top_site
+from ..step_budget import FIGURE, StepCause, budget, mean_wall_us, missing, share, top_site, where_text
 from ..figures import Inputs
 
 GC_COLLECT = re.compile(r"^<built-in function collect>$|^gc\.collect$")
@@ -66,8 +66,7 @@ class PythonOutsideOps(StepCause):
                     {"site": site or None, "site_us_per_step": round(site_us, 3),
                      "explained_us_per_step": round(other, 3),
                      "python_stacks": bool(b.get("has_python_stacks"))}, path=path, rank=rank)]
-        where = (f", at {site}" if site else
-                 f" (no Python stacks: {b.get('python_stack_note') or 'profile with with_stack=True to name the line'})")
+        where = where_text(b, site)
         stmt = (f"the GPU idles {sh:.0%} of each profiled step ({sh * wall / 1e3:.1f} ms of {wall / 1e3:.1f} ms) while "
                 f"the host runs code outside every recorded op{where}")
         c = self.share_claim(x, b, "triage.steps.python_outside_ops", stmt, extra)

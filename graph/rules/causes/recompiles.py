@@ -11,13 +11,17 @@ function eagerly.
 
 Detects from the trace's event-name counts and the log's line counts (the one read of each);
 re-derived from the raw text of the trace and the verifier's own re-read of the log. Lever
-``compile_dynamic_shapes`` (no saving model: its effect is not visible in one trace)."""
+``compile_dynamic_shapes`` (no saving model: its effect is not visible in one trace). Finding
+``share``: the compile time in the profiled steps (the largest summed ``dur`` of one compile event
+name, so nested compile events count once) per step of the trace over the step accounting's mean
+wall time, at most 1; None when only the log shows the recompiles."""
 
 from __future__ import annotations
 
 import re
 
 from .base import Cause, Finding, LeverSpec, ev, file_name
+from .graph_breaks import time_share
 from ..figures import Figure, Inputs, Reader, Rederived
 from ....state import Claim, Tolerance
 
@@ -67,7 +71,9 @@ class Recompilation(Cause):
         c = self.claim(CLAIM_ID, f"torch.compile recompiled during the run ({n_trace} compile events in the profiled "
                        f"steps, {n_log} recompile lines in the log): past recompile_limit (default 8) Dynamo runs the "
                        "function eagerly (seed 001 T16)", "recompile_events", n_trace + n_log, "events", evidence, 0.8)
-        return [Finding(("recompilation",), c, (self.lever("compile_dynamic_shapes"),))]
+        steps = int(x.rank.get("n_steps") or 0)
+        sh = time_share(x, COMPILE_EV, steps, outermost=True) if n_trace else None
+        return [Finding(("recompilation",), c, (self.lever("compile_dynamic_shapes"),), share=sh)]
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
         n = ((r.rank or {}).get("raw_counts") or {}).get("compile")

@@ -4,11 +4,11 @@ by HBM bandwidth; its claim is the bandwidth it achieves, with the share of the 
 
 Detects from the trace's roofline (kernels linked to their ops by External id, computed in the
 analysis pass); re-derived from the roofline with kernels linked by correlation id (the same
-pass's collector, another link). Lever ``fuse_elementwise``, saving from ``tools/levers/impact.py``
-(bytes at peak vs at the achieved bandwidth)."""
+pass's collector, another link). Lever ``torch_compile`` (the catalog's id, ``tools/levers/catalogs/
+workload.yaml``: Inductor fuses the elementwise chains of any PyTorch job), saving from the
+memory-lever model of ``tools/levers/impact.py`` (bytes at peak vs at the achieved bandwidth)."""
 
 from __future__ import annotations
-
 
 from .base import Cause, Finding, LeverSpec, file_name
 from ..figures import Figure, Inputs, Reader, Rederived
@@ -17,7 +17,10 @@ from ....state import Claim, Evidence, Tolerance
 ROOFLINE_MEMORY_CATEGORIES = ("elementwise", "normalization", "reduction", "GEMM", "CONV", "SDPA")
 """The roofline's categories (tools/perfmodel/roofline.py); any of them can be memory-bound."""
 ELEMENTWISE = ("elementwise", "normalization", "reduction")
-FUSE_WHY = "bring the memory-bound category to peak bandwidth: fuse it (torch.compile) or move fewer bytes (bf16)"
+
+
+FUSE_WHY = ("wrap the model in torch.compile(model) (Inductor fuses chains of elementwise/normalization ops into one "
+            "kernel that reads and writes the tensor once), or move fewer bytes (bf16 activations)")
 
 
 class RooflineMemoryBound(Cause):
@@ -32,7 +35,7 @@ class RooflineMemoryBound(Cause):
     figures = (Figure("roofline.{category}.tbps", "TB/s", "bandwidth a memory-bound roofline category achieves",
                       "cause", Tolerance(rel=0.01)),)
     constants = {}
-    levers = (LeverSpec("fuse_elementwise", FUSE_WHY, saving="fuse_elementwise"),)
+    levers = (LeverSpec("torch_compile", FUSE_WHY, saving="torch_compile"),)
 
     def detect(self, x: Inputs) -> list[Finding]:
         rf = x.roofline
@@ -54,7 +57,7 @@ class RooflineMemoryBound(Cause):
                            f"{rf['hbm_tbps']:.2f} TB/s peak, over {a['kernel_us'] / 1000:.2f} ms of kernels",
                            f"roofline.{cat}.tbps", round(a["tbps"], 4), "TB/s", [e], 0.8)
             cause = "memory-bound-elementwise" if cat in ELEMENTWISE else "memory-bound-kernels"
-            out.append(Finding((cause,), c, (self.lever("fuse_elementwise"),)))
+            out.append(Finding((cause,), c, (self.lever("torch_compile"),)))
         return out
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
