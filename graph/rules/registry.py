@@ -15,7 +15,8 @@ from typing import Any
 
 from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
                      graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
-                     python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
+                     python_outside_ops, recompiles, roofline_memory, sdpa_math, shallow_prefetch, tf32_off,
+                     worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -33,6 +34,7 @@ CAUSES: tuple[Cause, ...] = (
     host_syncs.CAUSE,
     roofline_memory.CAUSE,
     worker_respawn.CAUSE,
+    shallow_prefetch.CAUSE,
     d2h_param_copy.CAUSE,
     allocator_churn.CAUSE,
     gc_pause.CAUSE,
