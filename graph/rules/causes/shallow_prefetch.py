@@ -48,12 +48,6 @@ PROFILER_LEAD = 1
 in the controls io-wait-8-workers, dataloader-stall-8-workers, deep-prefetch)."""
 
 
-def _has_workers(x: Inputs) -> bool:
-    """Prefetching needs worker processes: ``num_workers`` > 0 in the manifest, or unknown."""
-    nw = getattr(x.manifest, "num_workers", None) if x.manifest is not None else None
-    return nw is None or int(nw) > 0
-
-
 def profiler_steps(numbers: Iterable[int]) -> set[int]:
     """The global step indices the profiler touches: from :data:`PROFILER_LEAD` before the first
     profiled step number to one after the last (the export); empty without profiled steps."""
@@ -117,12 +111,12 @@ class ShallowPrefetch(Cause):
                                                           "bundled controls")}
     levers = (LeverSpec("prefetch_factor_8", "raise DataLoader(prefetch_factor=...) above its default 2 (e.g. 4-8): "
                         "each worker keeps more batches ready, so a slow batch no longer stalls the step "
-                        "(seed 001 T7; costs host RAM per resident batch)", when=_has_workers),)
+                        "(seed 001 T7; costs host RAM per resident batch)", when=worker_respawn.has_workers),)
     verifier_needs = ("log",)
 
     def detect(self, x: Inputs) -> list[Finding]:
         log = x.log or {}
-        if not _has_workers(x) or worker_respawn.respawns(worker_respawn.from_log(log)):
+        if not worker_respawn.has_workers(x) or worker_respawn.respawns(worker_respawn.from_log(log)):
             return []
         profiled = [int(s["step"]) for s in ((x.rank or {}).get("per_step") or []) if "step" in s]
         st = stall_stats(rows_from_log(log), profiler_steps(profiled))
