@@ -147,3 +147,43 @@ def test_the_bundled_loader_runs_are_a_stall_not_separated(repo_root, tmp_path, 
     ("gpu-transform", None, None)])
 def test_the_bundled_runs_and_their_controls(repo_root, tmp_path, case, cause, lever):
     assert_bundled(repo_root, tmp_path, case, cause, lever)
+
+
+def _xc(cpu: float, workers: int, ranks: int, cores: int, window_s: float = 600.0):
+    from ai4s_graph.state import Manifest
+    x = _x(45.0, 100.0, cpu, window_s)
+    x.manifest = Manifest.model_construct(num_workers=workers, gpus_per_node=ranks, cpus_per_node=cores)
+    return x
+
+
+@pytest.mark.parametrize("cpu,workers,ranks,cores,wpct,cause", [
+    # one worker pegged beside its rank on a 16-core node: 2 busy cores = 12.5% of the node (the node-wide
+    # bound reads that as idle); the worker itself is (2 - 1) / 1 = 100% busy: CPU-transform-bound
+    (12.5, 1, 1, 16, 100.0, "dataloader-cpu-transform"),
+    # 8 workers x 2 ranks on 32 cores, the node 10% busy = 3.2 cores: (3.2 - 2) / 16 = 7.5%: I/O-bound
+    (10.0, 8, 2, 32, 7.5, "dataloader-io-wait"),
+    # 4 workers x 8 ranks (a HIP/ROCm MI300X node, 128 cores), the node 50% busy: (64 - 8) / 32 = 175%
+    # (intra-op threads in the workers): transform-bound
+    (50.0, 4, 8, 128, 175.0, "dataloader-cpu-transform"),
+    # one worker half busy: (1.5 - 1) / 1 = 50% at CPU_IDLE_PCT: I/O-bound; a little above it: the stall
+    (9.375, 1, 1, 16, 50.0, "dataloader-io-wait"),
+    (10.0, 1, 1, 16, 60.0, "dataloader-stall"),
+    (11.8751, 1, 1, 16, 90.0016, "dataloader-cpu-transform"),  # just above CPU_BUSY_PCT (90%)
+    (11.8749, 1, 1, 16, 89.9984, "dataloader-stall")])  # just below
+def test_the_bounds_apply_to_the_workers_busy_share_when_the_counts_are_known(cpu, workers, ranks, cores, wpct,
+                                                                               cause):
+    assert data_split.worker_busy_pct(cpu, workers, ranks, cores) == pytest.approx(wpct)
+    [f] = CAUSE.detect(_xc(cpu, workers, ranks, cores))
+    assert f.causes == (cause,) and f.share == pytest.approx(0.45)
+    assert f"{cores} cores" in f.claim.statement
+    if cause != "dataloader-stall":  # the node's busy % is the claim, re-derived from the series
+        assert f.claim.value == cpu
+        rd = CAUSE.rederive(f.claim, Reader(series={"cpu_util": {"n1": [(0.0, cpu - 1.0), (1.0, cpu + 1.0)]}}))
+        assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == \
+            "confirmed"
+
+
+def test_without_worker_processes_the_node_share_decides():
+    assert data_split.worker_busy_pct(12.5, 0, 1, 16) is None
+    [f] = CAUSE.detect(_xc(12.5, 0, 1, 16))
+    assert f.causes == ("dataloader-io-wait",)  # node-wide 12.5% <= CPU_IDLE_PCT

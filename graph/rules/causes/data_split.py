@@ -1,7 +1,10 @@
 """A data-bound step split by the host CPU (seed 001 T8): when the DataLoader takes at least
-:data:`~..diagnosis.DATALOADER_STEP_SHARE` of the step (the step is data-bound), host CPU busy >=
+:data:`~..diagnosis.DATALOADER_STEP_SHARE` of the step (the step is data-bound), CPU busy >=
 :data:`CPU_BUSY_PCT` means the per-sample transform is the bottleneck (CPU-transform-bound),
-<= :data:`CPU_IDLE_PCT` means the workers wait on storage (I/O-bound); between the two the readings
+<= :data:`CPU_IDLE_PCT` means the workers wait on storage (I/O-bound). The busy share is the
+DataLoader workers' own (the node's busy cores less :data:`RANK_CORES` per rank, over the worker
+processes: :func:`worker_busy_pct`) when the workers, ranks and cores are known, else the node's;
+between the two bounds the readings
 cannot separate them and the finding names the class-level cause ``dataloader-stall`` (the step waits
 in ``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``). So does a host CPU reading over
 a job window shorter than :data:`MIN_WINDOW_S`: there the node's average is mostly the worker start
@@ -21,7 +24,7 @@ undecided: more workers overlap both waits while cores are free)."""
 from __future__ import annotations
 
 from .base import Cause, Constant, Finding, LeverSpec, ev
-from . import worker_respawn
+from . import oversubscription, worker_respawn
 from .. import diagnosis as dg
 from ..figures import Figure, Inputs, Reader, Rederived, dataloader_share_pct, series_mean
 from ....state import Claim, Tolerance
@@ -38,6 +41,11 @@ half the window, and one worker spinning 40 ms of a 44 ms step (cpu-transform-lo
 the node's busy cores to 1.28 against 0.96 for one sleeping worker (io-wait-loader, 93130) and
 0.80-1.49 over the controls (gpu-transform, io-wait-8-workers, deep-prefetch, persistent-workers,
 dataloader-stall-8-workers): inside the spread. 10 s is 6x the longest of them."""
+RANK_CORES = 1.0
+"""Host cores a rank's own training loop keeps busy (one Python thread driving the GPU). Measured on
+the bundled H200 runs whose workers only sleep or are absent (persistent-workers, io-wait-loader,
+deep-prefetch, preprocess-on-gpu, gpu-transform, io-wait-8-workers: 0.79-1.12 busy cores of 16 for
+one rank)."""
 T8 = "T8 (I/O-bound vs CPU-transform-bound data loading)"
 """The check as the report's "not checked" line names it (seed 001 T8)."""
 
@@ -53,6 +61,17 @@ def not_checked_line(cpu_util_pct: float | None, has_trace: bool) -> str | None:
     if not has_trace:
         need.append("a rank trace (the DataLoader share of the step)")
     return f"not checked: {T8}: needs " + " and ".join(need) if need else None
+
+
+def worker_busy_pct(cpu_util_pct: float | None, num_workers: int | None, ranks_per_node: int | None,
+                    cores: int | None) -> float | None:
+    """The DataLoader workers' busy share (%) from the node's busy % over ``cores`` cores:
+    ``100 x (cpu_util_pct / 100 x cores - ranks_per_node x RANK_CORES) / (ranks_per_node x
+    num_workers)`` (negative when the ranks use less than :data:`RANK_CORES`); None when an input
+    is missing or there are no worker processes."""
+    if cpu_util_pct is None or not num_workers or not ranks_per_node or not cores:
+        return None
+    return 100.0 * (cpu_util_pct / 100.0 * cores - ranks_per_node * RANK_CORES) / (ranks_per_node * num_workers)
 
 
 def window_s(x: Inputs) -> float | None:
@@ -81,6 +100,7 @@ class DataSplit(Cause):
     constants = {"CPU_BUSY_PCT": Constant(CPU_BUSY_PCT, "seed 001 T1/T3"),
                  "CPU_IDLE_PCT": Constant(CPU_IDLE_PCT, "seed 001 T3"),
                  "DATALOADER_STEP_SHARE": Constant(dg.DATALOADER_STEP_SHARE, "seed 001 T19 (graph/rules/diagnosis.py)"),
+                 "RANK_CORES": Constant(RANK_CORES, "measured: bundled sleep-only runs, 0.79-1.12 busy cores"),
                  "MIN_WINDOW_S": Constant(MIN_WINDOW_S, "seed 001 T3 (~10 s of CPU and GPU); measured: bundled runs "
                                                         "93128/93130 and their controls")}
     levers = (LeverSpec("gpu_transform", "run the per-batch transform on the GPU (torchvision.transforms.v2 on device "
@@ -96,7 +116,8 @@ class DataSplit(Cause):
         if pct is None or pct / 100.0 < dg.DATALOADER_STEP_SHARE:
             return []
         f = self.check(float(x.rank["dataloader_ms_per_step"]) / float(x.rank["step_time_ms"]),
-                       x.figure("cpu.host_util_pct"), window_s(x), str(x.rank.get("path") or ""))
+                       x.figure("cpu.host_util_pct"), window_s(x), str(x.rank.get("path") or ""),
+                       oversubscription.CAUSE.counts(x))
         return [f] if f is not None else []
 
     def not_checked(self, x: Inputs) -> list[str]:
@@ -109,14 +130,19 @@ class DataSplit(Cause):
         return [line] if line else []
 
     def check(self, dataloader_share: float | None, cpu_util_pct: float | None,
-              window: float | None = None, path: str = "") -> Finding | None:
+              window: float | None = None, path: str = "",
+              counts: tuple[int | None, int | None, int | None] = (None, None, None)) -> Finding | None:
         """The finding for a data-bound step (``dataloader_share``: DataLoader time / step time, 0..1)
         and the host CPU busy % over the job's telemetry window of ``window`` seconds (None: no host
         telemetry / window unknown): ``dataloader-cpu-transform`` at or above :data:`CPU_BUSY_PCT`,
         ``dataloader-io-wait`` at or below :data:`CPU_IDLE_PCT`, the class-level ``dataloader-stall``
         between them, without the CPU reading or over a window shorter than :data:`MIN_WINDOW_S`;
         None without the share. The finding's ``share`` is ``dataloader_share``; ``path`` (the rank
-        trace) is cited by the first evidence, so the verifier re-derives from that rank's tables."""
+        trace) is cited by the first evidence, so the verifier re-derives from that rank's tables.
+        ``counts`` = ``(num_workers, ranks_per_node, cores)`` (:meth:`.oversubscription.CpuOversubscription.counts`):
+        when all are known the bounds apply to the workers' own busy share (:func:`worker_busy_pct`),
+        not to the node's (one pegged worker on a 16-core node is 6% of the node); otherwise to the
+        node's."""
         if dataloader_share is None:
             return None
         dl = round(dataloader_share, 6)
@@ -134,6 +160,9 @@ class DataSplit(Cause):
                            "dataloader.step_share", dl, "fraction", evidence, 0.7)
             return Finding(("dataloader-stall",), c, (self.lever("num_workers_8"),), share=dl)
         evidence.append(ev("promql.instant", "cpu_util avg", cpu_util_pct))
+        wpct = worker_busy_pct(cpu_util_pct, *counts)
+        if wpct is not None:
+            return self._by_workers(dl, cpu_util_pct, wpct, counts, evidence)
         if cpu_util_pct >= CPU_BUSY_PCT:
             c = self.claim("triage.t8.transform_bound", f"data loading takes {dl * 100:.0f}% of the step "
                            f"while the host CPU is {cpu_util_pct:.0f}% busy: CPU-transform-bound (seed 001 T8)",
@@ -142,6 +171,27 @@ class DataSplit(Cause):
         c = self.claim("triage.t8.io_bound", f"data loading takes {dl * 100:.0f}% of the step while "
                        f"the host CPU is only {cpu_util_pct:.0f}% busy: I/O-bound (seed 001 T8)",
                        "cpu_util", cpu_util_pct, "%", evidence, 0.7)
+        return Finding(("dataloader-io-wait",), c, (self.lever("num_workers_8"),), share=dl)
+
+    def _by_workers(self, dl: float, cpu_util_pct: float, wpct: float, counts: tuple, evidence: list) -> Finding:
+        """The finding when the workers' busy share ``wpct`` (%) is known: transform-bound at or
+        above :data:`CPU_BUSY_PCT`, I/O-bound at or below :data:`CPU_IDLE_PCT`, the stall between."""
+        nw, ranks, cores = counts
+        evidence.append(ev("manifest", "num_workers, ranks_per_node, cores", {"num_workers": nw, "ranks_per_node": ranks,
+                           "cores": cores, "worker_busy_pct": round(wpct, 3)}))
+        seen = (f"the host CPU is {cpu_util_pct:.0f}% busy on {cores} cores: beyond the {ranks} rank(s)' own "
+                f"{RANK_CORES:g} core each, the {nw * ranks} DataLoader worker(s) are {max(wpct, 0.0):.0f}% busy")
+        if CPU_IDLE_PCT < wpct < CPU_BUSY_PCT:
+            c = self.claim("triage.t8.dataloader_stall", f"the step waits on the DataLoader {dl * 100:.0f}% of the "
+                           f"time ({seen}, between the transform-bound and I/O-bound bounds: transform and I/O not "
+                           "separated; seed 001 T19/T8)", "dataloader.step_share", dl, "fraction", evidence, 0.7)
+            return Finding(("dataloader-stall",), c, (self.lever("num_workers_8"),), share=dl)
+        if wpct >= CPU_BUSY_PCT:
+            c = self.claim("triage.t8.transform_bound", f"data loading takes {dl * 100:.0f}% of the step while {seen}: "
+                           "CPU-transform-bound (seed 001 T8)", "cpu_util", cpu_util_pct, "%", evidence, 0.7)
+            return Finding(("dataloader-cpu-transform",), c, (self.lever("gpu_transform"),), share=dl)
+        c = self.claim("triage.t8.io_bound", f"data loading takes {dl * 100:.0f}% of the step while {seen}: "
+                       "I/O-bound (seed 001 T8)", "cpu_util", cpu_util_pct, "%", evidence, 0.7)
         return Finding(("dataloader-io-wait",), c, (self.lever("num_workers_8"),), share=dl)
 
     def rederive(self, c: Claim, r: Reader) -> Rederived:
