@@ -13,10 +13,31 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import (allocator_churn, checkpoint_io, clocks_power, cpu_preprocess, d2h_param_copy, data_split, debug_apis,
-                     gc_pause, graph_breaks, host_syncs, kernel_launch, nchw_conv, oversubscription, pageable_h2d,
-                     per_param_optimizer, per_sample_loop, python_outside_ops, recompiles, roofline_memory, sdpa_math,
-                     tf32_off, worker_respawn)
+from .causes import (  # one per line: each cause module is one line here and one in CAUSES
+    allocator_churn,
+    checkpoint_io,
+    clocks_power,
+    cpu_preprocess,
+    d2h_param_copy,
+    data_split,
+    debug_apis,
+    gc_pause,
+    graph_breaks,
+    host_syncs,
+    kernel_launch,
+    nchw_conv,
+    oversubscription,
+    pageable_h2d,
+    per_param_optimizer,
+    per_sample_loop,
+    python_outside_ops,
+    recompiles,
+    roofline_memory,
+    sdpa_math,
+    shallow_prefetch,
+    tf32_off,
+    worker_respawn,
+)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -34,6 +55,7 @@ CAUSES: tuple[Cause, ...] = (
     host_syncs.CAUSE,
     roofline_memory.CAUSE,
     worker_respawn.CAUSE,
+    shallow_prefetch.CAUSE,
     d2h_param_copy.CAUSE,
     allocator_churn.CAUSE,
     gc_pause.CAUSE,

@@ -413,8 +413,10 @@ def step_gpu_events(trace: KinetoTrace) -> dict[int, int]:
 def step_stats(trace: KinetoTrace) -> dict:
     """``n_steps`` (ProfilerStep#N annotations), ``step_time_ms`` (mean duration),
     ``dataloader_ms_per_step`` (CPU ms in DataLoader ops, e.g. ``enumerate(DataLoader)#...
-    __next__``, divided by the step count, or the total when there are no steps) and ``window``
-    (:func:`~ai4s_graph.tools.trace.hygiene.window_flags` of the GPU events launched per step)."""
+    __next__``, divided by the step count, or the total when there are no steps), ``window``
+    (:func:`~ai4s_graph.tools.trace.hygiene.window_flags` of the GPU events launched per step) and
+    ``step_numbers`` (the sorted ``N`` of the ``ProfilerStep#N`` annotations: which training steps
+    were profiled)."""
     n = len(trace.steps)
     dl_ms = sum(d for _ts, d, _n in trace.dataloader) / 1e3
     return {
@@ -422,6 +424,7 @@ def step_stats(trace: KinetoTrace) -> dict:
         "step_time_ms": (sum(d for _ts, d, _n in trace.steps) / n / 1e3) if n else None,
         "dataloader_ms_per_step": dl_ms / n if n else dl_ms,
         "window": window_flags(step_gpu_events(trace)),
+        "step_numbers": sorted({int(n) for _ts, _d, n in trace.steps}),
     }
 
 

@@ -80,8 +80,9 @@ def from_log(log: dict[str, Any]) -> dict[str, Any] | None:
     return epoch_start_excess(eps) if eps else None
 
 
-def _has_workers(x: Inputs) -> bool:
-    """``persistent_workers`` needs worker processes: ``num_workers`` > 0 in the manifest, or unknown."""
+def has_workers(x: Inputs) -> bool:
+    """Whether the job may have DataLoader worker processes (``persistent_workers`` and
+    ``prefetch_factor`` need them): ``num_workers`` > 0 in the manifest, or unknown."""
     nw = getattr(x.manifest, "num_workers", None) if x.manifest is not None else None
     return nw is None or int(nw) > 0
 
@@ -103,7 +104,7 @@ class WorkerRespawn(Cause):
                  "MIN_EPOCHS": Constant(MIN_EPOCHS, "two epoch starts at least (one is a one-off stall)")}
     levers = (LeverSpec("persistent_workers", "DataLoader(..., persistent_workers=True): the workers survive the "
                         "epoch instead of being re-forked and re-initialized at each epoch start (seed 001 T5)",
-                        when=_has_workers),)
+                        when=has_workers),)
     verifier_needs = ("log",)
 
     def detect(self, x: Inputs) -> list[Finding]:
