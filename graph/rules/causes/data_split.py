@@ -42,10 +42,14 @@ the node's busy cores to 1.28 against 0.96 for one sleeping worker (io-wait-load
 0.80-1.49 over the controls (gpu-transform, io-wait-8-workers, deep-prefetch, persistent-workers,
 dataloader-stall-8-workers): inside the spread. 10 s is 6x the longest of them."""
 RANK_CORES = 1.0
-"""Host cores a rank's own training loop keeps busy (one Python thread driving the GPU). Measured on
-the bundled H200 runs whose workers only sleep or are absent (persistent-workers, io-wait-loader,
-deep-prefetch, preprocess-on-gpu, gpu-transform, io-wait-8-workers: 0.79-1.12 busy cores of 16 for
-one rank)."""
+"""Host cores a rank's own training loop keeps busy while it drives the step (one Python thread).
+Measured on the bundled H200 runs whose workers only sleep or are absent (persistent-workers,
+deep-prefetch, preprocess-on-gpu, gpu-transform, io-wait-8-workers: 0.79-1.14 busy cores of 16 for
+one rank). While the rank waits on the DataLoader its thread blocks in the worker queue's ``get``
+(off the CPU), so a rank that waits a share ``d`` of the step keeps ``RANK_CORES x (1 - d)`` cores
+busy (:func:`worker_busy_pct`). Measured: io-wait-loader (93130, 300 steps, one sleeping worker,
+d = 0.45) keeps 0.65 busy cores over its steady steps, against 0.55 from this model and 1.0 without
+the wait."""
 T8 = "T8 (I/O-bound vs CPU-transform-bound data loading)"
 """The check as the report's "not checked" line names it (seed 001 T8)."""
 
@@ -64,14 +68,16 @@ def not_checked_line(cpu_util_pct: float | None, has_trace: bool) -> str | None:
 
 
 def worker_busy_pct(cpu_util_pct: float | None, num_workers: int | None, ranks_per_node: int | None,
-                    cores: int | None) -> float | None:
+                    cores: int | None, dataloader_share: float = 0.0) -> float | None:
     """The DataLoader workers' busy share (%) from the node's busy % over ``cores`` cores:
-    ``100 x (cpu_util_pct / 100 x cores - ranks_per_node x RANK_CORES) / (ranks_per_node x
-    num_workers)`` (negative when the ranks use less than :data:`RANK_CORES`); None when an input
-    is missing or there are no worker processes."""
+    ``100 x (cpu_util_pct / 100 x cores - ranks_per_node x RANK_CORES x (1 - dataloader_share)) /
+    (ranks_per_node x num_workers)``: the ranks' own threads are off the CPU while they wait on the
+    loader (``dataloader_share``, 0..1, of the step; :data:`RANK_CORES`). Negative when the ranks
+    use less than that; None when an input is missing or there are no worker processes."""
     if cpu_util_pct is None or not num_workers or not ranks_per_node or not cores:
         return None
-    return 100.0 * (cpu_util_pct / 100.0 * cores - ranks_per_node * RANK_CORES) / (ranks_per_node * num_workers)
+    rank_cores = ranks_per_node * RANK_CORES * (1.0 - min(max(dataloader_share, 0.0), 1.0))
+    return 100.0 * (cpu_util_pct / 100.0 * cores - rank_cores) / (ranks_per_node * num_workers)
 
 
 def window_s(x: Inputs) -> float | None:
@@ -160,7 +166,7 @@ class DataSplit(Cause):
                            "dataloader.step_share", dl, "fraction", evidence, 0.7)
             return Finding(("dataloader-stall",), c, (self.lever("num_workers_8"),), share=dl)
         evidence.append(ev("promql.instant", "cpu_util avg", cpu_util_pct))
-        wpct = worker_busy_pct(cpu_util_pct, *counts)
+        wpct = worker_busy_pct(cpu_util_pct, *counts, dataloader_share=dl)
         if wpct is not None:
             return self._by_workers(dl, cpu_util_pct, wpct, counts, evidence)
         if cpu_util_pct >= CPU_BUSY_PCT:
@@ -180,7 +186,8 @@ class DataSplit(Cause):
         evidence.append(ev("manifest", "num_workers, ranks_per_node, cores", {"num_workers": nw, "ranks_per_node": ranks,
                            "cores": cores, "worker_busy_pct": round(wpct, 3)}))
         seen = (f"the host CPU is {cpu_util_pct:.0f}% busy on {cores} cores: beyond the {ranks} rank(s)' own "
-                f"{RANK_CORES:g} core each, the {nw * ranks} DataLoader worker(s) are {max(wpct, 0.0):.0f}% busy")
+                f"{RANK_CORES * (1 - dl):.2g} core each (busy {100 * (1 - dl):.0f}% of the step, waiting on the "
+                f"loader the rest), the {nw * ranks} DataLoader worker(s) are {max(wpct, 0.0):.0f}% busy")
         if CPU_IDLE_PCT < wpct < CPU_BUSY_PCT:
             c = self.claim("triage.t8.dataloader_stall", f"the step waits on the DataLoader {dl * 100:.0f}% of the "
                            f"time ({seen}, between the transform-bound and I/O-bound bounds: transform and I/O not "
