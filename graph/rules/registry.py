@@ -13,9 +13,10 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
-                     graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
-                     python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
+from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, exposed_comm,
+                     gc_pause, graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d,
+                     per_param_optimizer, python_outside_ops, recompiles, roofline_memory, sdpa_math, slow_link,
+                     tf32_off, worker_respawn)
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -38,6 +39,8 @@ CAUSES: tuple[Cause, ...] = (
     gc_pause.CAUSE,
     checkpoint_io.CAUSE,
     python_outside_ops.CAUSE,
+    slow_link.CAUSE,
+    exposed_comm.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
