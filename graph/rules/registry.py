@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, exposed_comm,
-                     gc_pause, graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d,
+                     gc_pause, gpu_contention, graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d,
                      per_param_optimizer, python_outside_ops, recompiles, roofline_memory, sdpa_math, slow_link,
                      tf32_off, worker_respawn)
 from .causes.base import Cause, Finding
@@ -41,6 +41,7 @@ CAUSES: tuple[Cause, ...] = (
     python_outside_ops.CAUSE,
     slow_link.CAUSE,
     exposed_comm.CAUSE,
+    gpu_contention.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
