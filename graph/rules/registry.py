@@ -62,8 +62,8 @@ def causes_of(analyst: str) -> tuple[Cause, ...]:
 def detect(analyst: str, x: Inputs) -> list[Finding]:
     """Every finding of ``analyst``'s causes on these inputs, in registry order, each offering only
     the levers whose precondition holds on them (:meth:`~.causes.base.Cause.offer`)."""
-    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains) for c in causes_of(analyst)
-            for f in c.detect(x)]
+    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains, supersedes=c.supersedes)
+            for c in causes_of(analyst) for f in c.detect(x)]
 
 
 def not_checked(analyst: str, x: Inputs) -> list[str]:
@@ -135,7 +135,7 @@ def log_patterns(verifier: bool = False) -> dict[str, re.Pattern[str]]:
 
 
 def verifier_needs(claims: list[Claim]) -> set[str]:
-    """The verifier inputs (``log``, ``job``, ``series``) the causes of these claims re-derive from."""
+    """The verifier inputs (``log``, ``job``, ``series``, ``ranks``) the causes of these claims re-derive from."""
     out: set[str] = set()
     for c in claims:
         cause = cause_of_metric(c.metric)

@@ -448,14 +448,19 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
     """Set ``b.causes`` (every cause a CONFIRMED finding names, by measured share of the step
     time, largest first; causes without a measured share after, in registry order) and ``b.cause``
     (the first one, None when no confirmed finding names a cause). A refuted or inconclusive
-    finding names nothing. A verdict on a confirmed straggler (``b.straggler``) names
+    finding names nothing, nor does one whose causes a confirmed finding supersedes
+    (:attr:`~.causes.base.Cause.supersedes`). A verdict on a confirmed straggler (``b.straggler``) names
     ``straggler`` first. Returns ``b``."""
     confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
     named: dict[str, NamedCause] = {}
     order: list[str] = []
-    for e in cause_entries(findings):
+    entries = cause_entries(findings)
+    superseded = {s for e in entries if e.get("id") in confirmed for s in e.get("supersedes") or ()}
+    for e in entries:
         if e.get("id") not in confirmed or (e.get("explains") and e["explains"] != b.klass.value):
             continue
+        if e.get("causes") and all(c in superseded for c in e["causes"]):
+            continue  # a confirmed finding explains its readings (causes/base.py: Cause.supersedes)
         for cid in e.get("causes") or ():
             nc = named.get(cid)
             if nc is None:

@@ -51,7 +51,6 @@ def test_profiler_stretch_is_corrected_before_comparing():
 def test_does_not_fire_on_a_lone_job_or_without_telemetry():
     assert gpu_contention.CAUSE.detect(inputs(97.3, 51.5)) == []  # compute-bound 93105: utilization lags
     assert gpu_contention.CAUSE.detect(inputs(80.0, None)) == []
-    assert gpu_contention.CAUSE.not_checked(inputs(80.0, None))
 
 
 def test_borderline_at_the_threshold():
@@ -74,3 +73,27 @@ def test_bundled_case_and_its_control(case, cause, tmp_path):
         assert r["first_lever"] == "exclusive_gpu"
     else:
         assert r["class_ok"] is True
+
+
+def test_a_confirmed_contention_supersedes_the_power_cap_it_explains():
+    # 93109's readings: the board at 691 W of 700 W with the SM clock at 1523 MHz (77% of boost) and
+    # utilization 100%: clocks_power reads a power cap; the other process explains it
+    from ai4s_graph.graph.rules import registry, verdict
+    from ai4s_graph.graph.rules.causes import clocks_power
+    from ai4s_graph.state import Bottleneck, BottleneckClass
+
+    x = inputs(80.1, 100.0)
+    x.telemetry["stats"].update({"sm_clock.avg": {"value": 1523.0}, "power.avg": {"value": 691.0}})
+    cont = registry.detect("trace_analyst", x)
+    cap = registry.detect("telemetry_analyst", x)
+    assert [f.causes for f in cont if f.causes == ("gpu-contention",)] and [f.causes for f in cap] == [("power-capped",)]
+    findings = {"trace": {"triage": registry.lever_entries([f for f in cont if f.causes == ("gpu-contention",)])},
+                "telemetry": {"triage": registry.lever_entries(cap)}}
+    judged = [registry.judge(f.claim, "v", f.claim.value, gpu_contention.GAP_TOL, "m") for f in cont + cap]
+    assert {v.verdict.value for v in judged} == {"confirmed"}
+    b = verdict.name_causes(Bottleneck(klass=BottleneckClass.unknown, rationale=""), findings, judged)
+    assert b.cause == "gpu-contention" and [c.id for c in b.causes] == ["gpu-contention"]
+    # without the contention finding the power cap is named
+    b = verdict.name_causes(Bottleneck(klass=BottleneckClass.unknown, rationale=""),
+                            {"telemetry": {"triage": registry.lever_entries(cap)}}, judged)
+    assert b.cause == "power-capped" and clocks_power.CAUSE.causes

@@ -67,6 +67,9 @@ class GpuContention(Cause):
                         "--exclusive or --gres with the GPUs bound to the job), and check nvidia-smi --query-compute-apps "
                         "/ rocm-smi --showpids for other processes on the job's GPUs"),)
     verifier_needs = ("series", "log")
+    supersedes = ("power-capped", "small-kernel-trickle")
+    """The other process's kernels hold the board's power and clock (93109: 691 W of 700 W, SM clock 77% of
+    boost, against 126 W at 1980 MHz on its control 93110): clocks_power's reading is this cause's."""
 
     def detect(self, x: Inputs) -> list[Finding]:
         tl = (x.rank or {}).get("timeline") or {}
@@ -105,11 +108,6 @@ class GpuContention(Cause):
         own = own_busy_pct(float(busy), rd.get("step_time_ms"), log_ms)
         return Rederived(round(util - own, 2), "mean of the gpu_util series points minus the verifier reader's busy "
                          "share over its own re-read of the log's steps", GAP_TOL)
-
-    def not_checked(self, x: Inputs) -> list[str]:
-        if x.rank is not None and x.statistic("gpu_util.avg") is None:
-            return ["not checked: GPU shared with another process: needs GPU utilization telemetry over the job"]
-        return []
 
 
 CAUSE = GpuContention()
