@@ -46,7 +46,11 @@ class Inputs:
       matching lines, ``last_step_unix``);
     - ``manifest``: the job's :class:`~ai4s_graph.state.Manifest`; ``job``: the job script's fields
       (:func:`ai4s_graph.tools.slurm.scriptparse.parse_job_script`); ``env``: the job's environment
-      (the job script's assignments, then the manifest's ``env``)."""
+      (the job script's assignments, then the manifest's ``env``);
+    - ``collectives``: across ranks, the collectives report of the ranks' analysis passes
+      (:class:`ai4s_graph.tools.trace.collectives.CollectiveReport` as a dict: ``per_rank``,
+      ``groups``, ``stragglers``), ``{}`` for a single rank;
+    - ``fom``: the figures of merit of the one read of the log (``steady_step_time_s``, ...)."""
 
     rank: dict[str, Any] | None = None
     event_names: dict[str, int] = field(default_factory=dict)
@@ -56,6 +60,8 @@ class Inputs:
     manifest: Manifest | None = None
     job: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    collectives: dict[str, Any] = field(default_factory=dict)
+    fom: dict[str, Any] = field(default_factory=dict)
 
     def figure(self, fid: str) -> Any:
         """The value of the registered figure ``fid`` (a metric id such as
@@ -90,7 +96,11 @@ class Reader:
     - ``compare``: the precision pair re-derived from both logs (``speedup``, ``class``);
     - ``job_script``: the job script's text, ``job`` its fields; ``manifest``: the job's manifest;
     - ``crossrank``: cross-rank re-derivations by metric (``(value, tolerance, method)``);
-    - ``warmup``, ``global_batch_size``: the warm-up steps the analyst declared, the manifest's batch."""
+    - ``warmup``, ``global_batch_size``: the warm-up steps the analyst declared, the manifest's batch;
+    - ``collectives``: the verifier's own cross-rank summary of every rank's communication kernels
+      as the full-load reader loaded them (:func:`ai4s_graph.tools.trace.crossrank_check.collective_summary`:
+      ``straggler_rank``, ``groups`` with busbw), for a cause that declares ``ranks`` in its
+      ``verifier_needs`` (``ranks`` then holds each rank's reader tables)."""
 
     rank: dict[str, Any] | None = None
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -105,6 +115,7 @@ class Reader:
     supports_compute: bool | None = None
     warmup: int = 0
     global_batch_size: int | None = None
+    collectives: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

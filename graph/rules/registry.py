@@ -21,7 +21,9 @@ from .causes import (  # one per line: each cause module is one line here and on
     d2h_param_copy,
     data_split,
     debug_apis,
+    exposed_comm,
     gc_pause,
+    gpu_contention,
     graph_breaks,
     host_syncs,
     kernel_launch,
@@ -35,6 +37,7 @@ from .causes import (  # one per line: each cause module is one line here and on
     roofline_memory,
     sdpa_math,
     shallow_prefetch,
+    slow_link,
     tf32_off,
     worker_respawn,
 )
@@ -64,6 +67,9 @@ CAUSES: tuple[Cause, ...] = (
     cpu_preprocess.CAUSE,
     per_sample_loop.CAUSE,
     kernel_launch.CAUSE,
+    slow_link.CAUSE,
+    exposed_comm.CAUSE,
+    gpu_contention.CAUSE,
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
@@ -84,8 +90,8 @@ def causes_of(analyst: str) -> tuple[Cause, ...]:
 def detect(analyst: str, x: Inputs) -> list[Finding]:
     """Every finding of ``analyst``'s causes on these inputs, in registry order, each offering only
     the levers whose precondition holds on them (:meth:`~.causes.base.Cause.offer`)."""
-    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains) for c in causes_of(analyst)
-            for f in c.detect(x)]
+    return [replace(f, levers=c.offer(x, *f.levers), explains=c.explains, supersedes=c.supersedes)
+            for c in causes_of(analyst) for f in c.detect(x)]
 
 
 def not_checked(analyst: str, x: Inputs) -> list[str]:
@@ -157,7 +163,7 @@ def log_patterns(verifier: bool = False) -> dict[str, re.Pattern[str]]:
 
 
 def verifier_needs(claims: list[Claim]) -> set[str]:
-    """The verifier inputs (``log``, ``job``, ``series``) the causes of these claims re-derive from."""
+    """The verifier inputs (``log``, ``job``, ``series``, ``ranks``) the causes of these claims re-derive from."""
     out: set[str] = set()
     for c in claims:
         cause = cause_of_metric(c.metric)

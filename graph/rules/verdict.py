@@ -2,9 +2,11 @@
 from the rule margins, the runner-up class and the contradictions found.
 
 - Ranks: the rank on the critical path is classified. When a straggler is confirmed (it arrives
-  last at the synchronising collectives) and at least :data:`~.diagnosis.WAIT_SHARE_STRAGGLER`
-  of the other ranks' exposed communication is waiting for it (arrival skew), that exposed
-  communication is attributed to waiting and the straggler's own class is the job's class.
+  last at the synchronising collectives), at least :data:`~.diagnosis.WAIT_SHARE_STRAGGLER`
+  of the other ranks' exposed communication is waiting for it (arrival skew) and its own class is
+  not communication-bound (it waits for no rank: exposed communication of its own is the
+  collectives' own), that exposed communication is attributed to waiting and the straggler's own
+  class is the job's class.
   Otherwise the class most ranks agree on (ties: the lowest rank) stands; balanced ranks with
   exposed communication stay communication-bound.
 - Sources: direct measurements decide (GPU busy/idle from the trace, kernel statistics, arrival
@@ -309,7 +311,14 @@ def _across_ranks(draft: _Draft, klass: str, views: list[RankView], share: float
     agree = [v.rank for v in views if v.klass == klass]
     draft.scope = (f"{klass} on every rank" if len(agree) == len(views)
                    else f"{klass} on ranks {', '.join(map(str, agree))} of {len(views)}")
-    if strag is not None:
+    late = next((v for v in views if v.rank == (strag[0] if strag else None)), None)
+    if strag is not None and late is not None and (share or 0) >= dg.WAIT_SHARE_STRAGGLER:
+        own = (late.diag.inputs if late.diag else {}).get("exposed_comm_pct") or 0.0
+        draft.why += (f" Rank {strag[0]} arrives last most often and {share * 100:.0f}% of the other ranks' exposed "
+                      f"communication is arrival skew, but rank {strag[0]} itself, which waits for no rank, spends "
+                      f"{own:.1f}% of its window in exposed communication: the collectives themselves are exposed, "
+                      "not waiting for a late rank.")
+    elif strag is not None:
         draft.why += (f" Rank {strag[0]} arrives last most often, but only "
                       f"{(share or 0) * 100:.0f}% of the other ranks' exposed communication is waiting for it "
                       f"(< {dg.WAIT_SHARE_STRAGGLER * 100:.0f}%): the communication itself is exposed.")
@@ -347,7 +356,10 @@ def _from_trace(views: list[RankView], confirmed: list[VerifiedClaim], verdicts:
     by_rank = {v.rank: v for v in views}
     strag = confirmed_straggler(verdicts)
     share = waiting_share(views, strag[0]) if strag and strag[0] in by_rank else None
-    on_straggler = strag is not None and share is not None and share >= dg.WAIT_SHARE_STRAGGLER
+    # a straggler whose own class is communication-bound is not late for a reason: it waits for no rank,
+    # so its exposed communication is the collectives' own, exposed on every rank (causes/exposed_comm.py)
+    on_straggler = (strag is not None and share is not None and share >= dg.WAIT_SHARE_STRAGGLER
+                    and by_rank[strag[0]].klass != C.communication.value)
     crit = by_rank[strag[0]] if on_straggler else _majority(views)
     klass, d = crit.klass, crit.diag
     draft = _Draft(why=(d.rule if d else klass) + ".", scope=f"{klass} on rank {crit.rank}" if len(views) > 1 else klass,
@@ -436,14 +448,19 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
     """Set ``b.causes`` (every cause a CONFIRMED finding names, by measured share of the step
     time, largest first; causes without a measured share after, in registry order) and ``b.cause``
     (the first one, None when no confirmed finding names a cause). A refuted or inconclusive
-    finding names nothing. A verdict on a confirmed straggler (``b.straggler``) names
+    finding names nothing, nor does one whose causes a confirmed finding supersedes
+    (:attr:`~.causes.base.Cause.supersedes`). A verdict on a confirmed straggler (``b.straggler``) names
     ``straggler`` first. Returns ``b``."""
     confirmed = {v.claim.id for v in verdicts if v.verdict is Verdict.confirmed}
     named: dict[str, NamedCause] = {}
     order: list[str] = []
-    for e in cause_entries(findings):
+    entries = cause_entries(findings)
+    superseded = {s for e in entries if e.get("id") in confirmed for s in e.get("supersedes") or ()}
+    for e in entries:
         if e.get("id") not in confirmed or (e.get("explains") and e["explains"] != b.klass.value):
             continue
+        if e.get("causes") and all(c in superseded for c in e["causes"]):
+            continue  # a confirmed finding explains its readings (causes/base.py: Cause.supersedes)
         for cid in e.get("causes") or ():
             nc = named.get(cid)
             if nc is None:

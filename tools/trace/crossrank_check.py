@@ -66,6 +66,19 @@ def _bus_factor(ctype: str, n: int) -> float | None:
     return None
 
 
+def _size(ctype: str, args: dict | None) -> float | None:
+    """A communication kernel's message size (bytes): ``In msg nelems`` (``Out msg nelems`` for
+    all_gather, as nccl-tests sizes it) x the dtype's bytes; None when the kernel lacks them."""
+    a = args or {}
+    b = _BYTES.get(a.get("dtype"))
+    nel = a.get("Out msg nelems") if ctype == "allgather" else a.get("In msg nelems")
+    return float(nel) * b if b is not None and isinstance(nel, (int, float)) else None
+
+
+def _same(size: float | None, msg_bytes: float) -> bool:
+    return size is not None and abs(size - msg_bytes) <= 1e-6 * max(1.0, msg_bytes)
+
+
 def comm_table(tr: kineto.KinetoTrace) -> dict[str, list[dict[str, Any]]]:
     """``{collective type: [{"ts", "end", "dur", "args"}, ...] in start order}`` (µs, ``end`` and
     ``dur`` clipped at the next start on the kernel's stream as the reader clips them): the
@@ -87,8 +100,8 @@ def comm_kernels(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     return comm_table(kineto.load_events(path))
 
 
-def _ranks(rank_results: list[dict[str, Any]]) -> dict[int, str]:
-    """First file of each rank (a duplicate file of a rank is never mixed in)."""
+def first_files(rank_results: list[dict[str, Any]]) -> dict[int, str]:
+    """Rank -> the path of its first file (a duplicate file of a rank is never mixed in)."""
     out: dict[int, str] = {}
     for r in sorted(rank_results, key=lambda r: (int(r.get("rank", 0)), str(r.get("label") or ""), str(r.get("path")))):
         if "error" in r or r.get("path") is None:
@@ -143,13 +156,8 @@ def busbw(tables: dict[int, dict[str, list[dict[str, Any]]]], ctype: str, msg_by
     for r, ks in kernels.items():
         rows = []
         for g in ks:
-            a = g["args"]
-            b = _BYTES.get(a.get("dtype"))
-            nel = a.get("Out msg nelems") if ctype == "allgather" else a.get("In msg nelems")
-            if b is None or not isinstance(nel, (int, float)):
-                continue
-            size = float(nel) * b
-            if abs(size - msg_bytes) <= 1e-6 * max(1.0, msg_bytes):
+            a, size = g["args"], _size(ctype, g["args"])
+            if _same(size, msg_bytes):
                 gs = a.get("Group size")
                 rows.append((g["dur"], int(gs) if isinstance(gs, (int, float)) else len(tables), size))
         sized[r] = rows
@@ -169,7 +177,7 @@ def rank_tables(rank_results: list[dict[str, Any]]) -> dict[int, dict[str, list[
     the reader (``reader.comm``), else the trace read now. Raises InputError (a trace it cannot read)."""
     by_path = {str(r.get("path")): r for r in rank_results}
     out = {}
-    for rank, path in _ranks(rank_results).items():
+    for rank, path in first_files(rank_results).items():
         comm = ((by_path.get(path) or {}).get("reader") or {}).get("comm")
         out[rank] = comm if comm is not None else comm_kernels(path)
     return out
@@ -199,3 +207,35 @@ def rederive_claim(metric: str, rank_results: list[dict[str, Any]]) -> tuple[Any
     return (round(b["busbw_gbps"], 6) if b["busbw_gbps"] is not None else None, Tolerance(rel=0.02),
             f"busbw from the kernels' own message sizes and durations over {b['count']} matched instances "
             "(nccl-tests doc/PERFORMANCE.md factors), full-load reader")
+
+
+def collective_summary(tables: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """The verifier's cross-rank summary of every rank's :func:`comm_table` (``tables``: rank ->
+    table): ``{"straggler_rank"}`` (:func:`arrival_order`) and ``"groups"``: one row per collective
+    type and message size, ``{"collective", "msg_bytes", "count", "latency_us", "busbw_gbps"}`` --
+    ``latency_us`` the summed shortest duration across ranks of each matched instance (the
+    collective's own time, without the early ranks' wait; µs), ``busbw_gbps`` as :func:`busbw`
+    (GB/s = 1e9 B/s). Sizes are the kernels' own ``In msg nelems`` (``Out msg nelems`` for
+    all_gather) x dtype bytes; a kernel without them is left out."""
+    sizes: set[tuple[str, float]] = set()
+    for t in tables.values():
+        for ctype, ks in t.items():
+            sizes.update((ctype, z) for z in (_size(ctype, g.get("args")) for g in ks) if z is not None)
+    groups = []
+    for ctype, size in sorted(sizes):
+        bw = busbw(tables, ctype, size)
+        if not bw["count"]:
+            continue
+        groups.append({"collective": ctype, "msg_bytes": size, "count": bw["count"],
+                       "latency_us": _latency_us(tables, ctype, size), "busbw_gbps": bw["busbw_gbps"]})
+    return {"straggler_rank": arrival_order(tables)["rank"] if len(tables) > 1 else None, "groups": groups}
+
+
+def _latency_us(tables: dict[int, dict[str, list[dict[str, Any]]]], ctype: str, size: float) -> float:
+    """Σ over the matched instances of type ``ctype`` and size ``size`` of the shortest kernel
+    duration across ranks (µs), matched as :func:`busbw` matches them (k-th of each rank)."""
+    per = []
+    for t in tables.values():
+        per.append([float(g["dur"]) for g in t.get(ctype, []) if _same(_size(ctype, g.get("args")), size)])
+    k = min((len(d) for d in per), default=0)
+    return sum(min(d[i] for d in per) for i in range(k))

@@ -301,7 +301,9 @@ def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
     the training log's facts and the telemetry statistics (both in the state already: the telemetry
     analyst ran one superstep earlier), the job's environment. Adds ``triage`` (``[{id, lever,
     why}]``) and ``roofline`` to ``trace_findings`` when a rank was analysed; returns the claims and
-    the causes' ``not checked: ... needs ...`` lines (:func:`ai4s_graph.graph.rules.registry.not_checked`:
+    the causes' ``not checked: ... needs ...`` lines; the cross-rank collectives report
+    (``trace_findings["multi_rank"]["collectives"]``, made before) and the log's figures of merit go
+    to the causes too (:func:`ai4s_graph.graph.rules.registry.not_checked`:
     a cause that needs a rank trace says so when none was analysed). Never raises on missing inputs."""
     manifest = state.get("manifest")
     findings = state.get("findings") or {}
@@ -320,7 +322,9 @@ def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
     rf = _roofline(res, m.get("gpu"))
     x = Inputs(rank=res, event_names=res.get("event_names") or {}, roofline=rf,
                telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest,
-               env={**env_from_script(script), **(m.get("env") or {})})
+               env={**env_from_script(script), **(m.get("env") or {})},
+               collectives=((trace_findings.get("multi_rank") or {}).get("collectives")) or {},
+               fom=findings.get("fom") or {})
     found = registry.detect(ANALYST, x)
     trace_findings["triage"] = registry.lever_entries(found)
     trace_findings["roofline"] = rf
@@ -371,10 +375,11 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     view = [{k: v for k, v in r.items() if k not in NOT_IN_FINDINGS} for r in good]  # the CSV folders: under "tables"
     findings = {"trace": {"ranks": view, "errors": bad, "rank_notes": id_notes, "tables": tables,
                           "warnings": {str(r.get("label")): r.get("warnings") for r in good if r.get("warnings")}}}
+    if len(good) > 1:  # before the causes: the communication causes read the cross-rank report
+        findings["trace"]["multi_rank"] = _multi_rank(good)
     found, not_checked = cause_claims(state, findings["trace"], view)
     claims.extend(found)
     if len(good) > 1:
-        findings["trace"]["multi_rank"] = _multi_rank(good)
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
         missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
             "notes", []) if n.startswith(collectives.CLOCK_NOTE_PREFIXES)]

@@ -83,13 +83,25 @@ def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
             "reader": res.get("reader")}
 
 
-def _reader(state: AnalysisState, c: Claim, res: RankResult | None) -> Reader:
+def _reader(state: AnalysisState, c: Claim, res: RankResult | None, ranked: list[RankResult]) -> Reader:
     """The verifier inputs a cause's claim re-derives from: those its cause declares, plus the
-    rank's cause tables (:func:`cause_tables`)."""
+    rank's cause tables (:func:`cause_tables`); for a cause that declares ``ranks``, every rank's
+    reader tables and the verifier's own cross-rank summary of their communication kernels
+    (:func:`ai4s_graph.tools.trace.crossrank_check.collective_summary`; left empty when a rank
+    trace cannot be read)."""
     r = cause_reader(state, [c])
     if res is not None:
         m = state.get("manifest")
         r.rank = cause_tables(res, m.gpu if m is not None else None)
+    if "ranks" in registry.verifier_needs([c]):
+        by_path = {str(x.get("path")): x for x in ranked if "error" not in x}
+        try:
+            tables = crossrank_check.rank_tables(list(by_path.values()))
+        except Ai4sError:
+            tables = {}
+        firsts = crossrank_check.first_files(list(by_path.values()))
+        r.ranks = {k: (by_path[p].get("reader") or {}) for k, p in firsts.items()}
+        r.collectives = crossrank_check.collective_summary(tables) if len(tables) > 1 else {}
     return r
 
 
@@ -110,7 +122,7 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
             continue
         res = by_path.get(str(c.evidence[0].args.get("path"))) if c.evidence else None
         if c.id.startswith("triage."):
-            rd = registry.rederive(c, _reader(st, c, res))
+            rd = registry.rederive(c, _reader(st, c, res, ranked))
             out.append(_judge(c, rd.value, rd.tolerance or Tolerance(), rd.method or ""))
             continue
         if res is None or c.metric.startswith("collectives."):

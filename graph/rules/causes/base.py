@@ -77,6 +77,9 @@ class Finding:
     explains: str | None = None
     """For a class-level cause (:attr:`Cause.explains`): the bottleneck class it explains; the
     verdict names it only when that is the verdict's class (set by ``registry.detect``)."""
+    supersedes: tuple[str, ...] = ()
+    """The cause ids whose readings this finding explains (:attr:`Cause.supersedes`, set by
+    ``registry.detect``): once this finding is confirmed, the verdict does not name them."""
     share: float | None = None
     """The measured share (0..1) of the profiled step time this cause costs (the time the control
     would not spend), from the claim's own evidence; None when the cause's cost is not measurable
@@ -86,7 +89,8 @@ class Finding:
         """``[{"id", "lever", "why", "causes", "share"}]``: the findings' lever list as the
         analysts record it (one entry per lever; a finding without a lever still gives one entry
         with ``lever`` None, so its cause can be named)."""
-        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share, "explains": self.explains}
+        base = {"id": self.claim.id, "causes": list(self.causes), "share": self.share, "explains": self.explains,
+                "supersedes": list(self.supersedes)}
         if not self.levers:
             return [{**base, "lever": None, "why": ""}]
         return [{**base, "lever": lv.name, "why": lv.why} for lv in self.levers]
@@ -113,6 +117,10 @@ class Cause:
     """A class-level cause (what a class's own measurement shows, e.g. memory-bound kernels) sets
     the class it explains: the verdict names it only when the job has that class, so a few
     bandwidth-bound kernels in a communication-bound job are a claim, not the job's cause."""
+
+    supersedes: ClassVar[tuple[str, ...]] = ()
+    """Cause ids of other modules whose readings this cause explains (another process on the GPU
+    explains its power-capped clocks): a confirmed finding of this cause keeps them from being named."""
 
     def detect(self, x: Inputs) -> list[Finding]:
         """The findings on these inputs ([] when the cause is absent or its inputs are missing)."""
