@@ -16,6 +16,7 @@ from typing import Any
 from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
                      graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
                      python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
+from . import diagnosis as dg
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -109,8 +110,9 @@ def supports(metric: str, klass: str) -> bool:
 
 
 def event_name_wanted(name: str) -> bool:
-    """Whether the analysis pass counts trace events of this name (some cause reads it)."""
-    return any(c.wants_name(name) for c in CAUSES)
+    """Whether the analysis pass counts trace events of this name (some cause, or the class rules
+    of :mod:`.diagnosis`, reads it)."""
+    return any(c.wants_name(name) for c in CAUSES) or dg.wants_name(name)
 
 
 def raw_patterns() -> dict[str, str]:
