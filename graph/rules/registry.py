@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .causes import (allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
+from .causes import (activation_checkpointing, allocator_churn, checkpoint_io, clocks_power, d2h_param_copy, data_split, debug_apis, gc_pause,
                      graph_breaks, host_syncs, nchw_conv, oversubscription, pageable_h2d, per_param_optimizer,
                      python_outside_ops, recompiles, roofline_memory, sdpa_math, tf32_off, worker_respawn)
 from . import diagnosis as dg
@@ -42,6 +42,7 @@ CAUSES: tuple[Cause, ...] = (
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
+    activation_checkpointing.CAUSE,
 )
 """Every cause module, in report order (trace causes, then telemetry causes)."""
 
