@@ -60,7 +60,7 @@ def run_step(profiled: list[int], step_times_s: list[float], first_index: int = 
     past the last profiled one (a log that prints every k-th step), without profiled steps, or with
     fewer than :data:`MIN_RUN_STEPS` steps left.
 
-    Returns ``{ms, n, mean_ms, max_ms, excluded: [lo, hi], stalls: [[index, ms], ...],
+    Returns ``{ms, n, stall_factor, mean_ms, max_ms, excluded: [lo, hi], stalls: [[index, ms], ...],
     stall_share, epoch_start_stalls}``: ``ms`` the median (ms) of the steady steps outside the
     profiled ones and :data:`PROFILER_EDGE_STEPS` either side; ``stalls`` the steps of at least
     :data:`STALL_FACTOR` × that median; ``stall_share`` their time beyond the median over the total
@@ -80,7 +80,7 @@ def run_step(profiled: list[int], step_times_s: list[float], first_index: int = 
     stalls = [[i, round(v, 3)] for i, v in kept if v >= STALL_FACTOR * med]
     total = sum(vals)
     excess = sum(v - med for _, v in stalls)
-    return {"ms": round(med, 4), "n": len(kept), "mean_ms": round(statistics.fmean(vals), 4),
+    return {"ms": round(med, 4), "n": len(kept), "stall_factor": STALL_FACTOR, "mean_ms": round(statistics.fmean(vals), 4),
             "max_ms": round(max(vals), 4), "excluded": [lo, hi], "stalls": stalls,
             "stall_share": round(excess / total, 4) if total > 0 else 0.0,
             "epoch_start_stalls": (sum(1 for i, _ in stalls if i % batches_per_epoch == 0)
@@ -96,12 +96,15 @@ def profiled_steps(trace: dict[str, Any]) -> list[int]:
 
 
 def with_run_step(trace: dict[str, Any], step_times_s: list[float] | None, first_index: int = 0,
-                  batches_per_epoch: int | None = None) -> dict[str, Any]:
+                  batches_per_epoch: int | None = None, loader_workers: int | None = None) -> dict[str, Any]:
     """``trace`` (one rank's tables) with ``run_step`` (:func:`run_step` of its profiled steps and
     the log's steps) when the log gives one; the class rules then read the timeline over the run's
-    step where the profiler stretched the profiled one (:func:`~.diagnosis.step_correction`). A new
-    dict: ``trace`` itself is not changed."""
+    step where the profiler stretched the profiled one (:func:`~.diagnosis.step_correction`), and its
+    stalls with ``loader_workers`` (the job's DataLoader workers, the manifest's ``num_workers``) as
+    a loader stall (:data:`~.diagnosis.STALL_SHARE`). A new dict: ``trace`` itself is not changed."""
     rs = run_step(profiled_steps(trace), list(step_times_s or []), first_index, batches_per_epoch)
+    if rs is not None:
+        rs["loader_workers"] = loader_workers
     return {**trace, "run_step": rs} if rs is not None else trace
 
 

@@ -116,10 +116,25 @@ def test_bursty_stalls_are_a_finding_not_profiler_inflation():
 
 
 @pytest.mark.parametrize("case", ["gemm-base", "profiler-stretched", "activation-checkpointing", "pageable-h2d",
-                                  "worker-respawn", "dataloader-stall-8-workers"])
+                                  "shallow-prefetch", "worker-respawn", "dataloader-stall-8-workers"])
 def test_bundled_runs_get_their_class(case, tmp_path):
     from bench.accuracy import score
 
     d = CASES / case
     row = score.run_case(d, json.loads((d / "truth.json").read_text()), tmp_path, timeout=300)
     assert row["error"] == "" and row["class"] == row["truth_class"], row
+
+
+def test_loader_stalls_in_the_log_make_a_loader_bound_run():
+    # a window read dispatch-bound (idle 60%), and a log whose stalls cost 26% of the run's time
+    base = _rank(3 * 8.0, 3 * 8.0, [20.0] * 3)
+    rs = {"ms": 20.0, "n": 16, "stall_factor": 3.0, "stalls": [[5, 80.0], [20, 68.0]], "stall_share": 0.26}
+    with_workers = dg.classify_trace({**base, "run_step": {**rs, "loader_workers": 4}})
+    assert with_workers.klass is C.data_loader and "seed 001 T5/T7" in with_workers.rule
+    # without DataLoader workers the stalls are not the loader's: the window's class stands
+    assert dg.classify_trace({**base, "run_step": {**rs, "loader_workers": 0}}).klass is C.dispatch
+    # both sides of STALL_SHARE
+    at = {**rs, "stall_share": dg.STALL_SHARE, "loader_workers": 4}
+    assert dg.classify_trace({**base, "run_step": at}).klass is C.data_loader
+    below = {**rs, "stall_share": dg.STALL_SHARE - 0.01, "loader_workers": 4}
+    assert dg.classify_trace({**base, "run_step": below}).klass is C.dispatch

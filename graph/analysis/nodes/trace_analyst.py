@@ -364,8 +364,9 @@ def with_run_steps(state: AnalysisState, good: list[RankResult]) -> list[RankRes
     fom_ = (state.get("findings") or {}).get("fom") or {}
     if not log.get("step_times_s") or fom_.get("step_time_source") != "per-step log lines":
         return good
+    m = state.get("manifest")
     return [ctx.with_run_step(r, log["step_times_s"], int(log.get("warmup_steps_skipped") or 0),
-                              log.get("batches_per_epoch")) for r in good]
+                              log.get("batches_per_epoch"), m.num_workers if m is not None else None) for r in good]
 
 
 @node(ANALYST)

@@ -109,7 +109,7 @@ def run_step_of(state: AnalysisState | dict[str, Any], tables: dict[str, Any]) -
     except OSError:
         return tables
     w = int(fom_.get("warmup_steps_skipped") or 0)
-    return ctx.with_run_step(tables, steps[w:], w, fom_.get("batches_per_epoch"))
+    return ctx.with_run_step(tables, steps[w:], w, fom_.get("batches_per_epoch"), state["manifest"].num_workers)
 
 
 def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
