@@ -24,6 +24,12 @@ def k(t):
     return D.classify_trace(t).klass
 
 
+def fired(t):
+    """The class of the first rule that passed its threshold, None when none did (the verdict is
+    then the nearer rule's, borderline: :func:`~ai4s_graph.graph.rules.diagnosis.nearest_rule`)."""
+    return next((r.klass for r in D.classify_trace(t).tests if r.fired), None)
+
+
 def test_communication_both_sides():
     assert k(tr(comm=D.EXPOSED_COMM_PCT)) is B.communication
     assert k(tr(comm=D.EXPOSED_COMM_PCT - 0.1)) is B.compute
@@ -32,7 +38,8 @@ def test_communication_both_sides():
 def test_data_loader_both_sides():
     idle = D.IDLE_DISPATCH_PCT / 2
     assert k(tr(idle=idle, comp=50, dl=D.DATALOADER_STEP_SHARE * 100)) is B.data_loader
-    assert k(tr(idle=idle, comp=50, dl=D.DATALOADER_STEP_SHARE * 100 - 1)) is B.unknown
+    below = tr(idle=idle, comp=50, dl=D.DATALOADER_STEP_SHARE * 100 - 1)
+    assert fired(below) is None and k(below) is B.dispatch          # nearer the dispatch rule (20 vs 30 pp)
     # the DataLoader share alone is not enough: the GPU must also be idle
     assert k(tr(idle=idle - 0.1, comp=85, dl=50)) is B.compute
 
@@ -42,12 +49,14 @@ def test_dispatch_both_sides():
     d = D.classify_trace(tr(idle=D.IDLE_DISPATCH_PCT, comp=55, mean_k=D.SHORT_KERNEL_MEAN_US))
     # idle exactly at the threshold, kernels not short: zero margin, so the lowest confidence, borderline
     assert d.klass is B.dispatch and d.confidence == pytest.approx(0.5) and d.borderline
-    assert k(tr(idle=D.IDLE_DISPATCH_PCT - 0.1, comp=55, mean_k=5.0)) is B.unknown
+    below = tr(idle=D.IDLE_DISPATCH_PCT - 0.1, comp=55, mean_k=5.0)
+    assert fired(below) is None and k(below) is B.dispatch and D.classify_trace(below).borderline
 
 
 def test_compute_and_memory_both_sides():
     assert k(tr(comp=D.BUSY_COMPUTE_PCT)) is B.compute
-    assert k(tr(comp=D.BUSY_COMPUTE_PCT - 0.1)) is B.unknown
+    below = tr(comp=D.BUSY_COMPUTE_PCT - 0.1)
+    assert fired(below) is None and k(below) is B.compute and D.classify_trace(below).confidence == 0.5
     assert k(tr(comp=90, gemm=0.3, elem=D.MEMORY_BOUND_ELEMENTWISE_SHARE)) is B.memory
     assert k(tr(comp=90, gemm=0.3, elem=D.MEMORY_BOUND_ELEMENTWISE_SHARE - 0.01)) is B.compute
 

@@ -193,12 +193,13 @@ def test_precision_pair_contradicting_a_busy_gpu(tmp_path):
 
 
 def test_precision_pair_does_not_set_the_class_over_an_undecided_trace(tmp_path):
-    steps = {r: [[("gemm", 0.0, 7.0)] for _ in range(4)] for r in (0, 1)}     # computing 70%, idle 30%: no rule
+    # GPU work in one profiled step of four: not a steady-state window, so no class (diagnosis.trace_class)
+    steps = {r: [[("gemm", 0.0, 7.0)]] + [[] for _ in range(3)] for r in (0, 1)}
     vs, findings = _analyse(vt.write_run(tmp_path / "mid", "95006", steps, 10.0), tmp_path)
     assert {v.claim.value for v in vs if v.claim.metric == "diagnosis.trace_bottleneck_class"} == {"unknown"}
     vs += [_v("om.compare.bottleneck", "diagnosis.precision_discriminator_class", "compute-bound")]
     b = decide(vs, findings)
-    assert b.klass is C.unknown and b.runner_up is C.compute and "does not set the class" in b.rationale
+    assert b.klass is C.unknown and "does not set the class" in b.rationale
 
 
 def test_precision_pair_agreeing_supports(tmp_path):
@@ -409,14 +410,19 @@ def test_real_one_gpu_eval_report_has_no_allreduce(repo_root):
 
 @pytest.mark.parametrize("trace, want", [
     (_tl(50.0, comm=dg.EXPOSED_COMM_PCT + 0.5), C.communication),
-    (_tl(70.0, comm=dg.EXPOSED_COMM_PCT - 0.5, idle=10.5), C.unknown),
+    (_tl(70.0, comm=dg.EXPOSED_COMM_PCT - 0.5, idle=10.5), C.compute),   # below: the nearer rule, borderline
     (_tl(100 - dg.IDLE_DISPATCH_PCT - 0.5), C.dispatch),
-    (_tl(100 - dg.IDLE_DISPATCH_PCT + 0.5), C.unknown),
+    (_tl(100 - dg.IDLE_DISPATCH_PCT + 0.5), C.dispatch),
     (_tl(dg.BUSY_COMPUTE_PCT + 0.5), C.compute),
-    (_tl(dg.BUSY_COMPUTE_PCT - 0.5), C.unknown),
+    (_tl(dg.BUSY_COMPUTE_PCT - 0.5), C.compute),
+    (_tl(70.0), C.unknown),                                              # equidistant from both rules: a tie
 ])
 def test_timeline_thresholds(trace, want):
-    assert dg.classify_trace(trace).klass is want
+    d = dg.classify_trace(trace)
+    assert d.klass is want
+    fired = next((t for t in d.tests if t.fired), None)
+    if fired is None:   # no rule passed its threshold: a nearest-rule verdict is borderline at confidence 0.5
+        assert d.borderline and d.confidence <= 0.5 and (d.klass is C.unknown or "borderline" in d.rule)
 
 
 def test_dataloader_short_kernel_and_memory_thresholds():

@@ -68,6 +68,7 @@ class RankResult(TypedDict, total=False):
     step_accounting: dict[str, Any]  # the time budget per profiled step (state/steps.StepBreakdown, issue 34)
     step_accounting_error: str  # why the step accounting could not be made
     device_name: str  # deviceProperties[0].name of the trace ("" when absent)
+    run_step: dict[str, Any]  # the run's steady step outside the profiler, from the log (rules/context.with_run_step)
     # the verifier's side, fed by the same read (never read by the analyst):
     reader: dict[str, Any]  # the full-load reader's tables (kineto.figures_of, comm kernels)
     reader_error: str  # why that reader could not read the trace (the verifier says inconclusive)

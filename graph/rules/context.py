@@ -33,17 +33,95 @@ def profiled_window(rank_result: dict[str, Any]) -> tuple[float, float] | None:
     return base + t0 / 1e6, base + t1 / 1e6
 
 
-def _scaled_timeline(timeline: dict[str, Any], ratio: float) -> dict[str, Any]:
-    """The timeline re-expressed over the log's step: GPU rows × ``ratio`` (profiled / log step),
-    idle what is left. Assumes the profiler added host time only (its kernels run as fast)."""
-    out = {}
-    for k, v in timeline.items():
-        pct = float(v["percent"] if isinstance(v, dict) else v)
-        out[k] = {"percent": min(100.0, pct * ratio) if k not in ("idle_time", "total_time") else pct}
-    busy = out.get("busy_time", {}).get("percent")
-    if busy is not None:
-        out["idle_time"] = {"percent": max(0.0, 100.0 - busy)}
-    return out
+PROFILER_EDGE_STEPS = 1
+"""Steps either side of the profiled ones that the profiler slows too: its warm-up step before the
+window (torch.profiler's schedule ``warmup``, tracing already on) and the step after it (the trace
+export of ``on_trace_ready``). Measured on the bundled H200 runs: gemm-base's steps 4 and 8 (profiled
+5-7) took 24.9 and 63.5 ms against a 4.3 ms median, shallow-prefetch's step 12 (profiled 9-11) 446 ms
+against 20 ms (bench/accuracy/bundle.py leaves the same steps out of its unprofiled median)."""
+MIN_RUN_STEPS = 2
+"""Steady steps outside the profiler a run step needs (a median of one step is that step alone)."""
+STALL_FACTOR = 3.0
+"""A step at least this many times the run's median step is a stall (seed 001 T5 "a visible stall at
+the start of every epoch", T7 "every Nth step has a long idle gap"). Measured on the bundled H200
+runs, outside the profiler and the warm-up: worker-respawn's epoch starts 22-23x the median,
+shallow-prefetch's refills 3.4-3.9x; no step of the 48 other single-GPU runs reaches 2.6x."""
+
+
+def run_step(profiled: list[int], step_times_s: list[float], first_index: int = 0,
+             batches_per_epoch: int | None = None) -> dict[str, Any] | None:
+    """The run's steady step outside the profiler, from the training log.
+
+    ``profiled``: the ``ProfilerStep#N`` numbers of the trace; ``step_times_s``: the log's steady
+    step times (s) in run order, the first at global step index ``first_index`` (the warm-up steps
+    before it skipped); ``batches_per_epoch``: where epochs start, when known. The log's step at
+    global index N is taken to be ``ProfilerStep#N`` (``prof.step()`` once per logged step from the
+    first), so this needs a log with one line per step: it returns None when the log holds no step
+    past the last profiled one (a log that prints every k-th step), without profiled steps, or with
+    fewer than :data:`MIN_RUN_STEPS` steps left.
+
+    Returns ``{ms, n, stall_factor, mean_ms, max_ms, excluded: [lo, hi], stalls: [[index, ms], ...],
+    stall_share, epoch_start_stalls}``: ``ms`` the median (ms) of the steady steps outside the
+    profiled ones and :data:`PROFILER_EDGE_STEPS` either side; ``stalls`` the steps of at least
+    :data:`STALL_FACTOR` × that median; ``stall_share`` their time beyond the median over the total
+    of those steps (0..1: what the stalls cost the run); ``epoch_start_stalls`` how many of them
+    open an epoch."""
+    if not profiled or not step_times_s:
+        return None
+    lo, hi = min(profiled) - PROFILER_EDGE_STEPS, max(profiled) + PROFILER_EDGE_STEPS
+    if first_index + len(step_times_s) - 1 <= max(profiled):
+        return None
+    kept = [(first_index + i, float(t) * 1e3) for i, t in enumerate(step_times_s)
+            if not lo <= first_index + i <= hi and math.isfinite(float(t)) and float(t) > 0]
+    if len(kept) < MIN_RUN_STEPS:
+        return None
+    vals = [v for _, v in kept]
+    med = statistics.median(vals)
+    stalls = [[i, round(v, 3)] for i, v in kept if v >= STALL_FACTOR * med]
+    total = sum(vals)
+    excess = sum(v - med for _, v in stalls)
+    return {"ms": round(med, 4), "n": len(kept), "stall_factor": STALL_FACTOR, "mean_ms": round(statistics.fmean(vals), 4),
+            "max_ms": round(max(vals), 4), "excluded": [lo, hi], "stalls": stalls,
+            "stall_share": round(excess / total, 4) if total > 0 else 0.0,
+            "epoch_start_stalls": (sum(1 for i, _ in stalls if i % batches_per_epoch == 0)
+                                   if batches_per_epoch else None)}
+
+
+def profiled_steps(trace: dict[str, Any]) -> list[int]:
+    """The ``ProfilerStep#N`` numbers of one rank's tables: the engine's ``per_step`` rows, else the
+    verifier reader's ``step_numbers``, else the streaming record's ``steps``; [] when none."""
+    rows = trace.get("per_step") or (trace.get("stream") or {}).get("steps") or []
+    nums = [int(r["step"]) for r in rows if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
+    return sorted(set(nums)) or sorted({int(n) for n in trace.get("step_numbers") or []})
+
+
+def with_run_step(trace: dict[str, Any], step_times_s: list[float] | None, first_index: int = 0,
+                  batches_per_epoch: int | None = None, loader_workers: int | None = None) -> dict[str, Any]:
+    """``trace`` (one rank's tables) with ``run_step`` (:func:`run_step` of its profiled steps and
+    the log's steps) when the log gives one; the class rules then read the timeline over the run's
+    step where the profiler stretched the profiled one (:func:`~.diagnosis.step_correction`), and its
+    stalls with ``loader_workers`` (the job's DataLoader workers, the manifest's ``num_workers``) as
+    a loader stall (:data:`~.diagnosis.STALL_SHARE`). A new dict: ``trace`` itself is not changed."""
+    rs = run_step(profiled_steps(trace), list(step_times_s or []), first_index, batches_per_epoch)
+    if rs is not None:
+        rs["loader_workers"] = loader_workers
+    return {**trace, "run_step": rs} if rs is not None else trace
+
+
+def _bursty(rs: dict[str, Any] | None) -> str:
+    """The finding of stalls in the log (issue 24 point 2: bursty stalls are a finding, not profiler
+    inflation), "" when the run's steps have none."""
+    if not rs or not rs.get("stalls"):
+        return ""
+    n, k = len(rs["stalls"]), rs["n"]
+    where = ", ".join(f"{i} ({v:.0f} ms)" for i, v in rs["stalls"][:6]) + (" …" if n > 6 else "")
+    ep = rs.get("epoch_start_stalls")
+    kind = (" at epoch starts (seed 001 T5: workers re-spawned each epoch)" if ep and ep == n else
+            " inside epochs (seed 001 T7: the loader's queue runs dry every few steps)" if ep == 0 else "")
+    return (f"the run's steps are bursty: {n} of {k} steady steps outside the profiler take ≥ {STALL_FACTOR:g}× the "
+            f"median {rs['ms']:.2f} ms (steps {where}){kind}; they cost {rs['stall_share'] * 100:.0f}% of those steps' "
+            f"time (mean {rs['mean_ms']:.2f} ms vs median {rs['ms']:.2f} ms) — a finding about the run, not the "
+            "profiler's doing")
 
 
 def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
@@ -51,35 +129,52 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
                        window: tuple[float, float] | None = None) -> dict[str, Any] | None:
     """Compare the profiled steps with the run.
 
-    ``rank_result``: the critical rank's trace result (``step_time_ms``, ``timeline``); ``fom``:
-    the log's figures (``steady_step_time_s``); ``util_series``: GPU utilization ``[(unix s, %)]``;
+    ``rank_result``: the critical rank's trace result (``step_time_ms``, ``timeline``, and
+    ``run_step`` when the log gave one: :func:`with_run_step`, then compared with that run step and its
+    stalls reported, :func:`_bursty`); ``fom``: the log's figures (``steady_step_time_s``, used
+    without a ``run_step``); ``util_series``: GPU utilization ``[(unix s, %)]``;
     ``window``: the profiled window in unix s (:func:`profiled_window`). Returns ``{step_ratio,
-    trace_step_ms, log_step_ms, step_flag, class_after_correction, busy_pct, util_pct_window,
+    trace_step_ms, log_step_ms, step_flag, class_after_correction, run_steps, run_step_mean_ms, stalls,
+    stall_share, bursty, busy_pct, util_pct_window,
     util_samples, util_diff_pp, util_flag, representative, statement}`` or None when neither check
     can run. Thresholds: :data:`~.diagnosis.REPR_STEP_RATIO`, :data:`~.diagnosis.REPR_UTIL_PP`."""
     out: dict[str, Any] = {}
     notes: list[str] = []
     t_ms = rank_result.get("step_time_ms")
-    log_s = (fom or {}).get("steady_step_time_s")
+    rs = rank_result.get("run_step") or None
+    log_s = (rs["ms"] / 1e3) if rs else (fom or {}).get("steady_step_time_s")
+    what = "the run's steady step outside the profiler" if rs else "the log's steady step"
     tl = rank_result.get("timeline") or {}
     if t_ms and log_s:
         ratio = float(t_ms) / (float(log_s) * 1e3)
         flag = ratio > dg.REPR_STEP_RATIO or ratio < 1.0 / dg.REPR_STEP_RATIO
         out.update(step_ratio=round(ratio, 3), trace_step_ms=round(float(t_ms), 3),
                    log_step_ms=round(float(log_s) * 1e3, 3), step_flag=flag)
+        if rs:
+            out.update(run_steps=rs["n"], run_step_mean_ms=rs["mean_ms"], stalls=rs["stalls"],
+                       stall_share=rs["stall_share"])
         if flag:
-            before = dg.classify_trace(rank_result).klass.value
-            after = dg.classify_trace({**rank_result, "timeline": _scaled_timeline(tl, ratio)}).klass.value
+            before = dg.classify_trace({k: v for k, v in rank_result.items() if k != "run_step"}).klass.value
+            after_d = dg.classify_trace({**rank_result, "run_step": {"ms": float(log_s) * 1e3}})
+            after = after_d.klass.value
             out["class_after_correction"] = after
-            idle_c = _scaled_timeline(tl, ratio).get("idle_time", {}).get("percent")
-            notes.append(f"the profiled steps last {ratio:.2f}× the log's steady step ({float(t_ms):.2f} vs "
-                         f"{float(log_s) * 1e3:.2f} ms, threshold {dg.REPR_STEP_RATIO:g}×): the profiler "
-                         + ("inflated them (host overhead, e.g. record_shapes)" if ratio > 1 else
-                            "caught faster steps than the run's typical one")
-                         + (f"; re-expressed over the log's step the GPU is idle {idle_c:.1f}% and the class "
-                            + ("holds" if after == before else f"would be {after}") if idle_c is not None else ""))
+            idle_c = dg.scaled_timeline(tl, ratio).get("idle_time", {}).get("percent") if ratio > 1 else None
+            if ratio > 1:
+                notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} vs "
+                             f"{float(log_s) * 1e3:.2f} ms, threshold {dg.REPR_STEP_RATIO:g}×): the profiler stretched "
+                             "them (its host overhead, e.g. record_shapes or with_stack)"
+                             + (f"; over the run's step the GPU is idle {idle_c:.1f}% and the class "
+                                + ("holds" if after == before else f"is {after} (the window alone reads {before})")
+                                + (" — the verdict reads it so" if rs else "") if idle_c is not None else ""))
+            else:
+                notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} vs "
+                             f"{float(log_s) * 1e3:.2f} ms): the profiler caught faster steps than the run's typical one")
         else:
-            notes.append(f"the profiled steps last {ratio:.2f}× the log's steady step: representative")
+            notes.append(f"the profiled steps last {ratio:.2f}× {what}: representative")
+    burst = _bursty(rs)
+    if burst:
+        notes.append(burst)
+        out["bursty"] = True
     busy = (tl.get("busy_time") or {}).get("percent") if isinstance(tl.get("busy_time"), dict) else tl.get("busy_time")
     if busy is not None and util_series and window:
         # Only samples inside the profiled window: before it a short job may still be starting (real 2-GPU

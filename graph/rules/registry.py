@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .causes import (  # one per line: each cause module is one line here and one in CAUSES
+    activation_checkpointing,
     allocator_churn,
     checkpoint_io,
     clocks_power,
@@ -41,6 +42,7 @@ from .causes import (  # one per line: each cause module is one line here and on
     tf32_off,
     worker_respawn,
 )
+from . import diagnosis as dg
 from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
@@ -73,6 +75,7 @@ CAUSES: tuple[Cause, ...] = (
     data_split.CAUSE,
     oversubscription.CAUSE,
     clocks_power.CAUSE,
+    activation_checkpointing.CAUSE,
 )
 """Every cause module, in report order (trace causes, then telemetry causes)."""
 
@@ -141,8 +144,9 @@ def supports(metric: str, klass: str) -> bool:
 
 
 def event_name_wanted(name: str) -> bool:
-    """Whether the analysis pass counts trace events of this name (some cause reads it)."""
-    return any(c.wants_name(name) for c in CAUSES)
+    """Whether the analysis pass counts trace events of this name (some cause, or the class rules
+    of :mod:`.diagnosis`, reads it)."""
+    return any(c.wants_name(name) for c in CAUSES) or dg.wants_name(name)
 
 
 def raw_patterns() -> dict[str, str]:

@@ -45,4 +45,5 @@ def test_bundled_case_and_controls(tmp_path):
     row = bundled("python-outside-ops", tmp_path / "a")
     assert (row["named_cause"], row["first_lever"]) == ("python-outside-ops", "no_python_work_in_step")
     for i, control in enumerate(("gemm-base-stacks", "preprocess-on-gpu")):
-        assert bundled(control, tmp_path / str(i))["named_cause"] is None
+        ctl = bundled(control, tmp_path / str(i))   # names at most what it has (truth "present")
+        assert ctl["named_cause"] != "python-outside-ops" and ctl["cause_ok"] is True

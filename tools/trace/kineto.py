@@ -411,7 +411,8 @@ def step_gpu_events(trace: KinetoTrace) -> dict[int, int]:
 
 
 def step_stats(trace: KinetoTrace) -> dict:
-    """``n_steps`` (ProfilerStep#N annotations), ``step_time_ms`` (mean duration),
+    """``n_steps`` (ProfilerStep#N annotations), ``step_time_ms`` (mean duration), ``step_numbers``
+    (their N, sorted), ``step_durations_ms`` (each one's duration, in step order),
     ``dataloader_ms_per_step`` (CPU ms in DataLoader ops, e.g. ``enumerate(DataLoader)#...
     __next__``, divided by the step count, or the total when there are no steps), ``window``
     (:func:`~ai4s_graph.tools.trace.hygiene.window_flags` of the GPU events launched per step) and
@@ -423,6 +424,8 @@ def step_stats(trace: KinetoTrace) -> dict:
         "n_steps": n,
         "step_time_ms": (sum(d for _ts, d, _n in trace.steps) / n / 1e3) if n else None,
         "dataloader_ms_per_step": dl_ms / n if n else dl_ms,
+        "step_numbers": sorted({int(num) for _ts, _d, num in trace.steps if isinstance(num, int)}),
+        "step_durations_ms": [d / 1e3 for _ts, d, _n in sorted(trace.steps)],
         "window": window_flags(step_gpu_events(trace)),
         "step_numbers": sorted({int(n) for _ts, _d, n in trace.steps}),
     }

@@ -26,7 +26,7 @@ from ..configuration import llm_manifest, llm_request, trace_paths
 from ..inputs import job_script
 from ..schema import AnalysisState, RankResult, RankTask
 from ...agents import llm
-from ...rules import registry
+from ...rules import context as ctx, registry
 from ...rules.diagnosis import Diagnosis, trace_class
 from ...rules.figures import Inputs
 from ...runtime import node
@@ -359,6 +359,20 @@ def _rank_missing(good: list[RankResult], bad: list[RankResult], id_notes: list[
     return missing
 
 
+def with_run_steps(state: AnalysisState, good: list[RankResult]) -> list[RankResult]:
+    """Each rank result with the run's steady step outside the profiler (``run_step``:
+    :func:`ai4s_graph.graph.rules.context.with_run_step`) from the facts of the one read of the log
+    (its steady step times, the warm-up steps skipped before them; per-step log lines only), so
+    the class rules read a profiler-stretched window over the run's step (issue 24 point 2)."""
+    log = (state.get("findings") or {}).get("log") or {}
+    fom_ = (state.get("findings") or {}).get("fom") or {}
+    if not log.get("step_times_s") or fom_.get("step_time_source") != "per-step log lines":
+        return good
+    m = state.get("manifest")
+    return [ctx.with_run_step(r, log["step_times_s"], int(log.get("warmup_steps_skipped") or 0),
+                              log.get("batches_per_epoch"), m.num_workers if m is not None else None) for r in good]
+
+
 @node(ANALYST)
 def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     """Gather the rank results into claims (and, in LLM mode, let the LLM add claims and prose)."""
@@ -367,8 +381,8 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         return ({"missing": ["trace_analyst: no rank trace was analysed"], "findings": {"trace": None},
                  "not_checked": cause_claims(state, {}, [])[1]},
                 StatusLine.make(Outcome.fail, "no rank trace was analysed"))
-    good = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
+    good = with_run_steps(state, [r for r in results if "error" not in r])
     missing = _rank_missing(good, bad, id_notes)
     claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)

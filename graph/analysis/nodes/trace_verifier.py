@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..configuration import llm_manifest, llm_request, trace_paths
-from ..inputs import cause_reader
+from ..inputs import cause_reader, verifier_log
 from ..schema import AnalysisState, RankResult
 from ...agents import llm
-from ...rules import registry
+from ...rules import context as ctx, registry
 from ...rules.figures import Reader
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
@@ -105,6 +105,25 @@ def _reader(state: AnalysisState, c: Claim, res: RankResult | None, ranked: list
     return r
 
 
+CLASS_METRIC = "diagnosis.trace_bottleneck_class"
+
+
+def run_step_of(state: AnalysisState | dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
+    """The verifier reader's tables with the run's steady step outside the profiler
+    (:func:`ai4s_graph.graph.rules.context.with_run_step`) from the verifiers' own re-read of the log
+    (its step times, the warm-up steps the analyst declared skipped), for the class rules; the
+    tables unchanged when the log cannot be read or gives no run step."""
+    fom_ = ((state.get("findings") or {}).get("fom")) or {}
+    if state.get("manifest") is None or fom_.get("step_time_source") != "per-step log lines":
+        return tables
+    try:
+        steps = list(verifier_log(state).get("steps") or [])
+    except OSError:
+        return tables
+    w = int(fom_.get("warmup_steps_skipped") or 0)
+    return ctx.with_run_step(tables, steps[w:], w, fom_.get("batches_per_epoch"), state["manifest"].num_workers)
+
+
 def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
                         state: AnalysisState | None = None) -> list[VerifiedClaim]:
     """Verdicts for every ``trace_analyst`` claim. A claim about one rank trace is matched to that
@@ -137,6 +156,8 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
             out.append(_judge(c, None, Tolerance(), METHOD, note=f"the full-load reader could not read the trace: {e}"))
             continue
         fig, params = registry.figure_of(c.metric)
+        if c.metric == CLASS_METRIC:
+            d = run_step_of(st, d)
         value = fig.rederive(Reader(rank=d), c, **params).value if fig is not None and fig.rederive else None
         if value is None:
             out.append(_judge(c, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
