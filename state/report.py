@@ -35,6 +35,30 @@ class NamedCause(BaseModel):
     levers: list[str] = Field(default_factory=list)
 
 
+class ReportLead(BaseModel):
+    """What to look at when no cause is named (issue 34 point 5): the largest attribution of the
+    critical rank's profiled step in the step accounting, labelled a lead (not a verdict).
+    ``category``: a GPU-busy part (``gpu:computation``, ``gpu:communication``, ``gpu:memcpy``) or a
+    host category of the GPU-idle time (``state/steps.py:HOST_CATEGORIES``); ``us`` of the mean
+    ``step_us`` (µs per profiled step), ``share`` = us / step_us; ``name``/``site``: its largest name
+    and Python call site (``""`` when none); ``text``: the sentence with its numbers; ``confirm``: the
+    measurement that would confirm it; ``critical_path_top_op`` / ``critical_path_top_site``:
+    ``{key, us, share}`` of the step's critical path (None without one)."""
+
+    rank: int | None = None
+    category: str
+    name: str = ""
+    site: str = ""
+    us: float
+    step_us: float
+    share: float
+    unit: str = "us"
+    text: str
+    confirm: str
+    critical_path_top_op: dict[str, Any] | None = None
+    critical_path_top_site: dict[str, Any] | None = None
+
+
 class Bottleneck(BaseModel):
     """The bottleneck class with the ids of the confirmed claims that support it.
 
@@ -61,6 +85,8 @@ class Bottleneck(BaseModel):
     cause: str | None = Field(None, description="the cause the report names (the first of ``causes``), None "
                                                 "when no confirmed claim names one")
     causes: list[NamedCause] = Field(default_factory=list)
+    lead: ReportLead | None = Field(None, description="when no cause is named: the largest attribution of the "
+                                                      "step, what to look at (issue 34 point 5)")
 
 
 class LeverRecommendation(BaseModel):

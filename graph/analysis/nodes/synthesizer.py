@@ -28,6 +28,7 @@ from ....state.publish import ensure_dir
 from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
+from ....tools.report import lead as report_lead
 from ....tools.report.templating import render
 from ....tools.report import plots as report_plots
 from ....tools.report import write as report_write
@@ -392,6 +393,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
+    if b.cause is None and crit_rank:  # issue 34 point 5: a lead, not a guess
+        b.lead = report_lead.step_lead(crit_rank.get("step_accounting"), crit_rank.get("rank"), rep.top_kernels)
     if ann is not None:
         rep.annotated_trace = ann.path
     rep.headline = ar.headline(rep)
