@@ -43,7 +43,7 @@ class ReportLead(BaseModel):
     ``step_us`` (µs per profiled step), ``share`` = us / step_us; ``name``/``site``: its largest name
     and Python call site (``""`` when none); ``text``: the sentence with its numbers; ``confirm``: the
     measurement that would confirm it; ``critical_path_top_op`` / ``critical_path_top_site``:
-    ``{key, us, share}`` of the step's critical path (None without one)."""
+    ``{key, ms, share}`` (ms per step, share of the path) of the step's critical path (None without one)."""
 
     rank: int | None = None
     category: str
@@ -112,7 +112,8 @@ class Usage(BaseModel):
 
 REPORT_SCHEMA_VERSION = 2
 """``report.json``'s layout version: 2 = numbers as numbers with ``unit`` fields (``figures``),
-``headline``, ``throughput``, ``top_kernels``, ``annotated_trace``; 1 (no field) = issue 27 part 1."""
+``headline``, ``throughput``, ``top_kernels``, ``annotated_trace`` (later, additive:
+``bottleneck.lead``, ``step_budget``, ``step_picture``); 1 (no field) = issue 27 part 1."""
 
 
 class Report(BaseModel):
@@ -137,6 +138,9 @@ class Report(BaseModel):
                                                                 "includes warm-up")
     top_kernels: list[dict[str, Any]] = Field(default_factory=list, description="critical rank's kernels by "
                                                                                 "total time (total_ms, percent)")
+    step_budget: list[dict[str, Any]] = Field(default_factory=list, description="per rank: the profiled step's "
+                                              "time budget, GPU and host categories in ms per step, and its "
+                                              "critical path (tools/report/budget.py:rank_budget)")
     annotated_trace: str | None = Field(None, description="the Perfetto-openable trace with the findings")
     plots: list[str] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)

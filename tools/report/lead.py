@@ -18,6 +18,7 @@ from typing import Any
 
 from ...state.report import ReportLead
 from ...state.steps import HOST_CATEGORIES
+from .budget import rank_budget
 
 GPU_PARTS = {"gpu:computation": "computation_us", "gpu:communication": "exposed_comm_us",
              "gpu:memcpy": "exposed_memcpy_us"}
@@ -67,25 +68,6 @@ def _mean_parts(acc: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _path_tops(acc: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The critical path's top op and top Python call site over the steps (µs summed, share of the
-    summed path lengths), None where the path has none."""
-    steps = acc.get("steps") or []
-    length = sum(float((s.get("critical_path") or {}).get("length_us") or 0.0) for s in steps)
-    out = []
-    for key in ("top_ops", "top_sites"):
-        tot: dict[str, float] = {}
-        for s in steps:
-            for x in (s.get("critical_path") or {}).get(key) or []:
-                tot[x["key"]] = tot.get(x["key"], 0.0) + float(x["us"])
-        if not tot or length <= 0:
-            out.append(None)
-            continue
-        k = max(tot, key=lambda n: (tot[n], n))
-        out.append({"key": k, "us": tot[k] / len(steps), "share": tot[k] / length})
-    return out[0], out[1]
-
-
 def step_lead(acc: dict[str, Any] | None, rank: int | None = None,
               top_kernels: list[dict[str, Any]] | None = None) -> ReportLead | None:
     """The lead of one rank's step accounting ``acc`` (a ``StepBreakdown`` dict), or None when it
@@ -101,7 +83,8 @@ def step_lead(acc: dict[str, Any] | None, rank: int | None = None,
         return None
     cat = max(LEAD_CATEGORIES, key=lambda c: (parts[c], -LEAD_CATEGORIES.index(c)))
     us = parts[cat]
-    top_op, top_site = _path_tops(acc)
+    cp = (rank_budget(acc, rank) or {}).get("critical_path") or {}
+    top_op, top_site = (cp.get("top_ops") or [None])[0], (cp.get("top_sites") or [None])[0]
     host = acc.get("lead") or {}
     name, site = "", ""
     if cat in GPU_PARTS:

@@ -28,6 +28,7 @@ from ....state.publish import ensure_dir
 from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
+from ....tools.report import budget as report_budget
 from ....tools.report import lead as report_lead
 from ....tools.report.templating import render
 from ....tools.report import plots as report_plots
@@ -182,7 +183,11 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
     return render("report.md.j2", rep=rep, manifest=manifest,
                   rationale=ar.scrub(b.rationale, rules), confidence=confidence_line(b),
                   supporting=", ".join(f"`{c}`" for c in b.supporting_claims) or "none",
-                  causes=ar.causes_rows(rep, checks), context=ctx_lines, plots=[Path(p) for p in rep.plots],
+                  causes=ar.causes_rows(rep, checks), context=ctx_lines,
+                  budgets=[{"rank": x["rank"], "steps": x["steps"], "step_ms": x["step_ms"],
+                            "critical": x["rank"] == crit and len(rep.step_budget) > 1,
+                            "rows": report_budget.budget_rows(x), "path": report_budget.path_text(x)}
+                           for x in rep.step_budget], plots=[Path(p) for p in rep.plots],
                   annotated=Path(rep.annotated_trace).name if rep.annotated_trace else None,
                   top_kernels=rep.top_kernels, kernels_rank=crit, lever_intro=intro,
                   levers=[{"name": lv.name, "why": ar.scrub(lv.why, rules)} for lv in rep.levers],
@@ -393,6 +398,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
+    rep.step_budget = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
+                       if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
     if b.cause is None and crit_rank:  # issue 34 point 5: a lead, not a guess
         b.lead = report_lead.step_lead(crit_rank.get("step_accounting"), crit_rank.get("rank"), rep.top_kernels)
     if ann is not None:
