@@ -113,7 +113,7 @@ class Usage(BaseModel):
 REPORT_SCHEMA_VERSION = 2
 """``report.json``'s layout version: 2 = numbers as numbers with ``unit`` fields (``figures``),
 ``headline``, ``throughput``, ``top_kernels``, ``annotated_trace`` (later, additive:
-``bottleneck.lead``, ``step_budget``, ``step_picture``); 1 (no field) = issue 27 part 1."""
+``bottleneck.lead``, ``step_budget`` with each rank's ``per_step`` GPU split); 1 (no field) = issue 27 part 1."""
 
 
 class Report(BaseModel):

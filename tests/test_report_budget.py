@@ -97,3 +97,10 @@ def test_one_budget_per_rank_in_both_files(two_ranks):
     assert "### Rank 0" in md and "### Rank 1" in md
     assert "| GPU | exposed communication | 6.000 | 60.0 |" in md
     assert md.count("Critical path (10 ms per step): top ops") == 2
+    # the step picture's bars: every rank, every profiled step (steps 10-13 of the hand-built trace)
+    for r in (0, 1):
+        assert [x["step"] for x in by_rank[r]["per_step"]] == [10, 11, 12, 13]
+        assert all(x["wall_ms"] == pytest.approx(10.0) and x["computation_ms"] == pytest.approx(3.0)
+                   for x in by_rank[r]["per_step"])
+    assert by_rank[0]["per_step"][2]["exposed_comm_ms"] == pytest.approx(6.0)
+    assert any(p.endswith("step_time_breakdown.png") for p in rep["plots"])

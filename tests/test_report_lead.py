@@ -50,6 +50,20 @@ def test_gpu_lead_names_the_largest_kernel(tmp_path):
     assert "roofline" in lead.confirm
 
 
+def test_idle_side_first_when_the_gpu_idles_more_than_it_works(tmp_path):
+    # one 1000 µs step: aten::mm 0-10 launching a kernel that runs 10-410 (computation 400, the largest
+    # single part), then the DataLoader 410-760 (350) and Python 760-1000: GPU idle 600 > busy 400, so
+    # the lead is the idle time's largest host state, the DataLoader's 350 µs, not the 400 µs of GEMM
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.op("aten::mm", 0, 10)
+    b.launch(2, 6, 10, 400, kernel="void gemm()")
+    b.ann("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 410, 350)
+    lead = L.step_lead(_acc(b, tmp_path), rank=0)
+    assert (lead.category, lead.us, lead.step_us) == ("dataloader", 350, 1000)
+    assert lead.confirm == L.CONFIRM["dataloader"]
+
+
 def test_no_steps_no_lead():
     assert L.step_lead(None) is None and L.step_lead({"steps": []}) is None
 

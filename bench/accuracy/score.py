@@ -93,7 +93,8 @@ LEAD_TRUTH: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "dataloader-stall": ("dataloader",), "dataloader-worker-respawn": ("dataloader",),
     "dataloader-shallow-prefetch": ("dataloader",), "dataloader-cpu-transform": ("dataloader",),
     "dataloader-io-wait": ("dataloader",), "cpu-oversubscription": ("dataloader", "op"),
-    "host-sync": ("sync",), "cuda-launch-blocking": ("launch", "sync"), "kernel-launch-overhead": ("launch",),
+    "host-sync": ("sync",), "cuda-launch-blocking": ("launch", "sync"),
+    "kernel-launch-overhead": ("launch", "op"),  # the host's cost per kernel: the op's dispatch, then its launch
     "pageable-h2d-copy": (_COPY, "sync"), "d2h-param-copy": ("sync", _COPY),
     "checkpoint-io-per-step": ("outside_ops", "sync", _COPY),
     "per-parameter-optimizer": ("optimizer", "launch"), "allocator-churn": ("allocator",),

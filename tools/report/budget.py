@@ -42,6 +42,8 @@ def _path_tops(steps: list[dict[str, Any]], key: str, length_us: float) -> list[
 
 def rank_budget(acc: dict[str, Any] | None, rank: int | None) -> dict[str, Any] | None:
     """One rank's budget, means per profiled step in ms: ``{"rank", "steps", "step_ms", "unit": "ms",
+    "per_step": [{"step", "wall_ms", "computation_ms", "exposed_comm_ms", "exposed_memcpy_ms", "idle_ms"}]``
+    (each profiled step's GPU split, the step picture's bars),
     "gpu": {label: ms}, "host": {category: ms}, "host_while_gpu_idle": {category: ms},
     "critical_path": {"length_ms", "by_category": {category: ms}, "top_ops": [{key, ms, share}],
     "top_sites": [...], "has_python_stacks", "python_stack_note"}}``; None without steps. ``share``:
@@ -56,7 +58,12 @@ def rank_budget(acc: dict[str, Any] | None, rank: int | None) -> dict[str, Any] 
     for s in steps:
         for k, v in ((s.get("critical_path") or {}).get("by_category") or {}).items():
             by_cat[k] = by_cat.get(k, 0.0) + float(v) / n / 1e3
-    return {"rank": rank, "steps": n, "unit": "ms",
+    per_step = [{"step": int(s["step"]), "wall_ms": float(s["wall_us"]) / 1e3,
+                 "computation_ms": float(s["gpu"]["computation_us"]) / 1e3,
+                 "exposed_comm_ms": float(s["gpu"]["exposed_comm_us"]) / 1e3,
+                 "exposed_memcpy_ms": float(s["gpu"]["exposed_memcpy_us"]) / 1e3,
+                 "idle_ms": float(s["gpu"]["idle_us"]) / 1e3} for s in steps]
+    return {"rank": rank, "steps": n, "unit": "ms", "per_step": per_step,
             "step_ms": sum(float(s["wall_us"]) for s in steps) / n / 1e3,
             "gpu": {label: float(mean_gpu.get(f) or 0.0) / 1e3 for label, f, _ in GPU_ROWS},
             "host": {c: float((acc.get("mean_host_us") or {}).get(c) or 0.0) / 1e3 for c in HOST_CATEGORIES},

@@ -6,7 +6,10 @@ numbers and the measurement that would confirm it.
 The step's wall time is partitioned by the accounting into the GPU-busy parts (computation,
 exposed communication, exposed memcpy: ``mean_gpu``) and the GPU-idle time by what the host did
 meanwhile (``mean_idle_by_host_us``, one entry per ``state/steps.py:HOST_CATEGORIES``); these add
-up to the mean step. The lead is the largest of them. A host category takes the accounting's own
+up to the mean step. The lead follows the accounting's own hierarchy (issue 34 point 1: the step is
+GPU busy or GPU idle, and the idle time is split by host state): the larger of GPU busy and GPU
+idle first, then its largest part (a GPU-busy part, or the host state that takes most of the idle
+time), so one busy part is never weighed against one slice of the idle time. A host category takes the accounting's own
 :class:`~ai4s_graph.state.steps.Lead` sentence (its largest name, call site and structure figures);
 a GPU part names the critical rank's largest kernel. Rendering only: this names where the time is,
 never a cause or a class.
@@ -73,15 +76,17 @@ def step_lead(acc: dict[str, Any] | None, rank: int | None = None,
     """The lead of one rank's step accounting ``acc`` (a ``StepBreakdown`` dict), or None when it
     holds no step or no time. ``rank``: the rank it is of (the critical rank); ``top_kernels``: the
     report's rows of that rank (``name``, ``total_ms``, ``percent``), named when the lead is a
-    GPU-busy part. Ties go to the GPU part, then to the earlier host category
-    (``HOST_CATEGORIES`` order). Times in the result are µs per profiled step (means)."""
+    GPU-busy part. The side (GPU busy or idle) with more time is chosen first (a tie: GPU busy), then
+    its largest part (ties to the earlier of :data:`LEAD_CATEGORIES`). Times in the result are µs per profiled step (means)."""
     if not acc or not acc.get("steps"):
         return None
     parts = _mean_parts(acc)
     step_us = sum(float(s["wall_us"]) for s in acc["steps"]) / len(acc["steps"])
     if step_us <= 0 or max(parts.values()) <= 0:
         return None
-    cat = max(LEAD_CATEGORIES, key=lambda c: (parts[c], -LEAD_CATEGORIES.index(c)))
+    busy = sum(parts[c] for c in GPU_PARTS)
+    side = tuple(GPU_PARTS) if busy >= sum(parts[c] for c in HOST_CATEGORIES) else HOST_CATEGORIES
+    cat = max(side, key=lambda c: (parts[c], -LEAD_CATEGORIES.index(c)))
     us = parts[cat]
     cp = (rank_budget(acc, rank) or {}).get("critical_path") or {}
     top_op, top_site = (cp.get("top_ops") or [None])[0], (cp.get("top_sites") or [None])[0]

@@ -186,8 +186,10 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
     if not ranks:
         raise InputError("step breakdown: no rank with steps to plot")
     fig = Figure(figsize=(max(6.0, 0.5 * max(len(r) for _, r in ranks) + 3.5), 2.8 * len(ranks) + 0.6))
+    first = None
     for j, (label, rows) in enumerate(ranks):
-        ax = fig.add_subplot(len(ranks), 1, j + 1)
+        ax = fig.add_subplot(len(ranks), 1, j + 1, sharey=first)  # one ms scale: ranks compare at a glance
+        first = first or ax
         xs = list(range(len(rows)))
         bottoms = [0.0] * len(rows)
         for key, name, color in STEP_PARTS:

@@ -310,17 +310,21 @@ def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
         return None
 
 
-def step_plot(ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
-    """``step_time_breakdown.png`` from the annotated trace's per-step breakdown (the rank it
-    annotated, marked when it is the straggler); [] without steps."""
+def step_plot(budgets: list[dict[str, Any]], ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
+    """``step_time_breakdown.png``: per step x per rank, computation / exposed communication / exposed
+    memcpy / idle (issue 27 point 3), every rank of the step accounting (``budgets``: the report's
+    ``step_budget``; the annotated trace's per-step breakdown of the critical rank when none has
+    one), the straggler's panel marked; [] without steps."""
     from ....tools.report import plots
 
-    rows = getattr(ann, "step_breakdown", None) or []
-    if not rows:
+    per_rank = {str(x["rank"] if x["rank"] is not None else i): x["per_step"] for i, x in enumerate(budgets)
+                if x.get("per_step")}
+    if not per_rank and getattr(ann, "step_breakdown", None):
+        per_rank = {str(b.critical_rank if b.critical_rank is not None else 0): ann.step_breakdown}
+    if not per_rank:
         return []
-    label = str(b.critical_rank if b.critical_rank is not None else 0)
     try:
-        return [str(plots.plot_step_breakdown({label: rows}, out_dir / "step_time_breakdown.png",
+        return [str(plots.plot_step_breakdown(per_rank, out_dir / "step_time_breakdown.png",
                                               marked=str(b.straggler) if b.straggler is not None else None))]
     except Ai4sError as e:
         problems.append(f"synthesizer: step breakdown plot: {e}")
@@ -386,8 +390,9 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
         plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
         ann = annotate_trace(findings, b.critical_rank, dest, plot_problems)
-        if ann is not None:
-            plots_ += step_plot(ann, b, dest, plot_problems)
+        budgets = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
+                   if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
+        plots_ += step_plot(budgets, ann, b, dest, plot_problems)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -398,8 +403,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
-    rep.step_budget = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
-                       if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
+    rep.step_budget = budgets
     if b.cause is None and crit_rank:  # issue 34 point 5: a lead, not a guess
         b.lead = report_lead.step_lead(crit_rank.get("step_accounting"), crit_rank.get("rank"), rep.top_kernels)
     if ann is not None:
