@@ -141,6 +141,8 @@ class Report(BaseModel):
     step_budget: list[dict[str, Any]] = Field(default_factory=list, description="per rank: the profiled step's "
                                               "time budget, GPU and host categories in ms per step, and its "
                                               "critical path (tools/report/budget.py:rank_budget)")
+    telemetry_samples: dict[str, dict[str, int]] = Field(default_factory=dict, description="the telemetry plot's "
+                                                        "lines: metric -> series (host and GPU) -> samples drawn")
     annotated_trace: str | None = Field(None, description="the Perfetto-openable trace with the findings")
     plots: list[str] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)

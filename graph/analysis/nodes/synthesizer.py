@@ -18,6 +18,7 @@ from ...agents.render import agent_notes_markdown
 from ...rules import context as ctx
 from ...rules import levers as lever_rules
 from ...rules import registry
+from ...rules.diagnosis import board_limits
 from ...rules.verdict import decide, name_causes, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
@@ -196,6 +197,42 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
                   rules=sorted(rules, key=lambda r: (r[0], int(re.sub(r"\D", "", r) or 0))), usage=usage)
 
 
+def telemetry_panels(tel: dict[str, Any]) -> tuple[dict[str, dict[str, list]], dict[str, str]]:
+    """The telemetry plot's series, ``{metric: {label: [(unix s, value)]}}``, and units: each GPU
+    metric per host and GPU at the raw sample rate (``tel["gpu_series"]``, the telemetry analyst's),
+    else per host on the 1 s grid (``tel["series"]``, the hosts' GPU average, labelled ``<host>
+    (GPU average)``); node metrics per host. Bytes are shown in GiB."""
+    raw = tel.get("gpu_series") or {}
+    series: dict[str, dict[str, list]] = {}
+    for m, per_host in (tel.get("series") or {}).items():
+        if raw.get(m):
+            series[m] = dict(raw[m])
+        elif per_host:
+            gpu = m in raw or m != "cpu_util"
+            series[m] = {(f"{h} (GPU average)" if gpu else h) or "?": pts for h, pts in per_host.items()}
+    units = dict(tel.get("units") or {})
+    for m, u in list(units.items()):  # device memory reads better in GiB than in bytes
+        if u == "bytes" and m in series:
+            series[m] = {k: [(t, v / 2**30) for t, v in pts] for k, pts in series[m].items()}
+            units[m] = "GiB"
+    return series, units
+
+
+def board_lines(gpu: str | None, series: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """The board limits drawn on the telemetry plot: the power limit on ``power`` and the boost
+    clock on ``sm_clock``, from the GPU datasheet (:func:`~ai4s_graph.graph.rules.diagnosis.board_limits`),
+    100% on ``gpu_util``; ``{}`` entries for an unknown board."""
+    out: dict[str, tuple[float, str]] = {}
+    lim = board_limits(gpu)
+    if lim is not None and "power" in series:
+        out["power"] = (lim[0], f"power limit {lim[0]:.0f} W (datasheet)")
+    if lim is not None and lim[1] and "sm_clock" in series:
+        out["sm_clock"] = (lim[1], f"boost clock {lim[1]:.0f} MHz (datasheet)")
+    if "gpu_util" in series:
+        out["gpu_util"] = (100.0, "100%")
+    return out
+
+
 def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
     """GPU time breakdown and telemetry PNGs; returns (paths, problems)."""
     # lazy: matplotlib costs +1.3 s import time (python -X importtime), paid only when a report is written
@@ -210,17 +247,13 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
         except Ai4sError as e:
             problems.append(f"synthesizer: GPU breakdown plot: {e}")
     tel = (state.get("findings") or {}).get("telemetry") or {}
-    series = {m: next(iter(per_inst.values())) for m, per_inst in (tel.get("series") or {}).items() if per_inst}
-    units = dict(tel.get("units") or {})
-    for m, u in list(units.items()):  # device memory reads better in GiB than in bytes
-        if u == "bytes" and m in series:
-            series[m] = [(t, v / 2**30) for t, v in series[m]]
-            units[m] = "GiB"
+    series, units = telemetry_panels(tel)
     if series:
         try:
             crit = next(iter(ranks), None)
             prof = ctx.profiled_window(crit) if crit else None
             paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png", profiled=prof,
+                                                  limits=board_lines(state["manifest"].gpu, series),
                                                   title=f"Telemetry over job {state['manifest'].jobid}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")
@@ -404,6 +437,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
     rep.step_budget = budgets
+    rep.telemetry_samples = {m: {k: len(v) for k, v in per.items()}
+                             for m, per in telemetry_panels(findings.get("telemetry") or {})[0].items()}
     if b.cause is None and crit_rank:  # issue 34 point 5: a lead, not a guess
         b.lead = report_lead.step_lead(crit_rank.get("step_accounting"), crit_rank.get("rank"), rep.top_kernels)
     if ann is not None:
