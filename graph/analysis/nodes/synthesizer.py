@@ -30,6 +30,7 @@ from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
 from ....tools.report import budget as report_budget
+from ....tools.report import html as report_html
 from ....tools.report import lead as report_lead
 from ....tools.report.templating import render
 from ....tools.report import plots as report_plots
@@ -462,8 +463,9 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
+    md = render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep)
+    page = report_html.report_html(md, {p.name: data for p, data in staged_plots}, f"ai4s-graph report — job {rep.jobid}")
     report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
-                                                        indent=1, ensure_ascii=False) + "\n",
-                              render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep),
-                              staged_plots)
+                                                        indent=1, ensure_ascii=False) + "\n", md,
+                              [*staged_plots, (dest / "report.html", page.encode("utf-8"))])
     return {"report": rep}, status
