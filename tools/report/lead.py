@@ -21,6 +21,7 @@ from typing import Any
 
 from ...state.report import ReportLead
 from ...state.steps import HOST_CATEGORIES
+from ..trace.scan import COMM_RE
 from .budget import rank_budget
 
 GPU_PARTS = {"gpu:computation": "computation_us", "gpu:communication": "exposed_comm_us",
@@ -94,7 +95,9 @@ def step_lead(acc: dict[str, Any] | None, rank: int | None = None,
     name, site = "", ""
     if cat in GPU_PARTS:
         text = f"the GPU spent {us / 1e3:.3g} ms of the {step_us / 1e3:.3g} ms step {_GPU_WORDS[cat]}"
-        k = (top_kernels or [None])[0] if cat == "gpu:computation" else None
+        # the largest computation kernel (a communication kernel's time is not computation: TraceLens's classes)
+        k = next((x for x in top_kernels or [] if not COMM_RE.search(str(x.get("name") or ""))), None) \
+            if cat == "gpu:computation" else None
         if k and k.get("name"):
             name = str(k["name"])
             pct = f", {k['percent']:.0f}% of kernel time" if k.get("percent") is not None else ""

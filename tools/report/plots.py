@@ -210,6 +210,7 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.axes[-1].set_xlabel("ProfilerStep")
     fig.suptitle(title)
+    fig.tight_layout()  # a rank's panel title clear of the tick labels above it
     return _save(fig, path)
 
 
