@@ -104,3 +104,15 @@ def test_one_budget_per_rank_in_both_files(two_ranks):
                    for x in by_rank[r]["per_step"])
     assert by_rank[0]["per_step"][2]["exposed_comm_ms"] == pytest.approx(6.0)
     assert any(p.endswith("step_time_breakdown.png") for p in rep["plots"])
+
+
+def test_report_json_carries_the_lead(two_ranks):
+    # no cause named: the lead is rank 0's largest attribution, its 6 ms of exposed communication
+    rep, _ = two_ranks
+    b = rep["bottleneck"]
+    assert b["cause"] is None
+    lead = b["lead"]
+    assert lead["category"] == "gpu:communication" and lead["unit"] == "us"
+    assert lead["us"] == pytest.approx(6000.0, abs=1.0) and lead["step_us"] == pytest.approx(10000.0)
+    assert lead["text"].startswith("The GPU spent 6 ms of the 10 ms step in communication that no computation hid")
+    assert rep["headline"][1].startswith("**Lead (no cause named):** rank ")

@@ -6,12 +6,7 @@ tests/verdict_traces.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
-
-from ai4s_graph.cli import app
 from ai4s_graph.state import Bottleneck, BottleneckClass as C, Manifest, NamedCause, Report
 from ai4s_graph.tools.report import analysis_report as ar
 from ai4s_graph.tools.report import lead as L
@@ -19,8 +14,6 @@ from ai4s_graph.tools.trace import host_timeline
 from bench.accuracy import score as S
 from bench.accuracy.cases import CAUSES
 from test_step_accounting_traces import TraceBuilder, every_category
-
-import verdict_traces as vt
 
 
 def _acc(b: TraceBuilder, tmp_path) -> dict:
@@ -93,29 +86,6 @@ def test_headline_and_summary_carry_the_lead_when_no_cause_is_named(tmp_path):
     # a named cause takes the line; the lead is not shown
     named = _report(lead, cause="host-sync")
     assert ar.headline(named)[1].startswith("**Cause:** host-sync — 50.0% of the step")
-
-
-@pytest.fixture(scope="module")
-def comm_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lead")
-    # two ranks: 3 ms of GEMM, then a 6 ms all-reduce together (rank 1 arrives 1 µs late), in a 10 ms
-    # step: rank 0's step is computation 3 ms, exposed communication 6 ms, idle 1 ms
-    steps = {r: [[("gemm", 0.0, 3.0), ("allreduce", 3.0 + 0.001 * r, 6.0 - 0.001 * r)] for _ in range(4)]
-             for r in (0, 1)}
-    run = vt.write_run(d / "run", "95102", steps, 10.0)
-    r = CliRunner().invoke(app, ["run", "--job", "95102", "--perf-run", str(run), "--out", str(d / "o"), "-q"])
-    assert r.exit_code == 0, r.output
-    return json.loads((d / "o" / "report.json").read_text())
-
-
-def test_report_json_carries_the_lead(comm_run):
-    b = comm_run["bottleneck"]
-    assert b["cause"] is None
-    lead = b["lead"]
-    assert lead["category"] == "gpu:communication" and lead["unit"] == "us"
-    assert lead["us"] == pytest.approx(6000.0, abs=1.0) and lead["step_us"] == pytest.approx(10000.0)
-    assert lead["text"].startswith("The GPU spent 6 ms of the 10 ms step in communication that no computation hid")
-    assert comm_run["headline"][1].startswith("**Lead (no cause named):** rank ")
 
 
 # ------------------------------------------------------------------------------ the benchmark
