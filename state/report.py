@@ -35,6 +35,30 @@ class NamedCause(BaseModel):
     levers: list[str] = Field(default_factory=list)
 
 
+class ReportLead(BaseModel):
+    """What to look at when no cause is named (issue 34 point 5): the largest attribution of the
+    critical rank's profiled step in the step accounting, labelled a lead (not a verdict).
+    ``category``: a GPU-busy part (``gpu:computation``, ``gpu:communication``, ``gpu:memcpy``) or a
+    host category of the GPU-idle time (``state/steps.py:HOST_CATEGORIES``); ``us`` of the mean
+    ``step_us`` (µs per profiled step), ``share`` = us / step_us; ``name``/``site``: its largest name
+    and Python call site (``""`` when none); ``text``: the sentence with its numbers; ``confirm``: the
+    measurement that would confirm it; ``critical_path_top_op`` / ``critical_path_top_site``:
+    ``{key, ms, share}`` (ms per step, share of the path) of the step's critical path (None without one)."""
+
+    rank: int | None = None
+    category: str
+    name: str = ""
+    site: str = ""
+    us: float
+    step_us: float
+    share: float
+    unit: str = "us"
+    text: str
+    confirm: str
+    critical_path_top_op: dict[str, Any] | None = None
+    critical_path_top_site: dict[str, Any] | None = None
+
+
 class Bottleneck(BaseModel):
     """The bottleneck class with the ids of the confirmed claims that support it.
 
@@ -61,6 +85,8 @@ class Bottleneck(BaseModel):
     cause: str | None = Field(None, description="the cause the report names (the first of ``causes``), None "
                                                 "when no confirmed claim names one")
     causes: list[NamedCause] = Field(default_factory=list)
+    lead: ReportLead | None = Field(None, description="when no cause is named: the largest attribution of the "
+                                                      "step, what to look at (issue 34 point 5)")
 
 
 class LeverRecommendation(BaseModel):
@@ -86,7 +112,8 @@ class Usage(BaseModel):
 
 REPORT_SCHEMA_VERSION = 2
 """``report.json``'s layout version: 2 = numbers as numbers with ``unit`` fields (``figures``),
-``headline``, ``throughput``, ``top_kernels``, ``annotated_trace``; 1 (no field) = issue 27 part 1."""
+``headline``, ``throughput``, ``top_kernels``, ``annotated_trace`` (later, additive:
+``bottleneck.lead``, ``step_budget`` with each rank's ``per_step`` GPU split); 1 (no field) = issue 27 part 1."""
 
 
 class Report(BaseModel):
@@ -111,6 +138,11 @@ class Report(BaseModel):
                                                                 "includes warm-up")
     top_kernels: list[dict[str, Any]] = Field(default_factory=list, description="critical rank's kernels by "
                                                                                 "total time (total_ms, percent)")
+    step_budget: list[dict[str, Any]] = Field(default_factory=list, description="per rank: the profiled step's "
+                                              "time budget, GPU and host categories in ms per step, and its "
+                                              "critical path (tools/report/budget.py:rank_budget)")
+    telemetry_samples: dict[str, dict[str, int]] = Field(default_factory=dict, description="the telemetry plot's "
+                                                        "lines: metric -> series (host and GPU) -> samples drawn")
     annotated_trace: str | None = Field(None, description="the Perfetto-openable trace with the findings")
     plots: list[str] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)

@@ -132,7 +132,17 @@ def test_collective_waits_of_the_bundled_straggler(tmp_path):
     by_hand = [b - a for a, b in zip(s0, s1) if b > a]  # rank 0 waits where rank 1 starts later
     assert len(w0) == len(by_hand) and sum(w["dur"] for w in w0) == pytest.approx(sum(by_hand))
     assert sum(by_hand) > 300e3 and all(w["args"]["waits_for_rank"] == 1 for w in w0)  # ~391 ms over 3 steps
-    assert w1 == [] or all(w["dur"] < 1e3 for w in w1)
+    own1 = [w for w in w1 if "waits_for_rank" in w["args"]]
+    assert own1 == [] or all(w["dur"] < 1e3 for w in own1)
+    # on the straggler's track the same waits, seen from it: where rank 1 starts later, rank 0 has
+    # waited (its start - rank 0's start) for it, the interval ending at rank 1's own kernel start
+    held = [w for w in w1 if "waited_for_by_rank" in w["args"]]
+    assert len(held) == len(by_hand) and sum(w["dur"] for w in held) == pytest.approx(sum(by_hand))
+    assert all(w["args"]["waited_for_by_rank"] == 0 and w["ts"] + w["dur"] in s1 for w in held)
+    out1 = tmp_path / "annotated_rank1.json.gz"
+    a1 = A.write_annotated_trace(PAIR / "trace_rank1.json.gz", out1, rank=1, waits=w1)
+    reread = _findings(out1, a1.pid)["collective waits"]   # re-read with our stream reader
+    assert a1.collective_waits == len(w1) and sum(e["dur"] for e in reread) == pytest.approx(sum(w["dur"] for w in w1))
     out = tmp_path / "annotated_trace.json.gz"
     s = A.write_annotated_trace(PAIR / "trace_rank0.json.gz", out, rank=0, waits=w0)
     got = _findings(out, s.pid)

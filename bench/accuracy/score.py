@@ -19,6 +19,10 @@ on it in a fresh state directory and reads ``report.json``:
   claim whose metric names a straggler (``...straggler...``) with an integer value;
 - **first lever**: for cases whose truth names a ``lever`` (``cases.LEVERS``) and whose cause is
   scored, the name of the report's first lever (``levers[0].name``) equals it;
+- **lead**: on every case whose report names no cause, whether its lead (``bottleneck.lead``, the
+  step's largest attribution, issue 34 point 5) points at the truth: its ``category`` is one of
+  :data:`LEAD_TRUTH` of the truth's cause (of its class, :data:`LEAD_CLASS`, for a control); a
+  report without a lead scores wrong there; not scored where a cause is named;
 - **claims confirmed**: the share of the report's claims with verdict ``confirmed``;
 - **wrong confident**: a class other than ``unknown`` that is not the truth's class (counted
   apart from ``unknown``, which is a miss but not a wrong answer).
@@ -74,6 +78,56 @@ specific causes first in :data:`_MATCH_ORDER`)."""
 _MATCH_ORDER = ("cuda-launch-blocking", "recompilation", "sdpa-math-fallback", "gpu-contention", "straggler",
                 "slow-link", "host-sync", "dataloader-stall", "kernel-launch-overhead", "memory-bound-elementwise",
                 "compute-bound-gemm", "exposed-communication")
+
+
+_GPU, _COMM, _COPY = "gpu:computation", "gpu:communication", "gpu:memcpy"
+LEAD_TRUTH: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    # GPU time: the kernels themselves are slow or many
+    "compute-bound-gemm": (_GPU,), "memory-bound-elementwise": (_GPU,), "sdpa-math-fallback": (_GPU,),
+    "tf32-off": (_GPU,), "activation-checkpointing": (_GPU,), "nchw-conv-layout": (_GPU,),
+    "cudnn-benchmark-off": (_GPU,), "gpu-contention": (_GPU,),
+    # communication no computation hides (the straggler's waiting ranks; the critical rank computes)
+    "exposed-communication": (_COMM,), "slow-link": (_COMM,), "ddp-small-buckets": (_COMM,),
+    "fsdp-no-prefetch": (_COMM,), "straggler": (_GPU, _COMM), "straggler-host": ("outside_ops", "op", _COMM),
+    # host side, by the host category the mechanism spends its time in (tools/trace/host_names.py)
+    "dataloader-stall": ("dataloader",), "dataloader-worker-respawn": ("dataloader",),
+    "dataloader-shallow-prefetch": ("dataloader",), "dataloader-cpu-transform": ("dataloader",),
+    "dataloader-io-wait": ("dataloader",), "cpu-oversubscription": ("dataloader", "op"),
+    "host-sync": ("sync",), "cuda-launch-blocking": ("launch", "sync"),
+    "kernel-launch-overhead": ("launch", "op"),  # the host's cost per kernel: the op's dispatch, then its launch
+    "pageable-h2d-copy": (_COPY, "sync"), "d2h-param-copy": ("sync", _COPY),
+    "checkpoint-io-per-step": ("outside_ops", "sync", _COPY),
+    "per-parameter-optimizer": ("optimizer", "launch"), "allocator-churn": ("allocator",),
+    "anomaly-mode": ("op", "sync"), "per-sample-loop": ("op", "launch"),
+    "cpu-preprocess-in-step": ("op",), "python-outside-ops": ("outside_ops",), "gc-pause": ("outside_ops",),
+    "recompilation": ("op", "outside_ops"), "graph-break": ("op", "outside_ops"),
+    "ddp-find-unused-parameters": ("op",),
+}.items()}
+"""Truth cause id (``cases.CAUSES``) -> the lead categories (``tools/report/lead.py:LEAD_CATEGORIES``:
+the GPU-busy parts and the host categories of the GPU-idle time) that point at it: where the
+mechanism of ``cases.CAUSES``' description spends the step's time (a sync-per-op mechanism waits in
+``sync``; a per-op Python cost is the op's CPU side, ``op``; a torch.save's copies block in ``sync``
+and its file writes are outside every op)."""
+LEAD_CLASS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    "compute-bound": (_GPU,), "memory-bound": (_GPU,), "communication-bound": (_COMM,),
+    "data-loader-bound": ("dataloader",),
+    "dispatch-bound": ("launch", "op", "outside_ops", "sync", "allocator", "optimizer", "runtime_other"),
+}.items()}
+"""Truth class -> the lead categories that point at it, for a control (truth cause ``none``): a GPU
+busy in its kernels, communication, the loader, or the host issuing the work (any host state but
+the loader)."""
+
+
+def lead_right(truth: dict[str, Any], report: dict[str, Any] | None) -> bool | None:
+    """Whether the report's lead points at the truth (see the module docstring); None when the
+    report names a cause, the truth's cause is not scored, or a control's truth has no class."""
+    if truth.get("score_cause") is False or report is None or named_cause(report) is not None:
+        return None
+    want = LEAD_TRUTH.get(truth["cause"]) if truth["cause"] != "none" else LEAD_CLASS.get(truth.get("class") or "")
+    if want is None:
+        return None
+    lead = (report.get("bottleneck") or {}).get("lead") or {}
+    return lead.get("category") in want
 
 
 def load_cases(root: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -147,7 +201,7 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
     if report is None:
         return {**row, "class": None, "named_cause": None, "named_rank": None, "class_ok": False if truth.get("class")
                 else None, "cause_ok": None if truth.get("score_cause") is False else False,
-                "rank_ok": False if truth.get("rank") is not None else None,
+                "rank_ok": False if truth.get("rank") is not None else None, "lead": None, "lead_ok": None,
                 "first_lever": None, "lever_ok": False if scored_lever else None,
                 "claims": 0, "confirmed": 0, "wrong_confident": False, "unknown": False, "error": error}
     klass = (report.get("bottleneck") or {}).get("klass")
@@ -162,6 +216,8 @@ def judge(truth: dict[str, Any], report: dict[str, Any] | None, error: str = "")
             "class_ok": (klass == tc) if tc else None,
             "cause_ok": cause_right(truth, cause),
             "rank_ok": (rank == truth["rank"]) if truth.get("rank") is not None else None,
+            "lead": ((report.get("bottleneck") or {}).get("lead") or {}).get("category"),
+            "lead_ok": lead_right(truth, report),
             "claims": len(claims), "confirmed": conf,
             "wrong_confident": bool(tc) and klass not in (None, "unknown", tc), "unknown": klass in (None, "unknown"),
             "error": ""}
@@ -198,7 +254,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             return {"right": ok, "of": len(app), "accuracy": round(ok / len(app), 3) if app else None}
         claims = sum(r["claims"] for r in rs)
         return {"cases": len(rs), "class": frac("class_ok"), "cause": frac("cause_ok"), "rank": frac("rank_ok"),
-                "lever": frac("lever_ok"),
+                "lever": frac("lever_ok"), "lead": frac("lead_ok"),
                 "claims": claims, "claims_confirmed": sum(r["confirmed"] for r in rs),
                 "claims_confirmed_share": round(sum(r["confirmed"] for r in rs) / claims, 3) if claims else None,
                 "wrong_confident": sum(1 for r in rs if r["wrong_confident"]),
@@ -288,19 +344,21 @@ def markdown(res: dict[str, Any], cases_dir: Path) -> str:
              f"Date {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, commit `{_commit()}`, "
              f"cases `{os.path.relpath(cases_dir, REPO)}` ({o['cases']}), `python -m bench.accuracy score`.", "",
              "| fault kind (cause) | cases | right class | right cause | right rank | right first lever | "
-             "claims confirmed | wrong confident | unknown |", "|---|---|---|---|---|---|---|---|---|"]
+             "right lead (no cause named) | claims confirmed | wrong confident | unknown |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for k, a in res["by_cause"].items():
         lines.append(f"| {k} | {a['cases']} | {_pct(a['class'])} | {_pct(a['cause'])} | {_pct(a['rank'])} | "
-                     f"{_pct(a['lever'])} | {a['claims_confirmed']}/{a['claims']} | {a['wrong_confident']} | "
+                     f"{_pct(a['lever'])} | {_pct(a['lead'])} | {a['claims_confirmed']}/{a['claims']} | {a['wrong_confident']} | "
                      f"{a['unknown']} |")
     lines.append(f"| **overall** | {o['cases']} | {_pct(o['class'])} | {_pct(o['cause'])} | {_pct(o['rank'])} | "
-                 f"{_pct(o['lever'])} | {o['claims_confirmed']}/{o['claims']} | {o['wrong_confident']} | "
+                 f"{_pct(o['lever'])} | {_pct(o['lead'])} | {o['claims_confirmed']}/{o['claims']} | {o['wrong_confident']} | "
                  f"{o['unknown']} |")
     lines += ["", "| case | truth class | answered class | truth cause | named cause | truth rank | named rank | "
-              "truth lever | first lever | error |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "truth lever | first lever | lead | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["cases"]:
         lines.append(f"| {r['case']} | {r['truth_class']} | {r['class']} | {r['cause']} | {r['named_cause']} | "
                      f"{r['truth_rank']} | {r['named_rank']} | {r.get('truth_lever')} | {r.get('first_lever')} | "
+                     f"{r.get('lead') or '—'}{'' if r.get('lead_ok') is None else (' ✓' if r['lead_ok'] else ' ✗')} | "
                      f"{r['error']} |")
     return "\n".join(lines) + "\n"
 
@@ -379,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     o = res["overall"]
     print(f"cases {o['cases']}: class {_pct(o['class'])}, cause {_pct(o['cause'])}, rank {_pct(o['rank'])}, "
-          f"first lever {_pct(o['lever'])}, "
+          f"first lever {_pct(o['lever'])}, lead (no cause named) {_pct(o['lead'])}, "
           f"claims confirmed {o['claims_confirmed']}/{o['claims']}, wrong confident {o['wrong_confident']}, "
           f"unknown {o['unknown']}, failed runs {o['failed_runs']}")
     if a.json:

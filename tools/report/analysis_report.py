@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterable
 
 from ...state import Manifest, NamedCause, Report
+from .lead import short_text
 
 #: The executive summary's word limit (issue 27 "What" 2: "a short summary (<= 80 words)").
 SUMMARY_WORDS = 80
@@ -115,9 +116,18 @@ def scope_text(rep: Report) -> str:
     return b.scope or b.klass.value
 
 
+def lead_text(lead: Any) -> str:
+    """A lead's sentence with where it was measured and the measurement that would confirm it:
+    ``rank 0: The host spent ... — to confirm: ...`` (no trailing full stop)."""
+    who = f"rank {lead.rank}: " if lead.rank is not None else ""
+    return f"{who}{lead.text.rstrip('.')} — to confirm: {lead.confirm}"
+
+
 def headline(rep: Report) -> list[str]:
     """At most three lines: class and scope; the named cause with its share of the step and its
-    claim ("No cause named" when none); the first lever with its estimated saving."""
+    claim (when none is named, the lead: the step's largest attribution with its numbers and the
+    measurement that would confirm it, else "no cause named"); the first lever with its estimated
+    saving."""
     b = rep.bottleneck
     out = [f"**{scope_text(rep)}**" + (" (borderline)" if b.borderline else "")]
     if b.causes:
@@ -125,6 +135,8 @@ def headline(rep: Report) -> list[str]:
         share, of = step_share(rep, c)
         out.append(f"**Cause:** {cause_label(c.id)} — {_pct(share)} {of if share is not None else ''}".rstrip()
                    + f" (claim `{c.claim}`).")
+    elif b.lead is not None:
+        out.append(f"**Lead (no cause named):** {lead_text(b.lead)}.")
     else:
         out.append("**Cause:** no cause named — no confirmed claim names one.")
     if rep.levers:
@@ -200,6 +212,8 @@ def executive_summary(rep: Report, manifest: Manifest, t: dict[str, Any] | None 
         c = b.causes[0]
         share, of = step_share(rep, c)
         parts.append(f"Cause: {cause_label(c.id)}" + (f", {_pct(share)} {of}" if share is not None else "") + ".")
+    elif b.lead is not None:
+        parts.append(f"No cause named; lead: {short_text(b.lead)}.")
     else:
         parts.append("No cause named.")
     if t:

@@ -80,8 +80,10 @@ def collective_waits(rank_results: list[dict[str, Any]], rank: int) -> list[dict
     """Rank ``rank``'s waits at matched collectives, from the per-rank records of
     :func:`~ai4s_graph.tools.trace.rank_analysis.analyze_rank` (their ``comm`` columns): for each
     collective where another rank arrived later, ``{"ts", "dur", "name", "args"}`` with ``ts`` this
-    rank's kernel start (its own trace clock) and ``dur`` the wait (latest start - own start, µs).
-    Empty with fewer than two ranks or no communication kernel."""
+    rank's kernel start (its own trace clock) and ``dur`` the wait (latest start - own start, µs);
+    where this rank arrived last (the straggler), the others' longest wait for it instead: ``ts`` its
+    start minus that wait, ``dur`` = its start - the earliest start, ``args.waited_for_by_rank`` the
+    rank that arrived first. Empty with fewer than two ranks or no communication kernel."""
     from ..trace.collectives import _long_comm_frame, match_collectives, per_collective
 
     if len({int(r["rank"]) for r in rank_results}) < 2:
@@ -92,11 +94,19 @@ def collective_waits(rank_results: list[dict[str, Any]], rank: int) -> list[dict
     df, simplified = match_collectives(long)
     per = per_collective(df, simplified).set_index("collective_id")
     mine = df[df["rank"] == int(rank)]
+    earliest = df.groupby("collective_id")["ts"].min()
     out = []
     for cid, ts in zip(mine["collective_id"].tolist(), mine["ts"].tolist()):
         row = per.loc[cid]
         wait = float(row["latest_start"]) - float(ts)
-        if wait <= 0:
+        if wait <= 0:  # this rank arrived last: the others waited for it, up to (its start - the first start)
+            held = float(ts) - float(earliest.loc[cid])
+            first = int(row["earliest_arrival_rank"])
+            if held > 0 and first != int(rank):
+                out.append({"ts": float(ts) - held, "dur": held,
+                            "name": f"rank {first} waits {held:.0f} µs for this rank ({row['collective']})",
+                            "args": {"collective_id": str(cid), "collective": str(row["collective"]),
+                                     "waited_for_by_rank": first, "wait_us": held}})
             continue
         last = int(row["last_arrival_rank"])
         size = row["msg_bytes"]

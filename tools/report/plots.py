@@ -186,8 +186,10 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
     if not ranks:
         raise InputError("step breakdown: no rank with steps to plot")
     fig = Figure(figsize=(max(6.0, 0.5 * max(len(r) for _, r in ranks) + 3.5), 2.8 * len(ranks) + 0.6))
+    first = None
     for j, (label, rows) in enumerate(ranks):
-        ax = fig.add_subplot(len(ranks), 1, j + 1)
+        ax = fig.add_subplot(len(ranks), 1, j + 1, sharey=first)  # one ms scale: ranks compare at a glance
+        first = first or ax
         xs = list(range(len(rows)))
         bottoms = [0.0] * len(rows)
         for key, name, color in STEP_PARTS:
@@ -208,6 +210,7 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.axes[-1].set_xlabel("ProfilerStep")
     fig.suptitle(title)
+    fig.tight_layout()  # a rank's panel title clear of the tick labels above it
     return _save(fig, path)
 
 
@@ -217,67 +220,84 @@ def _unix_s(t: float) -> float:
 
 
 def plot_telemetry(
-    series: Mapping[str, Sequence[tuple[float, float]]],
+    series: Mapping[str, Sequence[tuple[float, float]] | Mapping[str, Sequence[tuple[float, float]]]],
     units: Mapping[str, str],
     window: tuple[float, float] | None,
     path: str | os.PathLike[str],
     *,
     title: str | None = None,
     profiled: tuple[float, float] | None = None,
+    limits: Mapping[str, tuple[float, str]] | None = None,
 ) -> Path:
-    """One panel per metric over the job window, time in seconds since the job start;
-    ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel.
+    """One panel per metric over the job window, time in seconds since the job start, one line per
+    series; ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel;
+    ``limits``: ``{metric: (value, label)}``, a dashed line on that metric's panel (the board's
+    power limit, boost clock: the datasheet's).
 
-    ``series``: ``{metric: [(t_unix, value), ...]}`` (t in unix seconds; values above 1e11 are
-    taken as milliseconds, the VictoriaMetrics export's unit). ``units``: ``{metric: unit}``
-    (``%``, ``W``, ``MHz``, ``MiB``; missing -> no unit). ``window``: ``(start, end)`` unix
-    seconds of the job (manifest / ``rmsjob_info``); samples outside it are dropped. ``None``
-    spans the samples. Non-finite samples are dropped. Returns ``path``. Raises
-    :class:`InputError` when ``series`` is empty, a metric has no samples, a metric has no
-    samples inside the window, or the window is reversed.
+    ``series``: ``{metric: [(t_unix, value), ...]}`` or ``{metric: {series label: [(t_unix,
+    value), ...]}}`` (per host and GPU: every point drawn, with a marker when there are few), t in
+    unix seconds (values above 1e11 are taken as milliseconds, the VictoriaMetrics export's unit).
+    ``units``: ``{metric: unit}`` (``%``, ``W``, ``MHz``, ``MiB``; missing -> no unit).
+    ``window``: ``(start, end)`` unix seconds of the job (manifest / ``rmsjob_info``); samples
+    outside it are dropped. ``None`` spans the samples. Non-finite samples are dropped. Returns
+    ``path``. Raises :class:`InputError` when ``series`` is empty, a metric has no samples, a
+    metric has no samples inside the window, or the window is reversed.
     """
     if not series:
         raise InputError("telemetry series is empty: nothing to plot")
+    nested = {m: (dict(v) if isinstance(v, Mapping) else {"": v}) for m, v in series.items()}
     if window is not None:
         start, end = _unix_s(_num(window[0], "window start")), _unix_s(_num(window[1], "window end"))
         if end <= start:
             raise InputError(f"telemetry window end {end} is not after its start {start}")
     else:
-        ts = [_unix_s(float(t)) for pts in series.values() for t, _ in pts]
+        ts = [_unix_s(float(t)) for per in nested.values() for pts in per.values() for t, _ in pts]
         if not ts:
             raise InputError("telemetry series hold no samples")
         start, end = min(ts), max(ts)
     panels = []
-    for metric, pts in series.items():
-        if not pts:
+    for metric, per in nested.items():
+        lines = []
+        for label, pts in per.items():
+            if not pts:
+                continue
+            xy = []
+            for t, v in pts:
+                tu = _unix_s(_num(t, f"{metric} timestamp"))
+                try:
+                    fv = float(v)
+                except (TypeError, ValueError):
+                    raise InputError(f"{metric}: value is not a number: {v!r}") from None
+                if math.isfinite(fv) and start <= tu <= end:
+                    xy.append((tu - start, fv))
+            if xy:
+                lines.append((label, sorted(xy)))
+        if not any(per.values()):
             raise InputError(f"telemetry series {metric} is empty")
-        xy = []
-        for t, v in pts:
-            tu = _unix_s(_num(t, f"{metric} timestamp"))
-            try:
-                fv = float(v)
-            except (TypeError, ValueError):
-                raise InputError(f"{metric}: value is not a number: {v!r}") from None
-            if math.isfinite(fv) and start <= tu <= end:
-                xy.append((tu - start, fv))
-        if not xy:
+        if not lines:
             raise InputError(f"telemetry series {metric} has no finite sample inside the job window [{start:.0f}, {end:.0f}]")
-        xy.sort()
-        panels.append((metric, xy))
+        panels.append((metric, lines))
 
     n = len(panels)
-    fig = Figure(figsize=(8.0, max(2.0, 1.7 * n + 0.6)))
+    fig = Figure(figsize=(8.0, max(2.0, 1.9 * n + 0.6)))
     axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (metric, xy) in zip(axes, panels):
-        ax.plot([x for x, _ in xy], [y for _, y in xy], lw=1.2, color="#4C72B0")
+    for ax, (metric, lines) in zip(axes, panels):
+        for label, xy in lines:
+            ax.plot([x for x, _ in xy], [y for _, y in xy], lw=1.0, marker="." if len(xy) <= 200 else None, ms=3,
+                    label=label or None)
         unit = units.get(metric, "")
         ax.set_ylabel(f"{unit}" if unit else "value", fontsize=8)
         ax.set_title(metric, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
+        if limits and metric in limits:
+            val, text = limits[metric]
+            ax.axhline(val, color="#B22222", lw=1.0, ls="--", label=text)
         if profiled is not None:
             ax.axvspan(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, color="#F2C14E", alpha=0.35,
                        lw=0, label="profiled steps")
         ax.set_xlim(0, end - start)
+        if any(label for label, _ in lines) or (limits and metric in limits):
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     axes[-1].set_xlabel("time since job start (s)" + ("; shaded: the profiled steps" if profiled else ""))
     if title:
         fig.suptitle(title)

@@ -18,6 +18,7 @@ from ...agents.render import agent_notes_markdown
 from ...rules import context as ctx
 from ...rules import levers as lever_rules
 from ...rules import registry
+from ...rules.diagnosis import board_limits
 from ...rules.verdict import decide, name_causes, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
@@ -28,6 +29,9 @@ from ....state.publish import ensure_dir
 from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
+from ....tools.report import budget as report_budget
+from ....tools.report import html as report_html
+from ....tools.report import lead as report_lead
 from ....tools.report.templating import render
 from ....tools.report import plots as report_plots
 from ....tools.report import write as report_write
@@ -181,13 +185,53 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
     return render("report.md.j2", rep=rep, manifest=manifest,
                   rationale=ar.scrub(b.rationale, rules), confidence=confidence_line(b),
                   supporting=", ".join(f"`{c}`" for c in b.supporting_claims) or "none",
-                  causes=ar.causes_rows(rep, checks), context=ctx_lines, plots=[Path(p) for p in rep.plots],
+                  causes=ar.causes_rows(rep, checks), context=ctx_lines,
+                  budgets=[{"rank": x["rank"], "steps": x["steps"], "step_ms": x["step_ms"],
+                            "critical": x["rank"] == crit and len(rep.step_budget) > 1,
+                            "rows": report_budget.budget_rows(x), "path": report_budget.path_text(x)}
+                           for x in rep.step_budget], plots=[Path(p) for p in rep.plots],
                   annotated=Path(rep.annotated_trace).name if rep.annotated_trace else None,
                   top_kernels=rep.top_kernels, kernels_rank=crit, lever_intro=intro,
                   levers=[{"name": lv.name, "why": ar.scrub(lv.why, rules)} for lv in rep.levers],
                   missing=[ar.rule_ids(m, rules) for m in rep.missing + list(not_checked)],
                   claims=_claim_rows(rep, checks, rules), checks={ar.scrub(k, rules): v for k, v in checks.items()},
                   rules=sorted(rules, key=lambda r: (r[0], int(re.sub(r"\D", "", r) or 0))), usage=usage)
+
+
+def telemetry_panels(tel: dict[str, Any]) -> tuple[dict[str, dict[str, list]], dict[str, str]]:
+    """The telemetry plot's series, ``{metric: {label: [(unix s, value)]}}``, and units: each GPU
+    metric per host and GPU at the raw sample rate (``tel["gpu_series"]``, the telemetry analyst's),
+    else per host on the 1 s grid (``tel["series"]``, the hosts' GPU average, labelled ``<host>
+    (GPU average)``); node metrics per host. Bytes are shown in GiB."""
+    raw = tel.get("gpu_series") or {}
+    series: dict[str, dict[str, list]] = {}
+    for m, per_host in (tel.get("series") or {}).items():
+        if raw.get(m):
+            series[m] = dict(raw[m])
+        elif per_host:
+            gpu = m in raw or m != "cpu_util"
+            series[m] = {(f"{h} (GPU average)" if gpu else h) or "?": pts for h, pts in per_host.items()}
+    units = dict(tel.get("units") or {})
+    for m, u in list(units.items()):  # device memory reads better in GiB than in bytes
+        if u == "bytes" and m in series:
+            series[m] = {k: [(t, v / 2**30) for t, v in pts] for k, pts in series[m].items()}
+            units[m] = "GiB"
+    return series, units
+
+
+def board_lines(gpu: str | None, series: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """The board limits drawn on the telemetry plot: the power limit on ``power`` and the boost
+    clock on ``sm_clock``, from the GPU datasheet (:func:`~ai4s_graph.graph.rules.diagnosis.board_limits`),
+    100% on ``gpu_util``; ``{}`` entries for an unknown board."""
+    out: dict[str, tuple[float, str]] = {}
+    lim = board_limits(gpu)
+    if lim is not None and "power" in series:
+        out["power"] = (lim[0], f"power limit {lim[0]:.0f} W (datasheet)")
+    if lim is not None and lim[1] and "sm_clock" in series:
+        out["sm_clock"] = (lim[1], f"boost clock {lim[1]:.0f} MHz (datasheet)")
+    if "gpu_util" in series:
+        out["gpu_util"] = (100.0, "100%")
+    return out
 
 
 def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
@@ -204,17 +248,13 @@ def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] 
         except Ai4sError as e:
             problems.append(f"synthesizer: GPU breakdown plot: {e}")
     tel = (state.get("findings") or {}).get("telemetry") or {}
-    series = {m: next(iter(per_inst.values())) for m, per_inst in (tel.get("series") or {}).items() if per_inst}
-    units = dict(tel.get("units") or {})
-    for m, u in list(units.items()):  # device memory reads better in GiB than in bytes
-        if u == "bytes" and m in series:
-            series[m] = [(t, v / 2**30) for t, v in series[m]]
-            units[m] = "GiB"
+    series, units = telemetry_panels(tel)
     if series:
         try:
             crit = next(iter(ranks), None)
             prof = ctx.profiled_window(crit) if crit else None
             paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png", profiled=prof,
+                                                  limits=board_lines(state["manifest"].gpu, series),
                                                   title=f"Telemetry over job {state['manifest'].jobid}")))
         except Ai4sError as e:
             problems.append(f"synthesizer: telemetry plot: {e}")
@@ -304,17 +344,21 @@ def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
         return None
 
 
-def step_plot(ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
-    """``step_time_breakdown.png`` from the annotated trace's per-step breakdown (the rank it
-    annotated, marked when it is the straggler); [] without steps."""
+def step_plot(budgets: list[dict[str, Any]], ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
+    """``step_time_breakdown.png``: per step x per rank, computation / exposed communication / exposed
+    memcpy / idle (issue 27 point 3), every rank of the step accounting (``budgets``: the report's
+    ``step_budget``; the annotated trace's per-step breakdown of the critical rank when none has
+    one), the straggler's panel marked; [] without steps."""
     from ....tools.report import plots
 
-    rows = getattr(ann, "step_breakdown", None) or []
-    if not rows:
+    per_rank = {str(x["rank"] if x["rank"] is not None else i): x["per_step"] for i, x in enumerate(budgets)
+                if x.get("per_step")}
+    if not per_rank and getattr(ann, "step_breakdown", None):
+        per_rank = {str(b.critical_rank if b.critical_rank is not None else 0): ann.step_breakdown}
+    if not per_rank:
         return []
-    label = str(b.critical_rank if b.critical_rank is not None else 0)
     try:
-        return [str(plots.plot_step_breakdown({label: rows}, out_dir / "step_time_breakdown.png",
+        return [str(plots.plot_step_breakdown(per_rank, out_dir / "step_time_breakdown.png",
                                               marked=str(b.straggler) if b.straggler is not None else None))]
     except Ai4sError as e:
         problems.append(f"synthesizer: step breakdown plot: {e}")
@@ -380,8 +424,9 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
         plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
         ann = annotate_trace(findings, b.critical_rank, dest, plot_problems)
-        if ann is not None:
-            plots_ += step_plot(ann, b, dest, plot_problems)
+        budgets = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
+                   if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
+        plots_ += step_plot(budgets, ann, b, dest, plot_problems)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
@@ -392,6 +437,11 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.throughput = ar.throughput(findings.get("fom"))
     crit_rank = _rank_record(findings, b.critical_rank)
     rep.top_kernels = ar.top_kernel_rows((crit_rank or {}).get("top_kernels") or [])
+    rep.step_budget = budgets
+    rep.telemetry_samples = {m: {k: len(v) for k, v in per.items()}
+                             for m, per in telemetry_panels(findings.get("telemetry") or {})[0].items()}
+    if b.cause is None and crit_rank:  # issue 34 point 5: a lead, not a guess
+        b.lead = report_lead.step_lead(crit_rank.get("step_accounting"), crit_rank.get("rank"), rep.top_kernels)
     if ann is not None:
         rep.annotated_trace = ann.path
     rep.headline = ar.headline(rep)
@@ -413,8 +463,9 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
+    md = render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep)
+    page = report_html.report_html(md, {p.name: data for p, data in staged_plots}, f"ai4s-graph report — job {rep.jobid}")
     report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
-                                                        indent=1, ensure_ascii=False) + "\n",
-                              render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep),
-                              staged_plots)
+                                                        indent=1, ensure_ascii=False) + "\n", md,
+                              [*staged_plots, (dest / "report.html", page.encode("utf-8"))])
     return {"report": rep}, status

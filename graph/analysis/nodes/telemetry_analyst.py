@@ -25,7 +25,7 @@ from ....state import Claim, Evidence, Manifest, Outcome, StatusLine, worst
 from ....state.claimkit import claim
 from ....tools.errors import Ai4sError, InputError
 from ....tools.slurm.scriptparse import parse_job_script
-from ....tools.telemetry import export, metrics, promql, rawstats
+from ....tools.telemetry import export, gpu_series, metrics, promql, rawstats
 from ....tools.telemetry.victoria import VictoriaMetrics
 from ....tools.trainlog import fom, logtext
 from ....tools.trainlog.fom_fields import extra_foms
@@ -388,6 +388,14 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
         if s:
             findings["series"][metric] = s
             findings["units"][metric] = metrics.METRICS[metric].unit
+    # the report's plot per host and GPU at the raw sample rate (issue 27 point 3): stored samples, not a grid
+    if vendor not in (None, "none"):
+        try:
+            raw = pq.export(gpu_series.selectors(PLOT_METRICS, manifest.jobid), window[0] - rawstats.JOIN_MARGIN_S,
+                            window[1] + rawstats.JOIN_MARGIN_S)
+            findings["gpu_series"] = gpu_series.gpu_series(raw, PLOT_METRICS, manifest.jobid, window, vendor)
+        except Ai4sError as e:
+            missing.append(f"telemetry: per-GPU series for the plot: {e}")
     sc = _supports_compute_claim(findings, manifest)
     return findings, claims + ([sc] if sc is not None else [])
 
