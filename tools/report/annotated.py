@@ -189,7 +189,9 @@ def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str]
     loader: list[tuple[float, float]] = []
     pids: set[int] = set()
     n = 0
-    with open_atomic(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as z, \
+    # compresslevel 1 (GzipFile's default is 9): measured on a 19.4 MB rank trace (bench/make_long_trace.py),
+    # 0.05 s against 0.49 s of CPU for 1.95 MB against 1.33 MB: the copy of a 1 GB trace saves ~20 s
+    with open_atomic(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as z, \
             io.BufferedWriter(z, buffer_size=1 << 20) as gz:  # type: ignore[arg-type]
         gz.write(b"{")
         for k, v in head.items():

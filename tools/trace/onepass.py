@@ -78,9 +78,14 @@ def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, flo
     :data:`TIMED_CATS` (of a loaded :class:`~.kineto.KinetoTrace`, after its own clipping) whose name ``wanted`` accepts: the
     verifier's path to the kernel time the analyst's :attr:`NameCounter.kernel_us` sums."""
     out: dict[str, float] = {}
+    hit: dict[str, bool] = {}  # ``wanted`` once per distinct name (it asks every cause: ~20 % of the read)
     for g in tr.gpu:
-        if g.cat in TIMED_CATS and wanted(g.name):
-            out[g.name] = out.get(g.name, 0.0) + float(g.dur)
+        if g.cat in TIMED_CATS:
+            ok = hit.get(g.name)
+            if ok is None:
+                ok = hit[g.name] = bool(wanted(g.name))
+            if ok:
+                out[g.name] = out.get(g.name, 0.0) + float(g.dur)
     return out
 
 
