@@ -140,7 +140,7 @@ def test_disk_full_during_the_synthesizer_keeps_the_good_report(tmp_path):
     when both are complete, so the earlier report.json/report.md survive as they were."""
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
-    cp = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    cp = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
     if cp.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({cp.stderr.strip()[:80]}); the RLIMIT_FSIZE test covers the kind")
     try:

@@ -55,6 +55,8 @@ class KernelLaunchOverhead(StepCause):
                         "launch replays the step's many small kernels"),)
 
     def detect(self, x: Inputs) -> list[Finding]:
+        if (x.rank or {}).get("insufficient_gpu_activity"):
+            return []  # too little GPU work for any class (tools/trace/hygiene.py): no launch figure to read
         b = budget(x)
         lf = launch_figures(x)
         if b is None or lf is None:
