@@ -35,7 +35,7 @@ def _found_cluster_config() -> bool:
 
 
 def optimize(
-    model: Optional[str] = typer.Option(None, "--model", help="Model of the catalog (cpu-toy, hydragnn, orbit2)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model of the catalog (cpu-toy, gnn, hydragnn, orbit2, vit, workload: tools/levers/catalogs/)."),
     catalog: Optional[Path] = typer.Option(None, "--catalog", help="Lever catalog YAML (default: the bundled levers/<model>.yaml)."),
     iterations: int = typer.Option(3, "--iterations", min=0, help="Lever iterations to run (the baseline is extra)."),
     node_hours: Optional[float] = typer.Option(None, "--node-hours", help="Stop once this many node-hours are used."),
@@ -50,7 +50,7 @@ def optimize(
                                    "./.cluster-config.yaml), else local."),
     analyze: bool = typer.Option(
         False, "--analyze/--no-analyze", help="Run the analysis on the baseline and on each new best: its verified "
-                                              "bottleneck class picks the candidate levers (default on without --report)."),
+                                              "bottleneck class and named cause pick and order the candidate levers (off unless given)."),
     shared_dir: Optional[Path] = typer.Option(None, "--shared-dir", help="Local executor: where runs go "
                                               "(<dir>/models/<model>/perf-runs/<id>; default $AI4S_SHARED_DIR, else "
                                               "<loop-root>/shared)."),
