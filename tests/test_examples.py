@@ -36,7 +36,9 @@ def test_data_loader_example_shows_the_starvation(repo_root, tmp_path):
     dl = _claim(rep, "tl.r0.dataloader_share")
     assert dl.verdict.value == "confirmed" and dl.claim.value > 30.0        # DataLoader ≥ 30% of the step
     assert _claim(rep, "tl.r0.idle_time").claim.value > 20.0
-    assert rep.levers[0].name == "num_workers"
+    # the named loader cause leads with its lever (the catalog id; the class lever is the generic num_workers)
+    assert rep.bottleneck.cause is not None and rep.bottleneck.cause.startswith("dataloader-")
+    assert rep.levers[0].name == "num_workers_8"
 
 
 def test_discriminator_disagreeing_with_an_idle_gpu_is_flagged(repo_root, tmp_path):

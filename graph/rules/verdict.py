@@ -169,7 +169,10 @@ def _disc_contradiction(view: RankView, d: VerifiedClaim, sp: VerifiedClaim | No
     bound = _amdahl_bound(busy)
     speed = compare.get("speedup", sp.claim.value if sp else None)
     hi, lo = compare.get("hi", "?"), compare.get("lo", "?")
-    direct = (f"trace of rank {view.rank}: GPU busy {busy:.1f}%, idle {inp.get('idle_pct', 0):.1f}% of the profiled "
+    w_idle = inp.get("window_idle_pct")  # the window's own figures when the rules read the run's step instead
+    w_busy = (100.0 - w_idle) if w_idle is not None else busy
+    direct = (f"trace of rank {view.rank}: GPU busy {w_busy:.1f}%, idle "
+              f"{(w_idle if w_idle is not None else inp.get('idle_pct', 0)):.1f}% of the profiled "
               f"window → {view.klass}") if busy is not None else f"trace of rank {view.rank} → {view.klass}"
     indirect = (f"precision pair {hi} → {lo} (jobs {compare.get('hi_jobid', '?')} → {compare.get('lo_jobid', '?')}): "
                 f"step speedup {float(speed):.3f}× → {d.claim.value}") if speed is not None else \
@@ -198,8 +201,9 @@ def _tel_contradiction(view: RankView, t: VerifiedClaim) -> Contradiction:
     inp = view.diag.inputs if view.diag else {}
     args = (t.claim.evidence[0].args if t.claim.evidence else {}) or {}
     util = args.get("gpu_util")
-    direct = (f"trace of rank {view.rank}: GPU computing {inp.get('computation_pct', 0):.1f}%, idle "
-              f"{inp.get('idle_pct', 0):.1f}% of the profiled window → {view.klass}")
+    direct = (f"trace of rank {view.rank}: GPU computing "
+              f"{inp.get('window_computation_pct', inp.get('computation_pct', 0)):.1f}%, idle "
+              f"{inp.get('window_idle_pct', inp.get('idle_pct', 0)):.1f}% of the profiled window → {view.klass}")
     num = lambda x, u: "?" if not isinstance(x, (int, float)) else f"{x:.1f}{u}"  # noqa: E731
     indirect = (f"telemetry over the job: utilization {num(util, '%')}, SM clock {num(args.get('sm_clock'), ' MHz')}, "
                 f"power {num(args.get('power'), ' W')} → "
