@@ -99,7 +99,9 @@ def test_truth_vocabulary_order_and_plan():
               "checkpoint-io-per-step", "cpu-preprocess-in-step"}
     assert host34 <= causes1
     total = C.WARMUP_EST_S + C.LONG_EST_S + sum(by[j]["est_s"] for j in one)
-    assert total <= 420.0  # the call-1 plan: <= 420 s of run time plus start-ups (bench/accuracy/README.md)
+    # the whole 1-GPU order fits one device call: the 600 s per-call limit less generate.py's 30 s packing
+    # reserve (the two loader cases run 300 steps since 2026-12-02, so the order no longer fits call 1's 420 s)
+    assert total <= 570.0
 
 
 def test_the_workload_catalog_holds_every_lever_with_the_same_change():
