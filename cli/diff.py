@@ -51,19 +51,13 @@ def diff(
         if refused:
             raise typer.Exit(2)
         raise typer.Exit(1)
-    f = d["fom"]
-    head = (f"{f['name']} {f['improvement_pct']:+.2f}% (noise {f['noise_pct']:.2f}%)" if f.get("name") else "no FOM")
-    if d["verdict"] == "not-comparable":
-        line = StatusLine.make("partial", f"not comparable, no regression claimed: {'; '.join(d['refused'])[:300]}")
-    else:
-        line = StatusLine.make("ok" if d["exit_code"] == 0 else "fail",
-                               f"{d['verdict']}: {head}; {len(d['claims_moved'])} claims moved beyond noise")
+    line = StatusLine.make(*D.status_reason(d))
     if as_json:
         options.echo_json("diff", line.format(), **summary(d, md, js))
     else:
         options.say(f"diff: {md}")
         options.say(f"diff.json: {js}")
-        for c in d["contradictions"]:
+        for c in d["contradictions"]:  # none for a refused pair: it prints only the refusal
             options.say(f"contradiction: {c}", err=True)
         typer.echo(line.format())
     raise typer.Exit(d["exit_code"])
