@@ -327,13 +327,18 @@ def test_a_refused_unlike_pair_has_no_contradictions(sides):
     assert outcome == "partial" and "different models (gnn vs vit)" in full and "different nominal batch" in full
 
 
-def test_hand_built_19x_pair_in_words(tmp_path):
-    """Two 20-step runs, steady steps 0.010 s against 0.190 s: 19.0x slower, +1800% step time."""
+def _steady_pair(tmp_path: Path, ta: float, tb: float) -> tuple[Path, Path]:
+    """Two 20-step runs: a 1 s warm-up step, then 19 steps of ``ta`` (A) and ``tb`` (B) seconds."""
     def lines(t):
         return ["Batch 0: loss 1.0 time 1.0000 seconds samples 8"] + \
             [f"Batch {i}: loss 1.0 time {t:.4f} seconds samples 8" for i in range(1, 20)]
 
-    a, b = _side_from_log(tmp_path, "a", lines(0.010)), _side_from_log(tmp_path, "b", lines(0.190))
+    return _side_from_log(tmp_path, "a", lines(ta)), _side_from_log(tmp_path, "b", lines(tb))
+
+
+def test_hand_built_19x_pair_in_words(tmp_path):
+    """Steady steps 0.010 s against 0.190 s: 19.0x slower, +1800% step time."""
+    a, b = _steady_pair(tmp_path, 0.010, 0.190)
     d = D.compare(D.load_side(a), D.load_side(b))
     assert d["fom"]["name"] == "steady_step_time_s" and d["verdict"] == "regression"
     assert d["fom"]["change"]["text"] == "19.0× slower (+1800% step time)"
@@ -344,11 +349,7 @@ def test_hand_built_19x_pair_in_words(tmp_path):
 
 def test_hand_built_1_05x_pair_in_words(tmp_path):
     """Steady steps 0.1000 s against 0.1050 s (no spread: the 2% noise floor): 5.0% slower, a regression."""
-    def lines(t):
-        return ["Batch 0: loss 1.0 time 1.0000 seconds samples 8"] + \
-            [f"Batch {i}: loss 1.0 time {t:.4f} seconds samples 8" for i in range(1, 20)]
-
-    a, b = _side_from_log(tmp_path, "a", lines(0.1000)), _side_from_log(tmp_path, "b", lines(0.1050))
+    a, b = _steady_pair(tmp_path, 0.1000, 0.1050)
     d = D.compare(D.load_side(a), D.load_side(b))
     assert d["fom"]["change"]["text"] == "5.0% slower (+5.0% step time)" and d["verdict"] == "regression"
     assert "B is 5.0% slower (+5.0% step time) than A" in D.render_md(d)
