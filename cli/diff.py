@@ -65,12 +65,13 @@ def diff(
 
 def summary(d: dict, md: Path, js: Path) -> dict:
     """The stable part of a diff for ``--json``: verdict, exit code, comparability and refusals, the
-    verdict FOM (name, direction, unit, A, B, improvement and noise in percent), contradictions,
+    verdict FOM (name, direction, unit, A, B, improvement and noise in percent, the change in words:
+    :func:`~ai4s_graph.tools.report.diff.change_words`), contradictions,
     the bottleneck classes and the files written."""
     f = d["fom"]
     return {"verdict": d["verdict"], "exit_code": d["exit_code"], "comparable": d["comparable"],
             "refused": d["refused"], "a": d["a"]["jobid"], "b": d["b"]["jobid"],
-            "fom": {k: f.get(k) for k in ("name", "direction", "unit", "a", "b", "improvement_pct", "noise_pct")},
+            "fom": {k: f.get(k) for k in ("name", "direction", "unit", "a", "b", "improvement_pct", "change", "noise_pct")},
             "contradictions": d["contradictions"], "bottleneck": d["bottleneck"],
             "claims_moved": len(d["claims_moved"]), "files": {"diff_md": str(md), "diff_json": str(js)}}
 
