@@ -139,6 +139,11 @@ def test_cause_share_and_lever_saving_are_quoted_the_same_everywhere(reports):
             share = f"{b['causes'][0]['share'] * 100:.1f}%"
             assert f"— {share} of the step" in head and f", {share} of the step" in summary, j
             assert f"| {share} of the step |" in _section(md, "Causes"), j
+        for k, v in rep["figures"].items():  # the summary's GPU split is report.json's figures, of the window
+            if v.get("unit") == "%" and k.startswith(("GPU", "exposed")) and k.removeprefix("GPU ") in summary:
+                assert f"{k.removeprefix('GPU ')} {v['value']:.1f}%" in summary, (j, k)
+        if any(k.startswith("GPU") for k in rep["figures"]):
+            assert "of the profiled window." in summary, j
         lv = rep["levers"][0] if rep["levers"] else None
         if lv and lv.get("saving_ms_high") is not None:
             pct = f"({100 * lv['saving_ms_low'] / lv['step_ms']:.0f}–{100 * lv['saving_ms_high'] / lv['step_ms']:.0f}% of " \
