@@ -51,19 +51,13 @@ def diff(
         if refused:
             raise typer.Exit(2)
         raise typer.Exit(1)
-    f = d["fom"]
-    head = (f"{f['name']} {f['improvement_pct']:+.2f}% (noise {f['noise_pct']:.2f}%)" if f.get("name") else "no FOM")
-    if d["verdict"] == "not-comparable":
-        line = StatusLine.make("partial", f"not comparable, no regression claimed: {'; '.join(d['refused'])[:300]}")
-    else:
-        line = StatusLine.make("ok" if d["exit_code"] == 0 else "fail",
-                               f"{d['verdict']}: {head}; {len(d['claims_moved'])} claims moved beyond noise")
+    line = StatusLine.make(*D.status_reason(d))
     if as_json:
         options.echo_json("diff", line.format(), **summary(d, md, js))
     else:
         options.say(f"diff: {md}")
         options.say(f"diff.json: {js}")
-        for c in d["contradictions"]:
+        for c in d["contradictions"]:  # none for a refused pair: it prints only the refusal
             options.say(f"contradiction: {c}", err=True)
         typer.echo(line.format())
     raise typer.Exit(d["exit_code"])
@@ -71,12 +65,13 @@ def diff(
 
 def summary(d: dict, md: Path, js: Path) -> dict:
     """The stable part of a diff for ``--json``: verdict, exit code, comparability and refusals, the
-    verdict FOM (name, direction, unit, A, B, improvement and noise in percent), contradictions,
+    verdict FOM (name, direction, unit, A, B, improvement and noise in percent, the change in words:
+    :func:`~ai4s_graph.tools.report.diff.change_words`), contradictions,
     the bottleneck classes and the files written."""
     f = d["fom"]
     return {"verdict": d["verdict"], "exit_code": d["exit_code"], "comparable": d["comparable"],
             "refused": d["refused"], "a": d["a"]["jobid"], "b": d["b"]["jobid"],
-            "fom": {k: f.get(k) for k in ("name", "direction", "unit", "a", "b", "improvement_pct", "noise_pct")},
+            "fom": {k: f.get(k) for k in ("name", "direction", "unit", "a", "b", "improvement_pct", "change", "noise_pct")},
             "contradictions": d["contradictions"], "bottleneck": d["bottleneck"],
             "claims_moved": len(d["claims_moved"]), "files": {"diff_md": str(md), "diff_json": str(js)}}
 

@@ -110,6 +110,37 @@ class Usage(BaseModel):
     model: str | None = None
 
 
+class NoteKind(BaseModel):
+    """One kind of line the report lists about its inputs: the section of report.md it goes under,
+    whether it lowers the run's STATUS to ``partial``, and what it means."""
+
+    section: str
+    degrades: bool
+    meaning: str
+
+
+NOTE_KINDS: dict[str, NoteKind] = {
+    "missing": NoteKind(section="What was missing", degrades=True,
+                        meaning="an input the verdict reads was missing or bad (a rank trace that failed, a metric "
+                                "with no samples, a plot not drawn): the report is partial"),
+    "not_checked": NoteKind(section="What was missing", degrades=False,
+                            meaning="a check that could not run for want of an input; the verdict did not need it "
+                                    "(issue 28: its line, never a lower STATUS)"),
+    "input_notes": NoteKind(section="What was done to the inputs", degrades=False,
+                            meaning="what the analysis did to the inputs, e.g. the ranks' clocks aligned on the "
+                                    "ends of their collectives: information, nothing is missing"),
+}
+"""The one table of which report notes lower STATUS (issue 27: ``partial`` means something the
+verdict needed is missing; an informational note is a note). Keys are the analysis state's list
+channels (``graph/analysis/schema.py``) and the :class:`Report` fields of the same name."""
+
+
+def degrading(**lists: list[str]) -> list[str]:
+    """The entries of the given note lists (keyword = a :data:`NOTE_KINDS` key) that lower STATUS
+    to ``partial``, in order. Raises ``KeyError`` for a kind the table does not define."""
+    return [x for k, v in lists.items() if NOTE_KINDS[k].degrades for x in v or []]
+
+
 REPORT_SCHEMA_VERSION = 2
 """``report.json``'s layout version: 2 = numbers as numbers with ``unit`` fields (``figures``),
 ``headline``, ``throughput``, ``top_kernels``, ``annotated_trace`` (later, additive:
@@ -130,6 +161,8 @@ class Report(BaseModel):
     levers: list[LeverRecommendation] = Field(default_factory=list)
     lever_catalog: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that were missing or bad")
+    input_notes: list[str] = Field(default_factory=list, description="what was done to the inputs "
+                                   "(informational: never lowers STATUS, NOTE_KINDS)")
     statuses: dict[str, str] = Field(default_factory=dict, description="node -> STATUS line")
     figures: dict[str, Any] = Field(default_factory=dict, description="headline numbers: name -> "
                                                                     "{value (a number), unit}")

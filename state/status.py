@@ -35,7 +35,8 @@ def one_line(value: Any, limit: int | None = None) -> str:
     """``str(value)`` as one line a reader (or a script reading ``STATUS=`` lines) cannot be fooled
     by: runs of blanks, tabs and line breaks become one space; any other control, format or
     line-separator character is written as an escape (``\\x1b``, ``\\u202e``); leading and
-    trailing blanks are cut. ``limit``: at most that many characters (the last one ``…``)."""
+    trailing blanks are cut. ``limit``: at most that many characters (the last one ``…``), cut at
+    the last blank within them when that keeps over half of them (never mid-word), else mid-word."""
     text = " ".join(str(value).split())
     if any(not ch.isprintable() for ch in text):
         out = []
@@ -47,7 +48,10 @@ def one_line(value: Any, limit: int | None = None) -> str:
                 out.append(ch)
         text = "".join(out)
     if limit is not None and len(text) > limit:
-        text = text[: limit - 1].rstrip() + "…"
+        head = text[: limit - 1]
+        cut = head.rfind(" ")
+        # at a word boundary (a reader never meets half a word), unless that drops over half the room
+        text = (head[:cut] if cut > (limit - 1) // 2 else head).rstrip(" ;,:") + "…"
     return text
 
 

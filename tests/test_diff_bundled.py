@@ -256,3 +256,100 @@ def test_analysed_runs_end_to_end(tmp_path):
         assert out["verdict"] == verdict and out["fom"]["name"] == "steady_step_time_s"
         d = json.loads(Path(out["files"]["diff_json"]).read_text())
         assert d["top_kernels"] and d["fom"]["noise_method"]["a"].startswith("MAD of the 14 steady step times")
+
+
+# ------------------------------------------------------------------ the change in words (issue 27, a new user's read)
+
+@pytest.mark.parametrize("va, vb, name, text", [
+    (0.100, 0.105, "steady_step_time_s", "5.0% slower (+5.0% step time)"),        # 1.05x
+    (0.010, 0.190, "steady_step_time_s", "19.0× slower (+1800% step time)"),      # 19x: not "-1800%"
+    (0.190, 0.010, "steady_step_time_s", "19.0× faster (-94.7% step time)"),
+    (100.0, 100.0 / 19, "throughput_samples_per_s", "19.0× slower (-94.7% throughput)"),
+    (100.0, 105.0, "throughput_samples_per_s", "5.0% faster (+5.0% throughput)"),
+    (0.5, 0.75, "epoch_time_s", "1.5× slower (+50.0% epoch time)"),
+    (2.0, 2.0, "epoch_time_s", "unchanged (+0.0% epoch time)"),
+    (250.4, 117.2, "throughput_realized_samples_per_s", "2.1× slower (-53.2% realized throughput)"),
+])
+def test_change_in_words_by_hand(va, vb, name, text):
+    assert D.change_words(va, vb, D.FOM_DEFINITIONS[name])["text"] == text
+
+
+def _uncut(reason: str, full: str) -> bool:
+    """``reason`` is ``full`` whole, or ``full`` cut at a word boundary and ended by ``…``."""
+    if reason == full:
+        return True
+    head = reason.removesuffix("…")
+    return reason.endswith("…") and full.startswith(head) and not full[len(head)].isalnum()
+
+
+@pytest.mark.parametrize("a,b", list(itertools.permutations(RUNS, 2)), ids=lambda x: x)
+def test_every_bundled_pair_says_its_direction_in_words(sides, a, b):
+    from ai4s_graph.state import StatusLine
+
+    exp = _expected(a, b)
+    d = D.compare(D.load_side(sides[a]), D.load_side(sides[b]))
+    outcome, full = D.status_reason(d)
+    line = StatusLine.make(outcome, full)
+    assert _uncut(line.reason, full), line.reason
+    if d["verdict"] == "not-comparable":
+        assert d["contradictions"] == [] and full.startswith("not comparable, no regression claimed: ")
+        return
+    words = d["fom"]["change"]["words"]
+    r = exp["b"] / exp["a"]  # the step or epoch time of B over A's, by hand from the logs
+    want = ("unchanged" if round(abs(r - 1) * 100, 1) == 0 and r >= 1 else
+            f"{r:.1f}× slower" if r >= 1.5 else f"{(r - 1) * 100:.1f}% slower" if r > 1 else
+            f"{1 / r:.1f}× faster" if 1 / r >= 1.5 else f"{(1 / r - 1) * 100:.1f}% faster")
+    assert words == want and f"{d['fom']['name']} {want} (" in full
+    assert {"regression": "slower", "improvement": "faster"}.get(d["verdict"], words.split()[-1]) == words.split()[-1]
+    # a time cannot fall by more than 100%: no "-1800%" anywhere a reader looks
+    assert not [x for x in re.findall(r"-(\d+(?:\.\d+)?)%", full + D.render_md(d)) if float(x) > 100]
+
+
+def test_a_refused_pair_prints_only_the_refusal(tmp_path):
+    """A pair dominated by warm-up (one-step runs), whose throughputs differ 4x: the CLI prints the files,
+    then the refusal with its reason; no contradiction line, no FOM change."""
+    a = _side_from_log(tmp_path, "a", ["Batch 0: loss 1.0 time 2.0000 seconds samples 8", "Epoch 0 completed"])
+    b = _side_from_log(tmp_path, "b", ["Batch 0: loss 1.0 time 0.5000 seconds samples 8", "Epoch 0 completed"])
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(a), str(b), "--out", str(tmp_path / "d")],
+                        env=_env(), capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 1
+    assert "contradiction" not in cp.stdout + cp.stderr
+    (last,) = [x for x in cp.stdout.splitlines() if x.startswith("STATUS=")]
+    assert last.startswith("STATUS=partial; reason=not comparable, no regression claimed: dominated by warm-up")
+
+
+def test_a_refused_unlike_pair_has_no_contradictions(sides):
+    """92001 (gnn, batch 16) -> 93003 (vit, batch 512): its throughput and step time move apart, but
+    the pair is refused, so neither is read as a contradiction; the reason is cut at a word."""
+    d = D.compare(D.load_side(sides["92001"]), D.load_side(sides["93003"]))
+    assert d["verdict"] == "not-comparable" and d["contradictions"] == []
+    outcome, full = D.status_reason(d)
+    assert outcome == "partial" and "different models (gnn vs vit)" in full and "different nominal batch" in full
+
+
+def _steady_pair(tmp_path: Path, ta: float, tb: float) -> tuple[Path, Path]:
+    """Two 20-step runs: a 1 s warm-up step, then 19 steps of ``ta`` (A) and ``tb`` (B) seconds."""
+    def lines(t):
+        return ["Batch 0: loss 1.0 time 1.0000 seconds samples 8"] + \
+            [f"Batch {i}: loss 1.0 time {t:.4f} seconds samples 8" for i in range(1, 20)]
+
+    return _side_from_log(tmp_path, "a", lines(ta)), _side_from_log(tmp_path, "b", lines(tb))
+
+
+def test_hand_built_19x_pair_in_words(tmp_path):
+    """Steady steps 0.010 s against 0.190 s: 19.0x slower, +1800% step time."""
+    a, b = _steady_pair(tmp_path, 0.010, 0.190)
+    d = D.compare(D.load_side(a), D.load_side(b))
+    assert d["fom"]["name"] == "steady_step_time_s" and d["verdict"] == "regression"
+    assert d["fom"]["change"]["text"] == "19.0× slower (+1800% step time)"
+    assert D.status_reason(d)[1].startswith("regression: steady_step_time_s 19.0× slower (+1800% step time)")
+    back = D.compare(D.load_side(b), D.load_side(a))
+    assert back["verdict"] == "improvement" and back["fom"]["change"]["words"] == "19.0× faster"
+
+
+def test_hand_built_1_05x_pair_in_words(tmp_path):
+    """Steady steps 0.1000 s against 0.1050 s (no spread: the 2% noise floor): 5.0% slower, a regression."""
+    a, b = _steady_pair(tmp_path, 0.1000, 0.1050)
+    d = D.compare(D.load_side(a), D.load_side(b))
+    assert d["fom"]["change"]["text"] == "5.0% slower (+5.0% step time)" and d["verdict"] == "regression"
+    assert "B is 5.0% slower (+5.0% step time) than A" in D.render_md(d)

@@ -118,6 +118,8 @@ class AnalysisState(TypedDict, total=False):
     - ``statuses``: node name -> its STATUS line.
     - ``missing``: one line per missing or bad input.
     - ``not_checked``: one ``not checked: needs ...`` line per check that could not run (issue 28).
+    - ``input_notes``: what was done to the inputs (the ranks' clocks aligned on their collectives):
+      informational, never lowers STATUS (``state/report.py:NOTE_KINDS``).
     - ``usage``: node name -> :class:`Usage` (LLM token use).
     - ``report``: the synthesizer's :class:`Report`.
     """
@@ -134,6 +136,7 @@ class AnalysisState(TypedDict, total=False):
     statuses: Annotated[dict[str, str], merge_dicts]
     missing: Annotated[list[str], operator.add]
     not_checked: Annotated[list[str], operator.add]
+    input_notes: Annotated[list[str], operator.add]
     usage: Annotated[dict[str, Usage], merge_dicts]
     report: Report
 

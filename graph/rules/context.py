@@ -134,19 +134,26 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
     stalls reported, :func:`_bursty`); ``fom``: the log's figures (``steady_step_time_s``, used
     without a ``run_step``); ``util_series``: GPU utilization ``[(unix s, %)]``;
     ``window``: the profiled window in unix s (:func:`profiled_window`). Returns ``{step_ratio,
-    trace_step_ms, log_step_ms, step_flag, class_after_correction, run_steps, run_step_mean_ms, stalls,
+    trace_step_ms, log_step_ms, step_flag, class_after_correction, idle_pct_over_run_step, run_steps,
+    run_step_mean_ms, stalls,
     stall_share, bursty, busy_pct, util_pct_window,
     util_samples, util_diff_pp, util_flag, representative, statement}`` or None when neither check
-    can run. Thresholds: :data:`~.diagnosis.REPR_STEP_RATIO`, :data:`~.diagnosis.REPR_UTIL_PP`."""
+    can run. ``trace_step_ms`` is the class rules' profiled step (the median,
+    :func:`~.diagnosis.profiled_step_ms`) and ``idle_pct_over_run_step`` their GPU idle over the run's
+    step (:func:`~.diagnosis.over_run_step`), so ``step_ratio`` is the stretch the Bottleneck
+    rationale quotes. Thresholds: :data:`~.diagnosis.REPR_STEP_RATIO`, :data:`~.diagnosis.REPR_UTIL_PP`."""
     out: dict[str, Any] = {}
     notes: list[str] = []
-    t_ms = rank_result.get("step_time_ms")
+    # the class rules' own profiled step (the median, diagnosis.profiled_step_ms) and their own
+    # re-expression over the run's step (diagnosis.over_run_step): one stretch, one idle figure in
+    # the whole report (issue 27: the Bottleneck rationale and this section quote the same numbers)
+    t_ms = dg.profiled_step_ms(rank_result)
     rs = rank_result.get("run_step") or None
     log_s = (rs["ms"] / 1e3) if rs else (fom or {}).get("steady_step_time_s")
     what = "the run's steady step outside the profiler" if rs else "the log's steady step"
     tl = rank_result.get("timeline") or {}
     if t_ms and log_s:
-        ratio = float(t_ms) / (float(log_s) * 1e3)
+        ratio = round(float(t_ms) / (float(log_s) * 1e3), 3)  # rounded as the rules round their step_stretch
         flag = ratio > dg.REPR_STEP_RATIO or ratio < 1.0 / dg.REPR_STEP_RATIO
         out.update(step_ratio=round(ratio, 3), trace_step_ms=round(float(t_ms), 3),
                    log_step_ms=round(float(log_s) * 1e3, 3), step_flag=flag)
@@ -158,9 +165,12 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
             after_d = dg.classify_trace({**rank_result, "run_step": {"ms": float(log_s) * 1e3}})
             after = after_d.klass.value
             out["class_after_correction"] = after
-            idle_c = dg.scaled_timeline(tl, ratio).get("idle_time", {}).get("percent") if ratio > 1 else None
+            idle_c = (dg.over_run_step({**rank_result, "run_step": {**(rs or {}), "ms": float(log_s) * 1e3}})
+                      .get("idle_time", {}).get("percent") if ratio > 1 else None)
+            if idle_c is not None:
+                out["idle_pct_over_run_step"] = round(float(idle_c), 2)
             if ratio > 1:
-                notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} vs "
+                notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} ms (median) vs "
                              f"{float(log_s) * 1e3:.2f} ms, threshold {dg.REPR_STEP_RATIO:g}×): the profiler stretched "
                              "them (its host overhead, e.g. record_shapes or with_stack)"
                              + (f"; over the run's step the GPU is idle {idle_c:.1f}% and the class "

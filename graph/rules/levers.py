@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .diagnosis import profiled_step_ms, step_correction
 from .registry import CAUSES
 from ...state import Bottleneck, LeverRecommendation, Verdict, VerifiedClaim
 from ...tools.levers import impact
@@ -51,15 +52,28 @@ def cause_levers(have: list[LeverRecommendation], findings: dict[str, Any],
     return extra
 
 
+def users_step(trace: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The rank's tables as the step the user runs: when the profiler stretched the profiled step
+    (:func:`~.diagnosis.step_correction`: the median profiled step over the run's steady step outside
+    the profiler, above ``REPR_STEP_RATIO``), ``step_time_ms`` is the run's step (``run_step.ms``, ms)
+    and ``profiled_step_ms`` the stretched one (the median the class rules read), so a lever's saving is a share of the step the user
+    runs (its GPU work per step is the same: the profiler adds host time, its kernels run as fast).
+    Else ``trace`` unchanged (None stays None)."""
+    if not trace or step_correction(trace) is None:
+        return trace
+    return {**trace, "step_time_ms": float(trace["run_step"]["ms"]), "profiled_step_ms": profiled_step_ms(trace)}
+
+
 def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
            verdicts: list[VerifiedClaim], b: Bottleneck | None = None) -> list[LeverRecommendation]:
     """The report's levers (see the module docstring): ``levers`` (the class's levers from the
     tools, led by :func:`straggler_lever` when the verdict has one) plus the confirmed causes'
-    levers, each ``why`` extended with its estimated saving on the first rank's trace and roofline;
+    levers, each ``why`` extended with its estimated saving on the first rank's trace (over the step the
+    user runs, :func:`users_step`) and roofline;
     the named causes' levers (``b.causes``, :func:`~.verdict.name_causes`) lead after the straggler's."""
     levers = list(levers) + cause_levers(levers, findings, verdicts)
     tf = findings.get("trace") or {}
-    rank0 = (tf.get("ranks") or [None])[0]
+    rank0 = users_step((tf.get("ranks") or [None])[0])
     models = {k: v for c in CAUSES for k, v in c.saving_models().items()}
     out = impact.annotate(levers, rank0, tf.get("roofline"), models=models)
     first = [lv for nc in (b.causes if b is not None else []) for lv in nc.levers]

@@ -153,13 +153,31 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
     return LeverImpact(lever, None, None, step, "no time model for this lever (its effect is not visible in one trace)")
 
 
+def capped(e: LeverImpact, trace: dict[str, Any] | None = None) -> LeverImpact:
+    """``e`` with its saving never more than its step (a lever cannot save more than the whole step
+    the user runs: ``saving_ms_low``/``high`` ≤ ``step_ms``), and, when the step is the run's steady
+    step outside the profiler (``trace["profiled_step_ms"]``, set by the rules' lever choice), the
+    arithmetic saying so."""
+    if e.saving_ms_high is None or not e.step_ms:
+        return e
+    lo, hi, why = e.saving_ms_low, e.saving_ms_high, e.arithmetic
+    if hi > e.step_ms:
+        lo, hi = min(lo, e.step_ms), e.step_ms
+        why += f"; capped at the {e.step_ms:.2f} ms step"
+    prof = (trace or {}).get("profiled_step_ms")
+    if prof and prof != e.step_ms:
+        why += (f"; the step is the run's {e.step_ms:.2f} ms outside the profiler (the profiled step, {prof:.2f} ms median, "
+                "is stretched by the profiler's host overhead)")
+    return LeverImpact(e.lever, lo, hi, e.step_ms, why)
+
+
 def rank_levers(levers: list[str], trace: dict[str, Any] | None, roofline: dict[str, Any] | None = None,
                 sdpa_math_ms: float | None = None, models: dict[str, Any] | None = None) -> list[LeverImpact]:
     """:func:`estimate` for each lever (or its own model in ``models``: lever name ->
     ``(trace, roofline) -> LeverImpact``), ordered by the midpoint of the estimated saving (largest
     first); levers without an estimate keep their given (cost) order at the end."""
     models = models or {}
-    est = [models[lv](trace, roofline) if lv in models else estimate(lv, trace, roofline, sdpa_math_ms)
+    est = [capped(models[lv](trace, roofline) if lv in models else estimate(lv, trace, roofline, sdpa_math_ms), trace)
            for lv in levers]
     known = sorted([e for e in est if e.saving_ms_high is not None], key=lambda e: -e.mid)
     return known + [e for e in est if e.saving_ms_high is None]

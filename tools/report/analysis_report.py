@@ -69,6 +69,29 @@ def scrub(text: str, found: list[str] | None = None) -> str:
     return _strip(_PAREN.sub(paren, text)) if _REF.search(text) else text
 
 
+_MARKUP = re.compile(r"^(?:[*_(\"']+)")
+_END = (".", "!", "?")
+
+
+def paragraph(text: str) -> str:
+    """``text`` as a prose paragraph of report.md: blanks folded, its first letter a capital and a
+    full stop at its end. The rules write their reasons as clauses that a caller joins (``over the
+    run's steady step ...: GPU idle 92.4% ≥ 40% ...``, :func:`ai4s_graph.graph.rules.diagnosis.
+    classify_trace`); rendered alone, such a clause must still read as a sentence. A leading markup
+    run (``**``, a parenthesis, a quote) is kept and the letter after it raised; a text that
+    starts with a digit, a symbol or a code span (a backtick: a name keeps its case) is left as it starts. ``""`` stays ``""``."""
+    t = " ".join(str(text).split())
+    if not t:
+        return t
+    m = _MARKUP.match(t)
+    i = m.end() if m else 0
+    if i < len(t) and t[i].islower():
+        t = t[:i] + t[i].upper() + t[i + 1:]
+    if not t.rstrip("*_`").endswith(_END):
+        t = t.rstrip(" ;,:") + "."
+    return t
+
+
 def cause_label(cause_id: str) -> str:
     """A cause id of ``bench/accuracy/cases.py:CAUSES`` in words: ``memory-bound-elementwise`` ->
     ``memory-bound elementwise`` (any id renders; a hyphen inside a compound such as ``memory-bound``,
@@ -179,11 +202,16 @@ def throughput_text(t: dict[str, Any] | None) -> str:
 
 
 def _first_sentence(s: str) -> str:
-    """The first sentence of ``s`` (up to a full stop followed by a space), at most 30 words."""
+    """The first sentence of ``s`` (up to a full stop followed by a space); over 30 words, its
+    clauses up to the last ``;`` within the first 30 words, ended by a full stop (never a cut
+    mid-clause: a reader must not meet a sentence that stops in the middle)."""
     m = re.match(r"(.+?[.!?])(?:\s|$)", s)
     out = m.group(1) if m else s
-    w = out.split()
-    return out if len(w) <= 30 else " ".join(w[:30]) + "…"
+    if len(out.split()) <= 30:
+        return paragraph(out)
+    head = " ".join(out.split()[:30])
+    cut = head.rfind("; ")
+    return paragraph(head[:cut] if cut > 0 else out)
 
 
 def _words(s: str) -> int:
@@ -221,7 +249,7 @@ def executive_summary(rep: Report, manifest: Manifest, t: dict[str, Any] | None 
     split = [f"{k} {v['value']:.1f}%" for k, v in rep.figures.items() if v.get("unit") == "%" and k.startswith(
         ("GPU", "exposed"))]
     if split:
-        parts.append("GPU " + ", ".join(s.removeprefix("GPU ") for s in split) + ".")
+        parts.append("GPU " + ", ".join(s.removeprefix("GPU ") for s in split) + " of the profiled window.")
     if rep.levers:
         parts.append(f"First lever: {rep.levers[0].name} ({saving_text(rep.levers[0])}).")
     if b.contradictions:

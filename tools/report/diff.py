@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...state.fom import FOM_DEFINITIONS, steady_epochs, verdict_fom, warmup_reason
+from ...state.fom import FOM_DEFINITIONS, FomDefinition, steady_epochs, verdict_fom, warmup_reason
 from ...state.loop import FomSpec
 from ...state.publish import ensure_dir, publish_many
 from ...state.status import one_line_all
@@ -61,6 +61,31 @@ MAD_TO_SIGMA = 1.4826
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
 #: sigma of a normal distribution = (p90 - p10) / this (2 x 1.2816, the 90 % normal quantile).
 P10_P90_TO_SIGMA = 2.563
+
+
+#: From this factor up a change reads as a factor ("19.0× slower"), below it as a percentage ("5.0%
+#: slower"): a presentation choice (a 1.3× change reads more plainly as "30% slower").
+FACTOR_WORDS_FROM = 1.5
+
+
+def change_words(va: float, vb: float, d: FomDefinition) -> dict[str, Any]:
+    """B against A in words a reader cannot misread: ``time_ratio`` (B's time for the same work over
+    A's: B/A for a time, A/B for a throughput), ``change_pct`` (B's value against A's, signed, in
+    percent of A), ``words`` (``19.0× slower``, ``5.0% slower``, ``13.3% faster``, ``unchanged``) and
+    ``text`` (``19.0× slower (+1800% step time)``, ``5.0% slower (-4.8% throughput)``; the percentage
+    with one decimal under 100%). Raises
+    ``ZeroDivisionError`` for a zero value (the caller checks)."""
+    ratio = vb / va if d.direction == "lower" else va / vb
+    pct = 100.0 * (vb - va) / abs(va)
+    what = f"{d.per} time" if d.unit == "s" else ("realized throughput" if d.statistic == "ratio of sums" else "throughput")
+    f = ratio if ratio >= 1 else 1.0 / ratio
+    how = "slower" if ratio > 1 else "faster"
+    if round(100.0 * (f - 1.0), 1) == 0.0:
+        words = "unchanged"
+    else:
+        words = f"{f:.1f}× {how}" if f >= FACTOR_WORDS_FROM else f"{100.0 * (f - 1.0):.1f}% {how}"
+    num = f"{pct:+.0f}" if abs(pct) >= 100 else f"{pct:+.1f}"
+    return {"time_ratio": ratio, "change_pct": pct, "words": words, "text": f"{words} ({num}% {what})"}
 
 
 @dataclass
@@ -251,10 +276,10 @@ def _slowest(s: Side) -> dict[str, Any] | None:
 
 
 def _figures(a: Side, b: Side, name: str | None, imp: float | None,
-             band: float) -> tuple[list[dict[str, Any]], list[str]]:
+             band: float, verdict_words: str = "") -> tuple[list[dict[str, Any]], list[str]]:
     """Every FOM both runs have, with its change and whether it is free of warm-up; and the
     contradictions: a warm-up-free FOM that moves beyond noise against the verdict FOM (or beyond
-    noise while the verdict FOM does not)."""
+    noise while the verdict FOM does not); ``verdict_words``: the verdict FOM's change in words."""
     rows, contra = [], []
     verdict_moved = imp is not None and abs(imp) > band
     for n, d in FOM_DEFINITIONS.items():
@@ -264,7 +289,8 @@ def _figures(a: Side, b: Side, name: str | None, imp: float | None,
         wa, wb = warmup_reason(n, a.foms), warmup_reason(n, b.foms)
         ch = improvement_pct(vb, va, d.direction)
         row = {"name": n, "a": va, "b": vb, "unit": d.unit, "direction": d.direction, "statistic": d.statistic,
-               "improvement_pct": ch, "verdict_fom": n == name, "warmup": {"a": wa, "b": wb}}
+               "improvement_pct": ch, "change": change_words(va, vb, d), "verdict_fom": n == name,
+               "warmup": {"a": wa, "b": wb}}
         if d.statistic == "ratio of sums":
             row["slowest"] = {"a": _slowest(a), "b": _slowest(b)}
         rows.append(row)
@@ -272,7 +298,8 @@ def _figures(a: Side, b: Side, name: str | None, imp: float | None,
             continue
         if verdict_moved and (ch > 0) == (imp > 0):
             continue
-        what = (f"{n} ({d.meaning}) is {ch:+.2f}% against {name} {imp:+.2f}% (noise {band:.2f}%)")
+        what = (f"{n} ({d.meaning}) is {row['change']['text']} while {name} is {verdict_words} (noise band "
+                f"{band:.2f}%)")
         if d.statistic == "ratio of sums":
             sa, sb = row["slowest"]["a"], row["slowest"]["b"]
             what += (": a ratio of sums weighs the slowest steady steps in full" +
@@ -302,7 +329,7 @@ def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) 
         va, vb = float(a.foms[name]), float(b.foms[name])
         imp = improvement_pct(vb, va, d.direction) if va else 0.0
         fom.update(a=va, b=vb, direction=d.direction, unit=d.unit, meaning=d.meaning, improvement_pct=imp,
-                   beyond_noise=abs(imp) > band)
+                   beyond_noise=abs(imp) > band, change=change_words(va, vb, d) if va and vb else None)
         if abs(imp) > band:
             verdict = "improvement" if imp > 0 else "regression"
     elif any(_num(x.foms.get(k)) is not None for x in (a, b) for k in FOM_DEFINITIONS):
@@ -315,7 +342,10 @@ def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) 
         comparable = False
     if not comparable:
         verdict = "not-comparable"
-    figures, contradictions = _figures(a, b, name, fom.get("improvement_pct"), band)
+    figures, contradictions = _figures(a, b, name, fom.get("improvement_pct"), band,
+                                       (fom.get("change") or {}).get("words", ""))
+    if not comparable:  # an unlike pair is refused: nothing is read off it, not even a contradiction
+        contradictions = []
     rows = _claim_rows(a, b, band)
     tk_a, why_a = _top_kernels(a, top)
     tk_b, why_b = _top_kernels(b, top)
@@ -339,6 +369,19 @@ def compare(a: Side, b: Side, *, noise_pct: float | None = None, top: int = 10) 
         "top_kernels": kernels, "top_kernels_missing": {"a": why_a, "b": why_b},
         "verdict": verdict, "exit_code": 1 if verdict in ("regression", "not-comparable") else 0,
     }
+
+
+def status_reason(d: dict[str, Any]) -> tuple[str, str]:
+    """(STATUS outcome, reason) of a diff: a refused pair says only that it was refused and the
+    heads of its reasons (each reason up to its first ``": "``; diff.md has them whole); else the
+    verdict, the verdict FOM's change in words (:func:`change_words`) and the noise band."""
+    if d["verdict"] == "not-comparable":
+        heads = "; ".join(dict.fromkeys(r.split(": ", 1)[0] for r in d["refused"]))
+        return "partial", f"not comparable, no regression claimed: {heads}"
+    f = d["fom"]
+    head = (f"{f['name']} {f['change']['text']}, noise band {f['noise_pct']:.2f}%" if f.get("change") else "no FOM")
+    return ("ok" if d["exit_code"] == 0 else "fail"), (f"{d['verdict']}: {head}; {len(d['claims_moved'])} claims "
+                                                       "moved beyond noise")
 
 
 def _f(v: Any, nd: int = 4) -> str:

@@ -144,29 +144,81 @@ def plot_gpu_breakdown(
             raise InputError(f"rank {label}: GPU timeline is empty")
         rows.append((label, _normalise_timeline(tl, label)))
 
-    fig = Figure(figsize=(max(5.0, 1.2 * len(rows) + 3.0), 4.6))
+    return _save(gpu_breakdown_figure(rows, title), path)
+
+
+#: Segments of at least this share of a rank's GPU time get a label (% and ms).
+LABEL_MIN_PCT = 5.0
+#: Bar width in x units (one rank per unit); a label that does not fit inside its segment goes right of it.
+BAR_WIDTH = 0.6
+
+
+def _boxes_overlap(a: Any, b: Any) -> bool:
+    """Two display-space bounding boxes intersect (touching edges do not count)."""
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def gpu_breakdown_figure(rows: Sequence[tuple[str, Mapping[str, tuple[float, float]]]],
+                         title: str = "GPU time breakdown") -> Figure:
+    """The figure of :func:`plot_gpu_breakdown` for normalised ``rows`` (``[(rank label,
+    {category: (ms, percent)})]``). Labels never overlap: each segment label is placed inside its
+    segment when its text fits there (measured with the Agg renderer), else right of the bar at
+    the segment's height, and the labels right of one bar are pushed apart so that their boxes do not
+    intersect (each other, the bar totals above, the tick labels)."""
+    fig = Figure(figsize=(max(5.0, 1.4 * len(rows) + 3.0), 4.6))
+    FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     xs = list(range(len(rows)))
     bottoms = [0.0] * len(rows)
+    placed: list[tuple[int, Any, Any]] = []  # (bar index, text, its segment's patch)
     for key, name, color in BREAKDOWN_CATEGORIES:
         heights = [r[key][1] for _, r in rows]
-        ax.bar(xs, heights, bottom=bottoms, color=color, label=name, width=0.6, edgecolor="white")
+        bars = ax.bar(xs, heights, bottom=bottoms, color=color, label=name, width=BAR_WIDTH, edgecolor="white")
         for i, (_, r) in enumerate(rows):
             ms, pct = r[key]
-            if pct >= 5.0:
-                ax.text(i, bottoms[i] + pct / 2, f"{pct:.1f}%\n{ms:.3g} ms", ha="center", va="center", fontsize=8)
+            if pct >= LABEL_MIN_PCT:
+                t = ax.text(i, bottoms[i] + pct / 2, f"{pct:.1f}%\n{ms:.3g} ms", ha="center", va="center", fontsize=8)
+                placed.append((i, t, bars[i]))
         bottoms = [b + h for b, h in zip(bottoms, heights)]
+    totals = []
     for i, (_, r) in enumerate(rows):
         total = sum(v[0] for v in r.values())
-        ax.text(i, max(bottoms[i], 100.0) + 1.5, f"{total:.4g} ms", ha="center", va="bottom", fontsize=8)
+        totals.append(ax.text(i, max(bottoms[i], 100.0) + 1.5, f"{total:.4g} ms", ha="center", va="bottom", fontsize=8))
     labels = [f"rank {lab}" if lab.isdigit() else lab for lab, _ in rows]
     rotate = any(len(lab) > 10 for lab in labels)
     ax.set_xticks(xs, labels, rotation=25 if rotate else 0, ha="right" if rotate else "center", fontsize=8)
+    ax.set_xlim(-0.5, len(rows) - 0.5 + (BAR_WIDTH / 2 if placed else 0.0))
     ax.set_ylim(0, 112)
     ax.set_ylabel("share of GPU time (%), segment labels: % and ms")
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return _save(fig, path)
+    _place_segment_labels(fig, ax, placed)
+    return fig
+
+
+def _place_segment_labels(fig: Figure, ax: Any, placed: list[tuple[int, Any, Any]]) -> None:
+    """Move each label whose box does not fit inside its segment (2 px margin) right of its bar, then
+    push the outside labels of each bar up, in height order, until no two boxes meet and the lowest
+    clears the x axis (2 px gaps)."""
+    r = fig.canvas.get_renderer()
+    outside: dict[int, list[Any]] = {}
+    for i, t, patch in placed:
+        tb, pb = t.get_window_extent(r), patch.get_window_extent(r)
+        if tb.height + 4 > pb.height or tb.width + 4 > pb.width:
+            t.set_x(i + BAR_WIDTH / 2 + 0.04)
+            t.set_ha("left")
+            outside.setdefault(i, []).append(t)
+    inv = ax.transData.inverted()
+    for texts in outside.values():
+        texts.sort(key=lambda t: t.get_position()[1])
+        top = ax.bbox.y0 - 2  # the lowest label stays above the x axis (and its tick labels)
+        for t in texts:
+            b = t.get_window_extent(r)
+            if b.y0 < top + 2:
+                x_pix, y_pix = ax.transData.transform(t.get_position())
+                t.set_y(inv.transform((x_pix, y_pix + top + 2 - b.y0))[1])
+                b = t.get_window_extent(r)
+            top = b.y1
 
 
 STEP_PARTS = (("computation_ms", "computation", "#4C72B0"), ("exposed_comm_ms", "exposed comm", "#DD8452"),
@@ -219,6 +271,23 @@ def _unix_s(t: float) -> float:
     return t / 1000.0 if t > 1e11 else t
 
 
+#: The profiled window's band is drawn at least this share of the telemetry axis wide (a 0.07 s window
+#: on a 45 s job would be 1 px of 550): a presentation choice, the label gives its true length.
+MIN_BAND_FRAC = 0.01
+
+
+def profiled_band(p0: float, p1: float, span: float) -> tuple[float, float, bool]:
+    """``(left, right, true_width)`` of the band drawn for the profiled window ``[p0, p1]`` (s since
+    the job start) on an axis ``span`` s long: the window itself when it is at least
+    :data:`MIN_BAND_FRAC` of the span, else that width centred on the window (kept inside
+    ``[0, span]``), ``true_width`` False."""
+    w = MIN_BAND_FRAC * span
+    if p1 - p0 >= w:
+        return p0, p1, True
+    c = min(max((p0 + p1) / 2, w / 2), span - w / 2)
+    return c - w / 2, c + w / 2, False
+
+
 def plot_telemetry(
     series: Mapping[str, Sequence[tuple[float, float]] | Mapping[str, Sequence[tuple[float, float]]]],
     units: Mapping[str, str],
@@ -229,10 +298,26 @@ def plot_telemetry(
     profiled: tuple[float, float] | None = None,
     limits: Mapping[str, tuple[float, str]] | None = None,
 ) -> Path:
+    """:func:`telemetry_figure` written at ``path`` (atomically, or staged); returns ``path``. Raises
+    :class:`InputError` as :func:`telemetry_figure` does."""
+    return _save(telemetry_figure(series, units, window, title=title, profiled=profiled, limits=limits), path)
+
+
+def telemetry_figure(
+    series: Mapping[str, Sequence[tuple[float, float]] | Mapping[str, Sequence[tuple[float, float]]]],
+    units: Mapping[str, str],
+    window: tuple[float, float] | None,
+    *,
+    title: str | None = None,
+    profiled: tuple[float, float] | None = None,
+    limits: Mapping[str, tuple[float, str]] | None = None,
+) -> Figure:
     """One panel per metric over the job window, time in seconds since the job start, one line per
     series; ``profiled``: the profiled steps' ``(start, end)`` in unix s, shaded on every panel;
     ``limits``: ``{metric: (value, label)}``, a dashed line on that metric's panel (the board's
-    power limit, boost clock: the datasheet's).
+    power limit, boost clock: the datasheet's). A profiled window narrower than :data:`MIN_BAND_FRAC`
+    of the axis is drawn that wide (:func:`profiled_band`) and its true length and start are written
+    on the top panel.
 
     ``series``: ``{metric: [(t_unix, value), ...]}`` or ``{metric: {series label: [(t_unix,
     value), ...]}}`` (per host and GPU: every point drawn, with a marker when there are few), t in
@@ -240,7 +325,7 @@ def plot_telemetry(
     ``units``: ``{metric: unit}`` (``%``, ``W``, ``MHz``, ``MiB``; missing -> no unit).
     ``window``: ``(start, end)`` unix seconds of the job (manifest / ``rmsjob_info``); samples
     outside it are dropped. ``None`` spans the samples. Non-finite samples are dropped. Returns
-    ``path``. Raises :class:`InputError` when ``series`` is empty, a metric has no samples, a
+    the figure (Agg canvas). Raises :class:`InputError` when ``series`` is empty, a metric has no samples, a
     metric has no samples inside the window, or the window is reversed.
     """
     if not series:
@@ -293,16 +378,24 @@ def plot_telemetry(
             val, text = limits[metric]
             ax.axhline(val, color="#B22222", lw=1.0, ls="--", label=text)
         if profiled is not None:
-            ax.axvspan(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, color="#F2C14E", alpha=0.35,
-                       lw=0, label="profiled steps")
+            band = profiled_band(_unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start, end - start)
+            ax.axvspan(band[0], band[1], color="#F2C14E", alpha=0.35 if band[2] else 0.8, lw=0,
+                       label="profiled steps" if band[2] else f"profiled steps (drawn {MIN_BAND_FRAC:.0%} of the axis wide)")
         ax.set_xlim(0, end - start)
         if any(label for label, _ in lines) or (limits and metric in limits):
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    if profiled is not None:  # the window's own length and place, written on the top panel
+        p0, p1 = _unix_s(profiled[0]) - start, _unix_s(profiled[1]) - start
+        b0, b1, _ = profiled_band(p0, p1, end - start)
+        right = b1 < 0.6 * (end - start)
+        axes[0].text(b1 if right else b0, 0.96, f" profiled steps: {p1 - p0:.3g} s at {p0:.1f} s ",
+                     transform=axes[0].get_xaxis_transform(), ha="left" if right else "right", va="top", fontsize=7,
+                     color="#8A6100", bbox={"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
     axes[-1].set_xlabel("time since job start (s)" + ("; shaded: the profiled steps" if profiled else ""))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 _DECISION_STYLE = {

@@ -26,6 +26,7 @@ from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Repor
 from ....tools.cluster.baseline import load_baseline
 from ....tools.errors import Ai4sError, InputError
 from ....state.publish import ensure_dir
+from ....state.report import degrading
 from ....state.status import one_line, one_line_model
 from ....tools.levers.recommend import recommend_levers
 from ....tools.report import analysis_report as ar
@@ -131,9 +132,9 @@ def context_markdown(rep: Report) -> list[str]:
                      f"{'—' if share is None else f'{share * 100:.0f}%'} | {f(r['pct_arrived_last'], 0)} |")
         L.append("")
     if rep.representativeness:
-        L += ["### Representativeness of the profile", "", rep.representativeness["statement"], ""]
+        L += ["### Representativeness of the profile", "", ar.paragraph(rep.representativeness["statement"]), ""]
     if rep.progress:
-        L += ["### Where progress stopped", "", rep.progress["statement"], ""]
+        L += ["### Where progress stopped", "", ar.paragraph(rep.progress["statement"]), ""]
     if rep.busbw_context:
         L += ["### Collective bandwidth in context", "", "| collective | message | achieved busbw (GB/s) | "
               "reference (GB/s) | ratio | reference source |", "|---|---:|---:|---:|---:|---|"]
@@ -183,17 +184,18 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
              "saving per step (levers without an estimate last, in cost order):")
     ctx_lines = [ar.scrub(x, rules) for x in context_markdown(rep)]
     return render("report.md.j2", rep=rep, manifest=manifest,
-                  rationale=ar.scrub(b.rationale, rules), confidence=confidence_line(b),
+                  rationale=ar.paragraph(ar.scrub(b.rationale, rules)), confidence=confidence_line(b),
                   supporting=", ".join(f"`{c}`" for c in b.supporting_claims) or "none",
                   causes=ar.causes_rows(rep, checks), context=ctx_lines,
                   budgets=[{"rank": x["rank"], "steps": x["steps"], "step_ms": x["step_ms"],
                             "critical": x["rank"] == crit and len(rep.step_budget) > 1,
-                            "rows": report_budget.budget_rows(x), "path": report_budget.path_text(x)}
+                            "rows": report_budget.budget_rows(x), "path": ar.paragraph(report_budget.path_text(x))}
                            for x in rep.step_budget], plots=[Path(p) for p in rep.plots],
                   annotated=Path(rep.annotated_trace).name if rep.annotated_trace else None,
                   top_kernels=rep.top_kernels, kernels_rank=crit, lever_intro=intro,
                   levers=[{"name": lv.name, "why": ar.scrub(lv.why, rules)} for lv in rep.levers],
                   missing=[ar.rule_ids(m, rules) for m in rep.missing + list(not_checked)],
+                  input_notes=[ar.rule_ids(m, rules) for m in rep.input_notes],
                   claims=_claim_rows(rep, checks, rules), checks={ar.scrub(k, rules): v for k, v in checks.items()},
                   rules=sorted(rules, key=lambda r: (r[0], int(re.sub(r"\D", "", r) or 0))), usage=usage)
 
@@ -432,6 +434,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,
                  bottleneck=b, claims=verdicts, levers=levers, lever_catalog=catalog,
                  missing=list(state.get("missing") or []) + plot_problems,
+                 input_notes=list(state.get("input_notes") or []),
                  statuses=dict(state.get("statuses") or {}), figures=headline_figures(state), plots=plots_,
                  usage=dict(state.get("usage") or {}), llm=req.llm, **in_context)
     rep.throughput = ar.throughput(findings.get("fom"))
@@ -457,12 +460,13 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
     if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
-    status = StatusLine.make(
-        Outcome.partial if (rep.missing and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
-        + (f"; {len(rep.missing)} missing input(s)" if rep.missing else "") + reason_extra)
-    rep.statuses[SYNTH] = status.format()
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
+    lost = degrading(missing=rep.missing, not_checked=not_checked, input_notes=rep.input_notes)
+    status = StatusLine.make(
+        Outcome.partial if (lost and outcome is Outcome.ok) else outcome,
+        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
+        + (f"; {len(lost)} missing input(s)" if lost else "") + reason_extra)
+    rep.statuses[SYNTH] = status.format()
     md = render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep)
     page = report_html.report_html(md, {p.name: data for p, data in staged_plots}, f"ai4s-graph report — job {rep.jobid}")
     report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),

@@ -323,6 +323,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     bad = [r for r in results if "error" in r]
     good = with_run_steps(state, [r for r in results if "error" not in r])
     missing = _rank_missing(good, bad, id_notes)
+    input_notes: list[str] = []
     claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)
     view = [{k: v for k, v in r.items() if k not in NOT_IN_FINDINGS} for r in good]  # the CSV folders: under "tables"
@@ -334,9 +335,11 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     claims.extend(found)
     if len(good) > 1:
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
-        missing += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
+        # what was done to the ranks' clocks: a note on the inputs, not a missing input (state/report.py:NOTE_KINDS)
+        input_notes += [f"trace_analyst: {n}" for n in (findings["trace"]["multi_rank"].get("collectives") or {}).get(
             "notes", []) if n.startswith(collectives.CLOCK_NOTE_PREFIXES)]
-    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing, "not_checked": not_checked}
+    update: dict[str, Any] = {"claims": claims, "findings": findings, "missing": missing, "not_checked": not_checked,
+                              "input_notes": input_notes}
     if not good:
         return update, _no_rank_status(bad)
     if state["request"].llm != "none":
