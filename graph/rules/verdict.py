@@ -485,4 +485,34 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
                                       levers=["balance_straggler_rank"]))
         ranked.insert(0, "straggler")
     b.cause = ranked[0] if ranked else None
+    reconcile_with_causes(b, entries, verdicts)
+    return b
+
+
+TELEMETRY_READING_CAUSES = ("power-capped", "small-kernel-trickle")
+"""The causes that are readings of the board's telemetry themselves (seed 001 T2: the SM clock
+lowered at the power limit, utilization a trickle of tiny kernels keeps high): a confirmed cause
+that supersedes one (:attr:`~.causes.base.Cause.supersedes`, e.g. ``gpu-contention``: another
+process's kernels hold the board's power and clock) explains what the job-wide telemetry reads."""
+
+
+def reconcile_with_causes(b: Bottleneck, entries: list[dict[str, Any]], verdicts: list[VerifiedClaim]) -> Bottleneck:
+    """Settle a telemetry contradiction with a named cause that explains the telemetry's reading
+    (one superseding a :data:`TELEMETRY_READING_CAUSES`): the utilization, clock and power over
+    the job are not the job's own, so they do not contradict the trace; the contradiction is
+    marked resolved with the cause's claim and its confidence penalty returned. Returns ``b``
+    (modified in place)."""
+    named = {nc.claim for nc in b.causes}
+    statements = {v.claim.id: v.claim.statement for v in verdicts if v.verdict is Verdict.confirmed}
+    why = next((e for e in entries if e.get("id") in named and e.get("id") in statements
+                and set(e.get("supersedes") or ()) & set(TELEMETRY_READING_CAUSES)), None)
+    if why is None:
+        return b
+    for c in b.contradictions:
+        if c.resolved is None and any(x.startswith("om.tel.") for x in c.claims):
+            c.resolved = (f"the telemetry is not the job's alone: {statements[why['id']]} (claim `{why['id']}`, "
+                          f"{', '.join(why['causes'])}); the board's utilization, clock and power over the job are "
+                          "the job's and the other work's together, so the job's own trace decides its class")
+            b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
+            b.rationale += f" Resolved: {c.resolved}."
     return b
