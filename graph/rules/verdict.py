@@ -22,7 +22,7 @@ from typing import Any
 
 from . import diagnosis as dg
 from . import registry
-from ...state import Bottleneck, BottleneckClass, Contradiction, NamedCause, Verdict, VerifiedClaim
+from ...state import Bottleneck, BottleneckClass, Claim, Contradiction, NamedCause, Verdict, VerifiedClaim
 
 C = BottleneckClass
 
@@ -87,6 +87,35 @@ def _rank_of(v: VerifiedClaim) -> int | str | None:
         if isinstance(r, int):
             return r
         return int(r) if str(r).isdigit() else str(r)
+    return None
+
+
+def rank_result_of(claim: Claim, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank result (one of ``results``: rank results with ``path``, ``rank``, ``label``) a
+    per-rank claim is about: the one whose trace path an evidence item cites (the first item that
+    cites one of them, not only the first item), else the one whose label an evidence item names
+    (its ``label``, or a ``rank`` that is a label such as ``"0-dup1"``), else the one of the rank an
+    evidence item's ``rank`` names when only one result has that rank (two files claiming one rank
+    are told apart by their path or label only). None when nothing matches (a cross-rank claim)."""
+    by_path = {str(r.get("path")): r for r in results if r.get("path") is not None}
+    for e in claim.evidence:
+        hit = by_path.get(str((e.args or {}).get("path")))
+        if hit is not None:
+            return hit
+    labels = {str(r["label"]): r for r in results if r.get("label") is not None}
+    for e in claim.evidence:
+        a = e.args or {}
+        named = [a.get("label"), a.get("rank") if isinstance(a.get("rank"), str) and not a["rank"].isdigit() else None]
+        hit = next((labels[str(v)] for v in named if v is not None and str(v) in labels), None)
+        if hit is not None:
+            return hit
+    for e in claim.evidence:
+        v = (e.args or {}).get("rank")
+        if isinstance(v, bool) or not (isinstance(v, int) or isinstance(v, str) and v.isdigit()):
+            continue
+        same = [r for r in results if isinstance(r.get("rank"), int) and r["rank"] == int(v)]
+        if len(same) == 1:
+            return same[0]
     return None
 
 
