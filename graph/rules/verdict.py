@@ -425,11 +425,17 @@ def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | No
     rp = representativeness or {}
     if rp.get("util_pct_window") is None or rp.get("util_flag"):
         return b
+    return _resolve_telemetry(b, f"over the profiled window utilization is {rp['util_pct_window']:.1f}% against "
+                                 f"the trace's busy {rp['busy_pct']:.1f}%: they agree, so the job-wide average differs "
+                                 "because it covers phases the profile does not (start-up, evaluation, the trace export)")
+
+
+def _resolve_telemetry(b: Bottleneck, how: str) -> Bottleneck:
+    """Mark each unresolved contradiction of a telemetry claim (``om.tel.*``) resolved by ``how``,
+    returning its confidence penalty and saying so in the rationale. Returns ``b``."""
     for c in b.contradictions:
         if c.resolved is None and any(x.startswith("om.tel.") for x in c.claims):
-            c.resolved = (f"over the profiled window utilization is {rp['util_pct_window']:.1f}% against the trace's "
-                          f"busy {rp['busy_pct']:.1f}%: they agree, so the job-wide average differs because it covers "
-                          "phases the profile does not (start-up, evaluation, the trace export)")
+            c.resolved = how
             b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
             b.rationale += f" Resolved: {c.resolved}."
     return b
@@ -537,11 +543,6 @@ def reconcile_with_causes(b: Bottleneck, entries: list[dict[str, Any]], verdicts
                 and set(e.get("supersedes") or ()) & set(TELEMETRY_READING_CAUSES)), None)
     if why is None:
         return b
-    for c in b.contradictions:
-        if c.resolved is None and any(x.startswith("om.tel.") for x in c.claims):
-            c.resolved = (f"the telemetry is not the job's alone: {statements[why['id']]} (claim `{why['id']}`, "
-                          f"{', '.join(why['causes'])}); the board's utilization, clock and power over the job are "
-                          "the job's and the other work's together, so the job's own trace decides its class")
-            b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
-            b.rationale += f" Resolved: {c.resolved}."
-    return b
+    return _resolve_telemetry(b, f"the telemetry is not the job's alone: {statements[why['id']]} (claim `{why['id']}`, "
+                                 f"{', '.join(why['causes'])}); the board's utilization, clock and power over the job "
+                                 "are the job's and the other work's together, so the job's own trace decides its class")
