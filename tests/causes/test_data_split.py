@@ -261,7 +261,8 @@ def test_a_worker_spin_diluted_over_the_job_is_transform_bound_over_the_steady_s
     assert data_split.worker_busy_pct(6.611111, 1, 1, 16, 0.45) == pytest.approx(50.78, abs=0.01)
     [f] = CAUSE.detect(x)
     assert f.causes == ("dataloader-cpu-transform",) and f.claim.value == 9.5 and f.share == pytest.approx(0.45)
-    assert "97% busy" in f.claim.statement
+    assert "97% busy" in f.claim.statement and "10% busy over the 16.5 s of steady steps outside the profiler" \
+        in f.claim.statement
     cpu_ev = f.claim.evidence[1]
     assert cpu_ev.args == {"metric": "cpu_util", "spans": SPANS} and cpu_ev.returned == 9.5
     # the verifier's raw counters over the same spans (inputs.raw_span_stats): 9.8 confirms (5 points), 3.0

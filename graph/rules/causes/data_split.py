@@ -210,26 +210,29 @@ class DataSplit(Cause):
         evidence.append(ev("promql.query_range", "cpu_util mean over the steady steps outside the profiler",
                            cpu_util_pct, metric="cpu_util", spans=spans) if spans else
                         ev("promql.instant", "cpu_util avg", cpu_util_pct))
+        over = f" over the {window:.1f} s of steady steps outside the profiler" if spans and window else ""
         wpct = worker_busy_pct(cpu_util_pct, *counts, dataloader_share=dl)
         if wpct is not None:
-            return self._by_workers(dl, cpu_util_pct, wpct, counts, evidence)
+            return self._by_workers(dl, cpu_util_pct, wpct, counts, evidence, over)
         if cpu_util_pct >= CPU_BUSY_PCT:
             c = self.claim("triage.t8.transform_bound", f"data loading takes {dl * 100:.0f}% of the step "
-                           f"while the host CPU is {cpu_util_pct:.0f}% busy: CPU-transform-bound (seed 001 T8)",
+                           f"while the host CPU is {cpu_util_pct:.0f}% busy{over}: CPU-transform-bound (seed 001 T8)",
                            "cpu_util", cpu_util_pct, "%", evidence, 0.7)
             return Finding(("dataloader-cpu-transform",), c, (self.lever("gpu_transform"),), share=dl)
         c = self.claim("triage.t8.io_bound", f"data loading takes {dl * 100:.0f}% of the step while "
-                       f"the host CPU is only {cpu_util_pct:.0f}% busy: I/O-bound (seed 001 T8)",
+                       f"the host CPU is only {cpu_util_pct:.0f}% busy{over}: I/O-bound (seed 001 T8)",
                        "cpu_util", cpu_util_pct, "%", evidence, 0.7)
         return Finding(("dataloader-io-wait",), c, (self.lever("num_workers_8"),), share=dl)
 
-    def _by_workers(self, dl: float, cpu_util_pct: float, wpct: float, counts: tuple, evidence: list) -> Finding:
+    def _by_workers(self, dl: float, cpu_util_pct: float, wpct: float, counts: tuple, evidence: list,
+                    over: str = "") -> Finding:
         """The finding when the workers' busy share ``wpct`` (%) is known: transform-bound at or
-        above :data:`CPU_BUSY_PCT`, I/O-bound at or below :data:`CPU_IDLE_PCT`, the stall between."""
+        above :data:`CPU_BUSY_PCT`, I/O-bound at or below :data:`CPU_IDLE_PCT`, the stall between.
+        ``over``: the span the reading covers, in words ("" for the job window)."""
         nw, ranks, cores = counts
         evidence.append(ev("manifest", "num_workers, ranks_per_node, cores", {"num_workers": nw, "ranks_per_node": ranks,
                            "cores": cores, "worker_busy_pct": round(wpct, 3)}))
-        seen = (f"the host CPU is {cpu_util_pct:.0f}% busy on {cores} cores: beyond the {ranks} rank(s)' own "
+        seen = (f"the host CPU is {cpu_util_pct:.0f}% busy{over} on {cores} cores: beyond the {ranks} rank(s)' own "
                 f"{RANK_CORES * (1 - dl):.2g} core each (busy {100 * (1 - dl):.0f}% of the step, waiting on the "
                 f"loader the rest), the {nw * ranks} DataLoader worker(s) are {max(wpct, 0.0):.0f}% busy")
         if CPU_IDLE_PCT < wpct < CPU_BUSY_PCT:
