@@ -359,8 +359,19 @@ def test_summary_and_the_per_case_floor_on_known_rows():
     assert "| host-sync | 1 | 1/1 | 1/1 | n/a |" in S.markdown(res, S.CASES_DIR)
     floor = S.floor_from(res)
     assert floor["version"] == 2 and floor["cases"]["a"] == {"class_ok": True, "cause_ok": True, "rank_ok": None,
-                                                            "lever_ok": None, "wrong_confident": False}
+                                                            "lever_ok": None, "lead_ok": None,
+                                                            "wrong_confident": False}
     assert S.check_floor(res, floor) == [] and S.not_in_floor(res, floor) == []
+    # the lead of a case that names no cause is kept too: right in the floor, wrong now, a regression; a floor
+    # written before the lead was scored (no lead_ok) checks nothing of it
+    led = S.summarize([{"case": "a", **S.judge(truth_a, _report("dispatch-bound", "a host sync (.item()) every layer"))},
+                       {"case": "d", **{**S.judge(truth_b, _report("compute-bound")), "lead": "op", "lead_ok": True}}])
+    lfloor = S.floor_from(led)
+    assert lfloor["cases"]["d"]["lead_ok"] is True and lfloor["totals"]["lead_right"] == 1
+    lost = S.summarize([led["cases"][0], {**led["cases"][1], "lead_ok": False}])
+    assert S.check_floor(lost, lfloor) == ["d: lead_ok right in the floor, not now"]
+    old = {**lfloor, "cases": {k: {a: b for a, b in v.items() if a != "lead_ok"} for k, v in lfloor["cases"].items()}}
+    assert S.check_floor(lost, old) == []
     # a case that loses its right cause and one that turns wrong confident, while another is fixed:
     # totals would not move, the per-case floor sees both
     worse = S.summarize([{"case": "a", **S.judge(truth_a, _report("compute-bound", "GEMMs dominate"))},

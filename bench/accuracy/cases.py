@@ -338,10 +338,13 @@ _OLD = [
           env={"CUDA_LAUNCH_BLOCKING": "1"}, lever="launch_blocking_off", control=93120, est_s=est(16, 27.0),
           notes="CUDA_LAUNCH_BLOCKING=1 left on: every launch returns only when its kernel is done"),
     _case(93109, "gpu-contention", 1, ["--model", "vit", "--precision", "bf16", "--hidden", "1024", "--depth", "6",
-                                       "--batch-size", "32"] + STEPS, "gpu-contention", None, hog=True,
+                                       "--batch-size", "32"] + STEPS, "gpu-contention", "compute-bound", hog=True,
           control=93110, est_s=est(16, 39.0, 8.5),
           notes="a second process (workloads/faults.py hog) runs back-to-back bf16 8192^3 matmuls on the same "
-                "GPU for the whole run; telemetry shows the GPU busy beyond what the job's own kernels explain"),
+                "GPU for the whole run; telemetry shows the GPU busy beyond what the job's own kernels explain; "
+                "class: seed 001 T1 GPU-bound (utilization 100%, power 687 W of 700 W: the shared GPU is the "
+                "resource that limits the job, its kernels time-sliced with the other process's; the trace 79.4% "
+                "computing, the compute rule nearer; its lone control 93110 is dispatch-bound)"),
     _case(93110, "gpu-contention-control", 1, ["--model", "vit", "--precision", "bf16", "--hidden", "1024",
                                                "--depth", "6", "--batch-size", "32"] + STEPS, "none", None,
           bench=False, est_s=est(16, 25.0),

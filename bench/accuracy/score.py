@@ -363,8 +363,9 @@ def markdown(res: dict[str, Any], cases_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-ANSWERS = ("class_ok", "cause_ok", "rank_ok", "lever_ok")
-"""The per-case answers the floor keeps."""
+ANSWERS = ("class_ok", "cause_ok", "rank_ok", "lever_ok", "lead_ok")
+"""The per-case answers the floor keeps (``lead_ok``: the labelled lead of a case that names no
+cause; a floor written before it holds no ``lead_ok``, which then checks nothing)."""
 
 
 def floor_from(res: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +376,7 @@ def floor_from(res: dict[str, Any]) -> dict[str, Any]:
                                     for r in res["cases"]},
             "totals": {"cases": o["cases"], "class_right": o["class"]["right"], "cause_right": o["cause"]["right"],
                        "rank_right": o["rank"]["right"], "lever_right": o["lever"]["right"],
+                       "lead_right": o["lead"]["right"],
                        "claims_confirmed": o["claims_confirmed"], "wrong_confident": o["wrong_confident"]}}
 
 

@@ -95,6 +95,57 @@ def profiled_steps(trace: dict[str, Any]) -> list[int]:
     return sorted(set(nums)) or sorted({int(n) for n in trace.get("step_numbers") or []})
 
 
+def steady_windows(profiled: list[int], window: tuple[float, float] | None, step_times_s: list[float] | None,
+                   first_index: int = 0, job_window: tuple[float, float] | None = None) -> list[tuple[float, float]]:
+    """The wall-clock spans (unix s) of the log's steady steps outside the profiler: the steps
+    :func:`run_step` reads, laid on the clock from the profiled window, the one place the inputs
+    give a step's wall-clock time (the trace's ``baseTimeNanoseconds`` + ``ProfilerStep#N``).
+
+    ``profiled``: the ``ProfilerStep#N`` numbers; ``window``: the profiled steps' ``(start, end)``
+    in unix s (:func:`profiled_window`); ``step_times_s``: the log's steady step times (s), the
+    first at global index ``first_index``; the log's step N is ``ProfilerStep#N``, as in
+    :func:`run_step`. The steps before the profiled ones end where the profiler's warm-up step
+    (:data:`PROFILER_EDGE_STEPS`) begins, ``window[0]`` less its logged time; those after start
+    where the export step after the window ends; each span is as long as its steps' logged time.
+    A log whose step times leave out part of the step (the data wait) gives spans shorter than
+    the steps took, still inside the steady steps. ``job_window``: clips the spans (None: no clip).
+    Returns 0, 1 or 2 spans of positive length, in time order; [] without a window, without
+    profiled steps, or when the log does not cover the edge steps."""
+    times = [float(t) for t in step_times_s or []]
+    if not profiled or window is None or not times:
+        return []
+    p0, p1, last = min(profiled), max(profiled), first_index + len(times) - 1
+
+    def t(g: int) -> float:
+        return times[g - first_index]
+    spans = []
+    if p0 - PROFILER_EDGE_STEPS - 1 >= first_index:
+        end = float(window[0]) - sum(t(g) for g in range(p0 - PROFILER_EDGE_STEPS, p0))
+        spans.append((end - sum(t(g) for g in range(first_index, p0 - PROFILER_EDGE_STEPS)), end))
+    if p1 + PROFILER_EDGE_STEPS + 1 <= last:
+        start = float(window[1]) + sum(t(g) for g in range(p1 + 1, p1 + PROFILER_EDGE_STEPS + 1))
+        spans.append((start, start + sum(t(g) for g in range(p1 + PROFILER_EDGE_STEPS + 1, last + 1))))
+    if job_window is not None:
+        lo, hi = float(job_window[0]), float(job_window[1])
+        spans = [(max(a, lo), min(b, hi)) for a, b in spans]
+    return [(round(a, 3), round(b, 3)) for a, b in spans if b > a]
+
+
+def series_mean_over(series: dict[str, Any] | None, spans: list[tuple[float, float]]) -> tuple[float | None, int]:
+    """The mean of a ``promql.job_series`` result (``{instance: [(unix s, value), ...]}`` on an even
+    grid, each point the rate over the grid step before it) over the points whose whole step lies
+    in one of ``spans``: ``(mean, points)``, ``(None, 0)`` when none does. The grid step is the
+    series' median point spacing (a single point counts with a zero step)."""
+    pts = []
+    for pairs in (series or {}).values():
+        ts = sorted(float(p[0]) for p in pairs)
+        gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+        step = statistics.median(gaps) if gaps else 0.0
+        pts += [float(v) for tt, v in pairs if v is not None and math.isfinite(float(v))
+                and any(a + step - 1e-6 <= float(tt) <= b + 1e-6 for a, b in spans)]
+    return (sum(pts) / len(pts), len(pts)) if pts else (None, 0)
+
+
 def with_run_step(trace: dict[str, Any], step_times_s: list[float] | None, first_index: int = 0,
                   batches_per_epoch: int | None = None, loader_workers: int | None = None) -> dict[str, Any]:
     """``trace`` (one rank's tables) with ``run_step`` (:func:`run_step` of its profiled steps and

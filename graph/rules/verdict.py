@@ -22,7 +22,7 @@ from typing import Any
 
 from . import diagnosis as dg
 from . import registry
-from ...state import Bottleneck, BottleneckClass, Contradiction, NamedCause, Verdict, VerifiedClaim
+from ...state import Bottleneck, BottleneckClass, Claim, Contradiction, NamedCause, Verdict, VerifiedClaim
 
 C = BottleneckClass
 
@@ -87,6 +87,35 @@ def _rank_of(v: VerifiedClaim) -> int | str | None:
         if isinstance(r, int):
             return r
         return int(r) if str(r).isdigit() else str(r)
+    return None
+
+
+def rank_result_of(claim: Claim, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank result (one of ``results``: rank results with ``path``, ``rank``, ``label``) a
+    per-rank claim is about: the one whose trace path an evidence item cites (the first item that
+    cites one of them, not only the first item), else the one whose label an evidence item names
+    (its ``label``, or a ``rank`` that is a label such as ``"0-dup1"``), else the one of the rank an
+    evidence item's ``rank`` names when only one result has that rank (two files claiming one rank
+    are told apart by their path or label only). None when nothing matches (a cross-rank claim)."""
+    by_path = {str(r.get("path")): r for r in results if r.get("path") is not None}
+    for e in claim.evidence:
+        hit = by_path.get(str((e.args or {}).get("path")))
+        if hit is not None:
+            return hit
+    labels = {str(r["label"]): r for r in results if r.get("label") is not None}
+    for e in claim.evidence:
+        a = e.args or {}
+        named = [a.get("label"), a.get("rank") if isinstance(a.get("rank"), str) and not a["rank"].isdigit() else None]
+        hit = next((labels[str(v)] for v in named if v is not None and str(v) in labels), None)
+        if hit is not None:
+            return hit
+    for e in claim.evidence:
+        v = (e.args or {}).get("rank")
+        if isinstance(v, bool) or not (isinstance(v, int) or isinstance(v, str) and v.isdigit()):
+            continue
+        same = [r for r in results if isinstance(r.get("rank"), int) and r["rank"] == int(v)]
+        if len(same) == 1:
+            return same[0]
     return None
 
 
@@ -396,11 +425,17 @@ def reconcile_with_window(b: Bottleneck, representativeness: dict[str, Any] | No
     rp = representativeness or {}
     if rp.get("util_pct_window") is None or rp.get("util_flag"):
         return b
+    return _resolve_telemetry(b, f"over the profiled window utilization is {rp['util_pct_window']:.1f}% against "
+                                 f"the trace's busy {rp['busy_pct']:.1f}%: they agree, so the job-wide average differs "
+                                 "because it covers phases the profile does not (start-up, evaluation, the trace export)")
+
+
+def _resolve_telemetry(b: Bottleneck, how: str) -> Bottleneck:
+    """Mark each unresolved contradiction of a telemetry claim (``om.tel.*``) resolved by ``how``,
+    returning its confidence penalty and saying so in the rationale. Returns ``b``."""
     for c in b.contradictions:
         if c.resolved is None and any(x.startswith("om.tel.") for x in c.claims):
-            c.resolved = (f"over the profiled window utilization is {rp['util_pct_window']:.1f}% against the trace's "
-                          f"busy {rp['busy_pct']:.1f}%: they agree, so the job-wide average differs because it covers "
-                          "phases the profile does not (start-up, evaluation, the trace export)")
+            c.resolved = how
             b.confidence = round(min(0.95, b.confidence + CONTRA_PENALTY), 3)
             b.rationale += f" Resolved: {c.resolved}."
     return b
@@ -485,4 +520,29 @@ def name_causes(b: Bottleneck, findings: dict[str, Any], verdicts: list[Verified
                                       levers=["balance_straggler_rank"]))
         ranked.insert(0, "straggler")
     b.cause = ranked[0] if ranked else None
+    reconcile_with_causes(b, entries, verdicts)
     return b
+
+
+TELEMETRY_READING_CAUSES = ("power-capped", "small-kernel-trickle")
+"""The causes that are readings of the board's telemetry themselves (seed 001 T2: the SM clock
+lowered at the power limit, utilization a trickle of tiny kernels keeps high): a confirmed cause
+that supersedes one (:attr:`~.causes.base.Cause.supersedes`, e.g. ``gpu-contention``: another
+process's kernels hold the board's power and clock) explains what the job-wide telemetry reads."""
+
+
+def reconcile_with_causes(b: Bottleneck, entries: list[dict[str, Any]], verdicts: list[VerifiedClaim]) -> Bottleneck:
+    """Settle a telemetry contradiction with a named cause that explains the telemetry's reading
+    (one superseding a :data:`TELEMETRY_READING_CAUSES`): the utilization, clock and power over
+    the job are not the job's own, so they do not contradict the trace; the contradiction is
+    marked resolved with the cause's claim and its confidence penalty returned. Returns ``b``
+    (modified in place)."""
+    named = {nc.claim for nc in b.causes}
+    statements = {v.claim.id: v.claim.statement for v in verdicts if v.verdict is Verdict.confirmed}
+    why = next((e for e in entries if e.get("id") in named and e.get("id") in statements
+                and set(e.get("supersedes") or ()) & set(TELEMETRY_READING_CAUSES)), None)
+    if why is None:
+        return b
+    return _resolve_telemetry(b, f"the telemetry is not the job's alone: {statements[why['id']]} (claim `{why['id']}`, "
+                                 f"{', '.join(why['causes'])}); the board's utilization, clock and power over the job "
+                                 "are the job's and the other work's together, so the job's own trace decides its class")

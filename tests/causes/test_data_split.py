@@ -137,14 +137,16 @@ def test_not_checked_says_a_short_window_only_for_a_data_bound_step():
     ("dataloader-stall", "dataloader-stall"),
     # 300 steps (~13 s): one sleeping worker, the node 4% busy of 16 cores = 0.64, the rank 0.55 of it: I/O-bound
     ("io-wait-loader", "dataloader-io-wait"),
-    # 300 steps: one worker spinning 40 ms of a 42 ms step, the node 8.9% busy = 1.42 cores, 0.87 of it the
-    # worker's: between the bounds (the job window's worker start and trace export dilute the steady steps'
-    # ~95%), so transform and I/O are not separated, said, not guessed
-    ("cpu-transform-loader", "dataloader-stall")])
+    # 300 steps: one worker spinning 40 ms of a 42 ms step; over the job window the node is 8.9% busy (1.42
+    # cores, 87% of a worker once the rank's 0.55 is taken off: between the bounds), but over the steady steps
+    # outside the profiler only (11.25 s: the first 30 steps, the profiler's steps 100-104 and its trace export
+    # left out) 9.43% = 1.51 cores, the worker 96% busy: CPU-transform-bound, re-derived from the raw counters
+    ("cpu-transform-loader", "dataloader-cpu-transform")])
 def test_the_bundled_loader_runs(repo_root, tmp_path, case, cause):
     row = bundled_score(repo_root, tmp_path, case)
+    lever = "gpu_transform" if cause == "dataloader-cpu-transform" else "num_workers_8"
     assert (row["error"], row["class_ok"], row["named_cause"], row["first_lever"]) == \
-        ("", True, cause, "num_workers_8"), row
+        ("", True, cause, lever), row
 
 
 @pytest.mark.parametrize("case,cause,lever", [
@@ -199,3 +201,107 @@ def test_without_worker_processes_the_node_share_decides():
     assert data_split.worker_busy_pct(12.5, 0, 1, 16) is None
     [f] = CAUSE.detect(_xc(12.5, 0, 1, 16))
     assert f.causes == ("dataloader-io-wait",)  # node-wide 12.5% <= CPU_IDLE_PCT
+
+
+# ---------------------------------------------------------------------------------------------
+# The host CPU over the steady steps outside the profiler only (the job window's start-up and the
+# profiler's trace export dilute a worker's spin): a hand-built run with known spans and readings
+# ---------------------------------------------------------------------------------------------
+
+SPANS = [[991.0, 999.5], [1003.5, 1011.5]]
+
+
+def _steady_x(steady: float, other: float, step_s: float = 0.5, export_s: float = 2.0, last: int = 39,
+              workers: int = 1, ranks: int = 1, cores: int = 16) -> Inputs:
+    """A rank whose ProfilerStep#20-22 run 1000.0-1001.5 s (unix; 0.5 s each), a log of one line per step
+    from step 2 (steps 0-1 warm-up) of ``step_s`` each except the export step 23 (``export_s``), and a
+    cpu_util series on a 1 s grid, ``steady`` at the points whose whole step lies in the steady steps'
+    spans and ``other`` elsewhere. The spans, by hand: before the profiler, steps 2-18 (17 x 0.5 = 8.5 s)
+    end where step 19 (the profiler's warm-up) begins, 1000.0 - 0.5 = 999.5: [991.0, 999.5]; after it,
+    steps 24-39 (16 x 0.5 = 8 s) start where the export ends, 1001.5 + 2.0 = 1003.5: [1003.5, 1011.5]."""
+    from ai4s_graph.state import Manifest
+    times = [export_s if g == 23 else step_s for g in range(2, last + 1)]
+    steps = [{"step": n, "ts": (n - 20) * 5e5, "dur": 5e5} for n in (20, 21, 22)]
+    grid = [(float(t), steady if any(a + 1 <= t <= b for a, b in SPANS) else other) for t in range(986, 1013)]
+    x = Inputs(rank={"path": "t.json", "rank": 0, "dataloader_ms_per_step": 45.0, "step_time_ms": 100.0,
+                     "stream": {"steps": steps, "base_time_ns": 1000 * 10**9}},
+               telemetry={"window": [985.0, 1012.0], "series": {"cpu_util": {"n1": grid}}},
+               log={"step_times_s": times, "warmup_steps_skipped": 2}, fom={"step_time_source": "per-step log lines"})
+    x.manifest = Manifest.model_construct(num_workers=workers, gpus_per_node=ranks, cpus_per_node=cores)
+    return x
+
+
+def test_the_steady_steps_spans_are_laid_on_the_clock_from_the_profiled_window():
+    from ai4s_graph.graph.rules import context as ctx
+    x = _steady_x(9.5, 3.0)
+    assert ctx.profiled_window(x.rank) == (1000.0, 1001.5)
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"], 2) == \
+        [(991.0, 999.5), (1003.5, 1011.5)]
+    # clipped to the job window; a log that ends at the export step has no span after the profiler
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"], 2, (995.0, 1010.0)) == \
+        [(995.0, 999.5), (1003.5, 1010.0)]
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][:22], 2) == [(991.0, 999.5)]
+    # profiled right after the warm-up (the edge step 19 is the first logged one): only the span after it
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][17:], 19) == \
+        [(1003.5, 1011.5)]
+    assert ctx.steady_windows([], (1000.0, 1001.5), x.log["step_times_s"], 2) == []
+    assert ctx.steady_windows([20], None, x.log["step_times_s"], 2) == []
+    # the grid points whose whole 1 s step lies in a span: 992-999 and 1005-1011 (8 + 7 points)
+    assert ctx.series_mean_over({"n1": [(992.0, 10.0), (999.0, 20.0), (991.0, 99.0), (1000.0, 99.0)]},
+                                SPANS) == (15.0, 2)
+    assert ctx.series_mean_over({}, SPANS) == (None, 0)
+
+
+def test_a_worker_spin_diluted_over_the_job_is_transform_bound_over_the_steady_steps():
+    # over the whole series: (15 x 9.5 + 12 x 3.0) / 27 = 6.611% of 16 cores = 1.058 cores, the worker
+    # (1.058 - 0.55) = 51% busy (between the bounds); over the steady spans 9.5% = 1.52 cores, the worker
+    # (1.52 - 0.55) / 1 = 97% busy: CPU-transform-bound
+    x = _steady_x(9.5, 3.0)
+    assert data_split.steady_cpu(x) == {"pct": 9.5, "spans": SPANS, "points": 15, "seconds": 16.5}
+    assert data_split.worker_busy_pct(6.611111, 1, 1, 16, 0.45) == pytest.approx(50.78, abs=0.01)
+    [f] = CAUSE.detect(x)
+    assert f.causes == ("dataloader-cpu-transform",) and f.claim.value == 9.5 and f.share == pytest.approx(0.45)
+    assert "97% busy" in f.claim.statement and "10% busy over the 16.5 s of steady steps outside the profiler" \
+        in f.claim.statement
+    cpu_ev = f.claim.evidence[1]
+    assert cpu_ev.args == {"metric": "cpu_util", "spans": SPANS} and cpu_ev.returned == 9.5
+    # the verifier's raw counters over the same spans (inputs.raw_span_stats): 9.8 confirms (5 points), 3.0
+    # (the reading of a sleeping worker) refutes, no samples there: no value
+    key = ("cpu_util", "avg", ((991.0, 999.5), (1003.5, 1011.5)))
+    for raw, verdict in ((9.8, "confirmed"), (3.0, "refuted")):
+        rd = CAUSE.rederive(f.claim, Reader(raw_stats={key: raw}, series={"cpu_util": {"n1": [(0.0, 9.5)]}}))
+        assert "raw node_cpu_seconds_total" in rd.method
+        assert registry.judge(f.claim, "trace_verifier", rd.value, rd.tolerance, rd.method).verdict.value == verdict
+    assert CAUSE.rederive(f.claim, Reader(raw_stats={})).value is None
+
+
+def test_another_member_two_ranks_decoding_on_a_64_core_node():
+    # 2 ranks x 4 workers decoding JPEGs on 64 cores, each rank waiting 45% of its step: the ranks keep
+    # 2 x 0.55 = 1.1 cores; over the steady spans the node is 14% busy = 8.96 cores, the 8 workers
+    # (8.96 - 1.1) / 8 = 98.25% busy: transform-bound; over the job window (start-up and export at 2%)
+    # (15 x 14 + 12 x 2) / 27 = 8.667% = 5.547 cores, (5.547 - 1.1) / 8 = 55.6%: it would read as the stall
+    x = _steady_x(14.0, 2.0, workers=4, ranks=2, cores=64)
+    [f] = CAUSE.detect(x)
+    assert f.causes == ("dataloader-cpu-transform",) and "98% busy" in f.claim.statement
+    x.fom = {}  # a log printing every k-th step gives no spans: the job window decides, as before
+    [f] = CAUSE.detect(x)
+    assert f.causes == ("dataloader-stall",) and "56% busy" in f.claim.statement
+
+
+@pytest.mark.parametrize("steady,cause", [(9.0626, "dataloader-cpu-transform"), (9.0624, "dataloader-stall")])
+def test_the_bounds_hold_over_the_steady_steps(steady, cause):
+    # (9.0626% x 16 - 0.55) = 90.0016% (just above CPU_BUSY_PCT), 9.0624% -> 89.9984%
+    [f] = CAUSE.detect(_steady_x(steady, 3.0))
+    assert f.causes == (cause,)
+
+
+def test_steady_steps_shorter_than_the_seed_reading_do_not_separate_them():
+    # 0.2 s steps: before the profiler 17 x 0.2 = 3.4 s, after 16 x 0.2 = 3.2 s: 6.6 s < MIN_WINDOW_S
+    x = _steady_x(9.5, 3.0, step_s=0.2)
+    st = data_split.steady_cpu(x)
+    assert st["seconds"] == pytest.approx(6.6) and st["spans"] == [[996.4, 999.8], [1003.5, 1006.7]]
+    [f] = CAUSE.detect(x)
+    assert f.causes == ("dataloader-stall",) and "covers the 6.6 s of steady steps" in f.claim.statement
+    assert CAUSE.not_checked(x) == [f"not checked: {data_split.T8}: needs host CPU over 10 s of steady steps at "
+                                    "least (seed 001 T3; the steady steps outside the profiler span 6.6 s) or the "
+                                    "DataLoader workers' own CPU time (per-process CPU)"]

@@ -5,6 +5,8 @@ control."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ai4s_graph.graph.rules.causes import gpu_contention
@@ -71,6 +73,12 @@ def test_bundled_case_and_its_control(case, cause, tmp_path):
     assert (r["error"], r["named_cause"]) == ("", cause)
     if cause:
         assert r["first_lever"] == "exclusive_gpu"
+        # compute-bound on its own trace (79.4% computing, the nearer rule), the telemetry's contradiction
+        # (100% utilization, 687 W, SM clock 78% of boost) resolved by the contention it measures
+        b = json.loads((tmp_path / case / "report.json").read_text())["bottleneck"]
+        assert (b["klass"], b["cause"]) == ("compute-bound", "gpu-contention")
+        [c] = b["contradictions"]
+        assert c["resolved"].startswith("the telemetry is not the job's alone: the GPU reads 100.0% utilized")
     else:
         assert r["class_ok"] is True
 
@@ -97,3 +105,45 @@ def test_a_confirmed_contention_supersedes_the_power_cap_it_explains():
     b = verdict.name_causes(Bottleneck(klass=BottleneckClass.unknown, rationale=""),
                             {"telemetry": {"triage": registry.lever_entries(cap)}}, judged)
     assert b.cause == "power-capped" and clocks_power.CAUSE.causes
+
+
+def _tel_contradiction():
+    from ai4s_graph.state import BottleneckClass, Contradiction
+    return Contradiction(direct="trace of rank 0: GPU computing 79.4%, idle 19.9% of the profiled window → compute-bound",
+                         direct_class=BottleneckClass.compute, winner="trace (direct measurement)", why="w", settle="s",
+                         indirect="telemetry over the job: utilization 100.0%, SM clock 1551.6 MHz, power 687.1 W → "
+                                  "does not support a compute-bound reading", indirect_class="not compute-bound",
+                         claims=["om.tel.supports_compute"])
+
+
+def test_a_named_contention_resolves_the_telemetry_contradiction_it_explains():
+    # the job's class is its own trace's (compute-bound, seed 001 T1: the GPU is the resource that limits it,
+    # shared): the board's 100% utilization, full power and lowered clock are the job's and the other process's
+    # together, so they do not contradict the trace; the penalty for the contradiction (0.15) is returned
+    from ai4s_graph.graph.rules import registry, verdict
+    from ai4s_graph.state import Bottleneck, BottleneckClass
+
+    x = inputs(80.1, 100.0)
+    x.telemetry["stats"].update({"sm_clock.avg": {"value": 1523.0}, "power.avg": {"value": 691.0}})
+    cont = [f for f in registry.detect("trace_analyst", x) if f.causes == ("gpu-contention",)]
+    cap = registry.detect("telemetry_analyst", x)
+    judged = [registry.judge(f.claim, "v", f.claim.value, gpu_contention.GAP_TOL, "m") for f in cont + cap]
+    findings = {"trace": {"triage": registry.lever_entries(cont)}, "telemetry": {"triage": registry.lever_entries(cap)}}
+    b = Bottleneck(klass=BottleneckClass.compute, rationale="borderline.", confidence=0.35,
+                   contradictions=[_tel_contradiction()])
+    verdict.name_causes(b, findings, judged)
+    [c] = b.contradictions
+    assert b.cause == "gpu-contention" and b.confidence == 0.5
+    assert c.resolved.startswith("the telemetry is not the job's alone: the GPU reads 100.0% utilized") and \
+        "(claim `triage.gpu_contention`, gpu-contention)" in c.resolved
+    assert b.rationale == f"borderline. Resolved: {c.resolved}."
+    # a power cap alone (no other process) is a reading of the job's own board: nothing is resolved
+    b = Bottleneck(klass=BottleneckClass.compute, rationale="r", confidence=0.35, contradictions=[_tel_contradiction()])
+    verdict.name_causes(b, {"telemetry": {"triage": registry.lever_entries(cap)}}, judged)
+    assert b.cause == "power-capped" and b.contradictions[0].resolved is None and b.confidence == 0.35
+    # a refuted contention claim resolves nothing either
+    refuted = [registry.judge(f.claim, "v", 0.0, gpu_contention.GAP_TOL, "m") for f in cont]
+    b = Bottleneck(klass=BottleneckClass.compute, rationale="r", confidence=0.35, contradictions=[_tel_contradiction()])
+    verdict.name_causes(b, {"trace": {"triage": registry.lever_entries(cont)}}, refuted)
+    assert b.cause is None and b.contradictions[0].resolved is None
+

@@ -22,7 +22,7 @@ from ..configuration import llm_manifest, llm_request, trace_paths
 from ..inputs import cause_reader, verifier_log
 from ..schema import AnalysisState, RankResult
 from ...agents import llm
-from ...rules import context as ctx, registry
+from ...rules import context as ctx, registry, verdict
 from ...rules.figures import Reader
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
@@ -127,19 +127,20 @@ def run_step_of(state: AnalysisState | dict[str, Any], tables: dict[str, Any]) -
 def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
                         state: AnalysisState | None = None) -> list[VerifiedClaim]:
     """Verdicts for every ``trace_analyst`` claim. A claim about one rank trace is matched to that
-    trace by the path its evidence cites (two files claiming one rank never swap claims) and
+    trace by the path an evidence item cites, else by its rank or label
+    (:func:`~ai4s_graph.graph.rules.verdict.rank_result_of`: two files claiming one rank never swap claims) and
     re-derived by its figure of the registry from that rank's reader tables; a cause's claim
     (``triage.*``) by its cause module; a cross-rank claim (straggler, busbw) by
     :func:`ai4s_graph.tools.trace.crossrank_check.rederive_claim` over every rank's reader tables."""
     st = state or {}
     ranked, _ = assign_identity([str(p) for p in trace_paths(st)] if st.get("manifest") is not None else [],
                                 list(rank_results))
-    by_path = {str(r.get("path")): r for r in ranked if "error" not in r}
+    good = [r for r in ranked if "error" not in r]
     out = []
     for c in claims:
         if c.analyst != "trace_analyst":
             continue
-        res = by_path.get(str(c.evidence[0].args.get("path"))) if c.evidence else None
+        res = verdict.rank_result_of(c, good)  # the path any evidence item cites, else its rank or label
         if c.id.startswith("triage."):
             rd = registry.rederive(c, _reader(st, c, res, ranked))
             out.append(_judge(c, rd.value, rd.tolerance or Tolerance(), rd.method or ""))

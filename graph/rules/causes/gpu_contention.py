@@ -16,6 +16,14 @@ its own kernels do not explain -- a lower bound of the cost, since time-slicing 
 job's own kernels (93109: 1.6x its control's step). Re-derived from the mean of the utilization
 series points (``query_range``, not the PromQL statistic) and the verifier reader's busy share
 over the verifier's own re-read of the log. Lever ``exclusive_gpu``.
+
+The job's class stays its own trace's: on a shared GPU the GPU is the resource that limits the job
+(seed 001 T1: GPU-bound when utilization and power are high; 93109: 79.4% computing, the compute
+rule nearer, utilization 100%, 687 W of 700 W), its kernels time-sliced with the other process's.
+The job-wide telemetry then reads the job's and the other process's work together, so its
+"not compute-bound" reading (the SM clock lowered at the power limit) is this cause's, not a
+contradiction of the trace: a confirmed finding resolves it (it supersedes ``power-capped``;
+:func:`~..verdict.reconcile_with_causes`).
 """
 
 from __future__ import annotations
