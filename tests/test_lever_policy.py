@@ -200,3 +200,45 @@ def test_the_bundled_compute_bound_runs_get_sdpa_levers_only_with_the_math_backe
     if first:
         assert names[0] == first
     assert [d["name"] for d in rep["levers_dropped"]] == dropped
+
+
+def test_the_loop_skips_what_the_analysis_left_out_and_what_its_catalog_blocks_by_mechanism(tmp_path):
+    from ai4s_graph.graph.optimize import graph as O
+    from ai4s_graph.graph.optimize import nodes as N
+
+    cat = L.parse_catalog({
+        "model": "toy", "fom": {"primary": "throughput_samples_per_s"}, "baseline": {"template": "cpu-toy"},
+        "levers": [
+            {"name": "compile_inductor", "status": "blocked", "implies": ["torch_compile"], "targets": ["compute-bound"],
+             "evidence": [{"error": "RuntimeError: " + DOUBLE_BACKWARD, "lessons": [6]}]},
+            {"name": "compile_max_autotune", "change": {"env": {"AI4S_TORCH_COMPILE": "max-autotune"}},
+             "implies": ["torch_compile"], "targets": ["compute-bound"]},
+            {"name": "sdpa_fused_backend", "change": {"script_args": {"--sdpa-backend": "auto"}},
+             "requires": ["sdpa_math"], "targets": ["compute-bound"]},
+            {"name": "tf32_matmul", "change": {"env": {"AI4S_MATMUL_PRECISION": "high"}}, "targets": ["compute-bound"]},
+        ]})
+    path = L.dump_catalog(cat, tmp_path / "toy.yaml")
+    req = O.new_loop(model="toy", catalog_path=path, loop_root=tmp_path / "loops", iterations=3)
+    run = {"job_id": "2", "state": "COMPLETED", "fom": {}, "primary": 100.0}
+    why_left = "its precondition, attention on SDPA's unfused math backend, is absent: no such event in the trace"
+    st = {"request": {**req.model_dump(mode="json"), "out_dir": req.loop_dir}, "catalog": cat.model_dump(mode="json"),
+          "applied": [], "tried": [], "iteration": 1, "levers_done": 0, "node_hours_used": 0.0, "current": None,
+          "stop": None, "baseline": {"values": [100.0, 101.0], "mean": 100.5, "noise_pct": 2.0, "job_ids": ["1", "2"],
+                                     "nodes_list": []},
+          "best": {"value": 100.5, "levers": [], "run": run, "job_ids": ["1", "2"], "iteration": 0},
+          "analysis": {"job_id": None, "bottleneck": "compute-bound", "recommended": ["sdpa_fused_backend"],
+                       "predictions": {}, "dropped": {"sdpa_fused_backend": why_left}}}
+    upd, _ = N.make_pick_body()(st)
+    cur = upd["current"]
+    assert cur["lever"] == "tf32_matmul"   # recommended-but-left-out and mechanism-blocked levers are never tried
+    skipped = {s["lever"]: s["why"] for s in cur["skipped"]}
+    assert skipped["sdpa_fused_backend"] == "the analysis left it out: " + why_left
+    assert skipped["compile_max_autotune"] == "implies torch_compile, blocked in the catalog through compile_inductor"
+    assert "compile_inductor" not in skipped   # blocked by its own status, listed nowhere as a candidate
+    # the report reader carries levers_dropped through
+    from ai4s_graph.graph.optimize.nodes.analysis import read_report
+
+    rp = tmp_path / "report.json"
+    rp.write_text(json.dumps({"bottleneck": {"klass": "compute-bound"}, "levers": [{"name": "tf32_matmul", "why": "x"}],
+                              "levers_dropped": [{"name": "sdpa_efficient", "why": why_left}]}))
+    assert read_report(rp)["dropped"] == {"sdpa_efficient": why_left}
