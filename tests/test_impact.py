@@ -76,3 +76,18 @@ def test_examples_rank_their_class_lever_first(repo_root, run, first):
     a = analyze_trace(repo_root / "examples" / "perf-runs" / run / "traces" / "trace_rank0.json.gz", backend="kineto").model_dump()
     ranked = I.rank_levers(["num_workers", "torch_compile_reduce_overhead"], a)
     assert ranked[0].lever == first
+
+
+@pytest.mark.parametrize("device, floor, which", [
+    ("NVIDIA H200", 5.5, "H200, measured"),                   # reports/raw-2026-11-29 node probe: 6.02 µs
+    ("AMD Instinct MI355X", 3.5, "MI355X, measured"),         # seed 000 lesson 18
+    ("NVIDIA H100 80GB HBM3", 3.5, "not measured"),           # no measurement: lesson 18's smallest floor
+    (None, 3.5, "not measured"),
+])
+def test_the_launch_floor_is_the_traces_gpu(device, floor, which):
+    assert I.launch_floor_us(device)[0] == floor and which in I.launch_floor_us(device)[1]
+    t = dict(trace(), device_name=device) if device else trace()
+    e = I.estimate("fuse_small_kernels", t)
+    # 1000 kernels/step × the floor, below the 60 ms idle; high unchanged (30 ms)
+    assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((1000 * floor / 1000, 30.0))
+    assert f"× {floor} µs launch floor" in e.arithmetic
