@@ -6,11 +6,12 @@ Models (all per step, ms; ``trace`` is the aggregated ``TraceAnalysis`` dict: ``
 ``n_steps``, ``timeline.busy_time.time_ms`` over the profiled steps, ``kernels_per_step``,
 ``timeline.exposed_comm_time``, ``ops_by_category``):
 
-- launch overhead (graphs, fusion, larger batch per launch): low = kernels/step x the launch floor
+- launch overhead removed by graph capture: low = kernels/step x the launch floor
   of the trace's GPU (:func:`launch_floor_us`: measured per GPU model, :data:`LAUNCH_FLOOR_BY_GPU`;
   :data:`LAUNCH_FLOOR_US` for a GPU not measured),
   high = the GPU idle time of the step not spent in the DataLoader (graph replay leaves no host gap
-  inside the captured region); both capped by the idle time;
+  inside the captured region); both capped by the idle time; a larger batch per launch: the same
+  bounds x (1 - 1/:data:`BATCH_FACTOR`) per step of today's samples; fusion: not estimated;
 - DataLoader overlap (num_workers, prefetch, pinned copies): high = min(DataLoader, GPU idle) (loading
   fully hidden), low = min(high, step - DataLoader) (one background loader: the step becomes
   max(rest of the step, loading));
@@ -48,7 +49,17 @@ ACHIEVABLE_BW_FRAC = 4215.7 / 4800.0
 SDPA_MATH_SLOWDOWN = (10.0, 15.0)      # seed 000 lesson 21: MATH ~15 vs ~290 TFLOPS, "10-15x slower"
 PRECISION_SPEEDUP_FLOOR = 1.4          # seed 000 lesson 22: >= 1.4x precision speedup => GEMM-bound
 
-LAUNCH_LEVERS = {"torch_compile_reduce_overhead", "fuse_small_kernels", "larger_batch_per_launch", "cuda_graphs", "hip_graphs"}
+LAUNCH_LEVERS = {"torch_compile_reduce_overhead", "cuda_graphs", "hip_graphs"}
+"""Graph capture and replay: the launch model itself (the captured region's launches go, module doc)."""
+BATCH_LAUNCH_LEVERS = {"larger_batch_per_launch"}
+"""More work per launch: the same launches carry :data:`BATCH_FACTOR` x the samples, so per sample the
+launch-bound time falls by ``1 - 1/BATCH_FACTOR`` (seed 001 T18)."""
+BATCH_FACTOR = 2.0
+"""The batch multiple the lever stands for: one doubling (the first step of the bundled gnn.yaml's batch
+packing levers, 16 -> 32 graphs); a larger multiple is its own lever with its own estimate."""
+FUSION_LEVERS = {"fuse_small_kernels"}
+"""Kernel fusion: how many kernels fuse into one is not visible in one trace, so no estimate (never the
+graph model's numbers copied: issue 24)."""
 LOADER_LEVERS = {"num_workers", "persistent_workers", "pin_memory_non_blocking", "prefetch_factor"}
 MEMORY_LEVERS = {"torch_compile", "fuse_elementwise", "bf16_activations", "batch_packing"}
 """``torch_compile`` is the lever catalog's id of the fusion lever (``tools/levers/catalogs/workload.yaml``);
@@ -120,6 +131,21 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
                            f"low {k:.0f} kernels/step × {floor} µs launch floor ({which}) = {k * floor / 1000:.2f} ms, "
                            f"high the GPU idle not spent in the DataLoader: {step:.2f} − {busy:.2f} busy − {dl:.2f} DataLoader "
                            f"= {high:.2f} ms")
+    if lever in BATCH_LAUNCH_LEVERS:
+        k = trace.get("kernels_per_step")
+        if not k:
+            return LeverImpact(lever, None, None, step, "no kernel count per step")
+        dl = min(trace.get("dataloader_ms_per_step") or 0.0, idle)
+        floor, which = launch_floor_us(trace.get("device_name"))
+        f = 1 - 1 / BATCH_FACTOR
+        low = min(idle, k * floor / 1000) * f
+        high = max(low, (idle - dl) * f)
+        return LeverImpact(lever, low, high, step,
+                           f"per step of today's samples at {BATCH_FACTOR:g}x the batch: the launch-bound time × (1 − "
+                           f"1/{BATCH_FACTOR:g}); low {k:.0f} kernels/step × {floor} µs ({which}) × {f:g} = {low:.2f} ms, "
+                           f"high (GPU idle not in the DataLoader {idle - dl:.2f} ms) × {f:g} = {high:.2f} ms")
+    if lever in FUSION_LEVERS:
+        return LeverImpact(lever, None, None, step, "how many kernels fuse into one is not visible in one trace")
     if lever in LOADER_LEVERS:
         dl = trace.get("dataloader_ms_per_step")
         if dl is None:
