@@ -119,7 +119,7 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
     step, busy, idle, n = _per_step(trace)
     if step is None or busy is None:
         return LeverImpact(lever, None, None, step, "no step time or GPU busy time in the trace")
-    if lever in LAUNCH_LEVERS:
+    if lever in LAUNCH_LEVERS or lever in BATCH_LAUNCH_LEVERS:
         k = trace.get("kernels_per_step")
         if not k:
             return LeverImpact(lever, None, None, step, "no kernel count per step")
@@ -127,23 +127,16 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
         floor, which = launch_floor_us(trace.get("device_name"))
         low = min(idle, k * floor / 1000)
         high = max(low, idle - dl)
-        return LeverImpact(lever, low, high, step,
-                           f"low {k:.0f} kernels/step × {floor} µs launch floor ({which}) = {k * floor / 1000:.2f} ms, "
-                           f"high the GPU idle not spent in the DataLoader: {step:.2f} − {busy:.2f} busy − {dl:.2f} DataLoader "
-                           f"= {high:.2f} ms")
-    if lever in BATCH_LAUNCH_LEVERS:
-        k = trace.get("kernels_per_step")
-        if not k:
-            return LeverImpact(lever, None, None, step, "no kernel count per step")
-        dl = min(trace.get("dataloader_ms_per_step") or 0.0, idle)
-        floor, which = launch_floor_us(trace.get("device_name"))
+        if lever in LAUNCH_LEVERS:
+            return LeverImpact(lever, low, high, step,
+                               f"low {k:.0f} kernels/step × {floor} µs launch floor ({which}) = {k * floor / 1000:.2f} ms, "
+                               f"high the GPU idle not spent in the DataLoader: {step:.2f} − {busy:.2f} busy − {dl:.2f} "
+                               f"DataLoader = {high:.2f} ms")
         f = 1 - 1 / BATCH_FACTOR
-        low = min(idle, k * floor / 1000) * f
-        high = max(low, (idle - dl) * f)
-        return LeverImpact(lever, low, high, step,
+        return LeverImpact(lever, low * f, high * f, step,
                            f"per step of today's samples at {BATCH_FACTOR:g}x the batch: the launch-bound time × (1 − "
-                           f"1/{BATCH_FACTOR:g}); low {k:.0f} kernels/step × {floor} µs ({which}) × {f:g} = {low:.2f} ms, "
-                           f"high (GPU idle not in the DataLoader {idle - dl:.2f} ms) × {f:g} = {high:.2f} ms")
+                           f"1/{BATCH_FACTOR:g}); low {k:.0f} kernels/step × {floor} µs ({which}) × {f:g} = {low * f:.2f} ms, "
+                           f"high (GPU idle not in the DataLoader {high:.2f} ms) × {f:g} = {high * f:.2f} ms")
     if lever in FUSION_LEVERS:
         return LeverImpact(lever, None, None, step, "how many kernels fuse into one is not visible in one trace")
     if lever in LOADER_LEVERS:
