@@ -149,13 +149,40 @@ class EvidenceItem(BaseModel):
     decision: str | None = None
 
 
+class MemoryEffect(str, Enum):
+    """Which way a lever is expected to move the run's peak device memory (the integrity guard's
+    direction, :func:`ai4s_graph.tools.levers.guards.integrity_guard`).
+
+    ``same``: the lever should not move memory; a move beyond ``FomSpec.memory_tolerance_pct``
+    either way means the run did different work (seed 000 lesson 23: HBM 236 -> 98 GB when
+    ``num_workers`` shrank the real batch). ``saves``: saving memory is what the lever does (a
+    fused attention kernel never materializes the attention matrix: measured on sdpa-math, 93106,
+    reserved HBM 19.2 -> 3.8 GB, reports/optimizer-2026-12-02), so any fall passes and only a rise
+    beyond the tolerance fails. ``grows``: the lever spends memory on purpose (no activation
+    recompute, seed 001 T17), so a rise passes as long as it stays within the board's capacity and
+    a fall beyond the tolerance fails."""
+
+    same = "same"
+    saves = "saves"
+    grows = "grows"
+
+
 class Lever(BaseModel):
     """One lever of the catalog.
 
     ``targets`` are the bottleneck classes the lever addresses (the picker prefers levers whose
     target matches the analysis report's ``bottleneck.klass``); ``changes_batch`` declares that the
     lever changes the nominal batch on purpose, so the integrity guard does not require the
-    realized batch to equal the baseline's (it still requires realized == nominal)."""
+    realized batch to equal the baseline's (it still requires realized == nominal).
+
+    ``implies``: the mechanisms the lever turns on (ids of
+    :data:`ai4s_graph.tools.levers.rules.MECHANISMS`, e.g. ``[torch_compile, cuda_graphs]`` for
+    ``torch.compile(mode="reduce-overhead")``): a ``blocked`` lever blocks every mechanism it
+    implies, and with it every other lever that implies one of them (seed 000 lesson 6: every
+    torch.compile mode goes through AOT Autograd). ``requires``: the evidence families (ids of
+    :data:`ai4s_graph.tools.levers.rules.EVIDENCE`) the trace must show for the lever to apply
+    (e.g. ``[sdpa_math]``). ``memory``: which way the lever moves peak memory
+    (:class:`MemoryEffect`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -166,6 +193,9 @@ class Lever(BaseModel):
     variance: VarianceClass = VarianceClass.normal
     targets: list[BottleneckClass] = Field(default_factory=list)
     changes_batch: bool = False
+    implies: list[str] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list)
+    memory: MemoryEffect = MemoryEffect.same
     evidence: list[EvidenceItem] = Field(default_factory=list)
 
     @field_validator("name")
@@ -194,7 +224,12 @@ class FomSpec(BaseModel):
     under the measured baseline spread (percent; the seed's noise-level deltas are +-1-3 %,
     lessons 22 and 24); ``replicate_tolerance_pct``: the +-5 % replicate rule (lesson 9);
     ``memory_tolerance_pct``: how far HBM reserved % / peak memory may move (relative percent)
-    before a comparison is rejected (lesson 23); ``batch_tolerance_pct``: the same for the realized
+    before a comparison is rejected (lesson 23); ``loss_tolerance_pct``: how far the mean epoch
+    loss may move (relative percent) before the run is taken to compute something else (15 %:
+    between the 5.9 % a numerics-only lever moved it on the bundled pairs -- sdpa-math 136.56 vs
+    its fused control 128.90; tf32-off, nchw-conv, anomaly-mode < 0.1 % -- and the 22 % of seed 000
+    lesson 23, epoch loss 2.86 -> 3.50 when the real batch shrank; lesson 29's wrong kernel moved
+    it 6.3x); ``batch_tolerance_pct``: the same for the realized
     per-step batch (lessons 23, 31)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -203,6 +238,7 @@ class FomSpec(BaseModel):
     min_noise_pct: float = Field(default=2.0, ge=0.0)
     replicate_tolerance_pct: float = Field(default=5.0, gt=0.0)
     memory_tolerance_pct: float = Field(default=25.0, gt=0.0)
+    loss_tolerance_pct: float = Field(default=15.0, gt=0.0)
     batch_tolerance_pct: float = Field(default=2.0, ge=0.0)
     partial_step_tolerance: float = Field(default=0.05, ge=0.0)
 

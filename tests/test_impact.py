@@ -22,8 +22,21 @@ def test_launch_overhead_bounds():
     assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((3.5, 30.0))
     assert "1000 kernels/step × 3.5 µs" in e.arithmetic
     # idle smaller than the launch floor: capped by idle
-    e = I.estimate("fuse_small_kernels", trace(step=41.0, dl=0.0))
+    e = I.estimate("cuda_graphs", trace(step=41.0, dl=0.0))
     assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((1.0, 1.0))
+
+
+def test_each_launch_lever_has_its_own_model_never_a_copy():
+    # batch x2: the same launches carry twice the samples: per step of today's samples the graph
+    # bounds (3.5, 30) x (1 - 1/2) = (1.75, 15)
+    e = I.estimate("larger_batch_per_launch", trace())
+    assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((1.75, 15.0))
+    assert "× (1 − 1/2)" in e.arithmetic
+    # fusion: the fusion factor is not in one trace -> no estimate, said so
+    f = I.estimate("fuse_small_kernels", trace())
+    assert f.saving_ms_high is None and "not visible in one trace" in f.arithmetic
+    g = I.estimate("torch_compile_reduce_overhead", trace())
+    assert (g.saving_ms_low, g.saving_ms_high) != (e.saving_ms_low, e.saving_ms_high)
 
 
 def test_dataloader_overlap_bounds():
@@ -76,3 +89,18 @@ def test_examples_rank_their_class_lever_first(repo_root, run, first):
     a = analyze_trace(repo_root / "examples" / "perf-runs" / run / "traces" / "trace_rank0.json.gz", backend="kineto").model_dump()
     ranked = I.rank_levers(["num_workers", "torch_compile_reduce_overhead"], a)
     assert ranked[0].lever == first
+
+
+@pytest.mark.parametrize("device, floor, which", [
+    ("NVIDIA H200", 5.5, "H200, measured"),                   # reports/raw-2026-11-29 node probe: 6.02 µs
+    ("AMD Instinct MI355X", 3.5, "MI355X, measured"),         # seed 000 lesson 18
+    ("NVIDIA H100 80GB HBM3", 3.5, "not measured"),           # no measurement: lesson 18's smallest floor
+    (None, 3.5, "not measured"),
+])
+def test_the_launch_floor_is_the_traces_gpu(device, floor, which):
+    assert I.launch_floor_us(device)[0] == floor and which in I.launch_floor_us(device)[1]
+    t = dict(trace(), device_name=device) if device else trace()
+    e = I.estimate("cuda_graphs", t)
+    # 1000 kernels/step × the floor, below the 60 ms idle; high unchanged (30 ms)
+    assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((1000 * floor / 1000, 30.0))
+    assert f"× {floor} µs launch floor" in e.arithmetic

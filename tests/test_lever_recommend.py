@@ -24,8 +24,8 @@ def test_hydragnn_dispatch_bound_gets_catalog_levers_first_and_never_blocked_one
 
 def test_no_catalog_model_gets_the_generic_rules_that_fit_the_job():
     b = Bottleneck(klass=BottleneckClass.compute)
-    recs, cat = recommend_levers(b, Manifest(jobid="2", model="gnn", precision="bf16"), "nvidia", 1)
-    assert cat is None and catalog_for_model("gnn") is None
+    recs, cat = recommend_levers(b, Manifest(jobid="2", model="conv", precision="bf16"), "nvidia", 1)
+    assert cat is None and catalog_for_model("conv") is None
     # already bf16: no precision lever; otherwise the table's order
     assert [r.name for r in recs] == ["sdpa_efficient", "scale_out", "bigger_effective_batch"]
 
@@ -35,3 +35,16 @@ def test_rules_fit_the_job():
     assert lever_applies("rccl_high_priority", precision="fp32", vendor="amd", ranks=8)
     assert not lever_applies("ddp_bucket_cap_mb", precision="fp32", vendor="amd", ranks=1)
     assert LEVERS[BottleneckClass.unknown] == []
+
+
+def test_the_project_workloads_map_to_their_own_catalogs():
+    # gnn.yaml is the configuration of examples/perf-runs/92001 (its header) and blocks levers (lesson 6)
+    assert [catalog_for_model(m) for m in ("gnn", "GNN", "mlip-gnn", "orbit-2", "wide", "vit")] == \
+        ["gnn", "gnn", "hydragnn", "orbit2", None, None]
+    b = Bottleneck(klass=BottleneckClass.dispatch)
+    recs, cat = recommend_levers(b, Manifest(jobid="3", model="gnn", precision="fp32"), "nvidia", 1)
+    names = [r.name for r in recs]
+    assert cat == "levers/gnn.yaml"
+    # the catalog's dispatch-bound candidates first; its blocked torch_compile / cuda_graphs never
+    assert names[:3] == ["batch_32_half_steps", "batch_64_quarter_steps", "batch_128_eighth_steps"]
+    assert "cuda_graphs" not in names and "torch_compile" not in names

@@ -116,7 +116,8 @@ def test_guard_without_memory_data_is_not_checked_in_the_report(tmp_path):
     st.update(u)
     path, _ = N.write_loop_report(st)
     row = next(ln for ln in path.read_text().splitlines() if ln.startswith("| 1 |"))
-    assert "pass (2 not checked: memory, staged_samples)" in row
+    # neither run measured memory, the board's capacity or the FOM's definition: not checked, never a pass
+    assert "pass (4 not checked: memory, memory_capacity, fom_definition, staged_samples)" in row
 
 
 def test_pin_follows_the_baseline_nodes_unless_known_bad(tmp_path):

@@ -10,7 +10,16 @@ the levers of the causes the verdict names (``Bottleneck.causes``, largest measu
 the lever that removes the cause before any lever of its class, e.g. turning anomaly detection off
 before torch.compile for a dispatch-bound job); then every other lever by its estimated saving per
 step (levers without an estimate last, in the order given: the catalog's, the generic rules' cost
-order, then the causes')."""
+order, then the causes').
+
+Filter (issue 24 point 4), before the order: a lever the workload's catalog blocks, or one that
+implies a mechanism a blocked lever implies (CUDA graphs through ``torch.compile`` where the
+catalog blocks ``torch.compile``: seed 000 lesson 6), is dropped; so is a lever whose declared
+precondition (an evidence family the trace's one pass counts: SDPA's math backend, FSDP) is absent
+from every rank's event-name counts. Each drop is returned with its reason
+(:func:`filter_levers`), for the report to say which lever was left out and why. The declarations
+are data (:class:`~ai4s_graph.tools.levers.policy.LeverPolicy`, built by the tools from the
+catalogs), never lever-name matching here."""
 
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from .diagnosis import profiled_step_ms, step_correction
 from .registry import CAUSES
 from ...state import Bottleneck, LeverRecommendation, Verdict, VerifiedClaim
 from ...tools.levers import impact
+from ...tools.levers.policy import LeverPolicy
 
 STRAGGLER_LEVER = "balance_straggler_rank"
 
@@ -64,14 +74,53 @@ def users_step(trace: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**trace, "step_time_ms": float(trace["run_step"]["ms"]), "profiled_step_ms": profiled_step_ms(trace)}
 
 
+def event_counts(findings: dict[str, Any]) -> dict[str, int] | None:
+    """Event name -> count summed over every rank the trace analyst read (``findings.trace.ranks[*]
+    .event_names``, the one pass's counts), or None when no rank result carries counts (no trace
+    read: a precondition is then not checked)."""
+    ranks = [r for r in ((findings.get("trace") or {}).get("ranks") or []) if isinstance(r, dict)]
+    if not any(isinstance(r.get("event_names"), dict) for r in ranks):
+        return None
+    out: dict[str, int] = {}
+    for r in ranks:
+        for name, n in (r.get("event_names") or {}).items():
+            out[name] = out.get(name, 0) + int(n or 0)
+    return out
+
+
+def filter_levers(levers: list[LeverRecommendation], findings: dict[str, Any],
+                  policy: LeverPolicy | None) -> tuple[list[LeverRecommendation], list[LeverRecommendation]]:
+    """(kept, dropped): ``levers`` without those the policy rules out (module docstring: blocked by
+    the catalog, implying a blocked mechanism, or a precondition absent from the trace's counts);
+    each dropped lever keeps its name and ``why`` becomes the reason it was left out. The straggler
+    lever is never dropped. No policy: nothing is dropped."""
+    if policy is None:
+        return list(levers), []
+    counts = event_counts(findings)
+    kept, dropped = [], []
+    for lv in levers:
+        why = None if lv.name == STRAGGLER_LEVER else (
+            policy.why_blocked(lv.name) or policy.missing_precondition(lv.name, counts))
+        if why is None:
+            kept.append(lv)
+        else:
+            dropped.append(LeverRecommendation(name=lv.name, why=why, claims=lv.claims))
+    return kept, dropped
+
+
 def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
-           verdicts: list[VerifiedClaim], b: Bottleneck | None = None) -> list[LeverRecommendation]:
+           verdicts: list[VerifiedClaim], b: Bottleneck | None = None, *,
+           policy: LeverPolicy | None = None,
+           dropped: list[LeverRecommendation] | None = None) -> list[LeverRecommendation]:
     """The report's levers (see the module docstring): ``levers`` (the class's levers from the
     tools, led by :func:`straggler_lever` when the verdict has one) plus the confirmed causes'
-    levers, each ``why`` extended with its estimated saving on the first rank's trace (over the step the
+    levers, less those ``policy`` rules out (:func:`filter_levers`; appended to ``dropped`` when
+    given), each ``why`` extended with its estimated saving on the first rank's trace (over the step the
     user runs, :func:`users_step`) and roofline;
     the named causes' levers (``b.causes``, :func:`~.verdict.name_causes`) lead after the straggler's."""
-    levers = list(levers) + cause_levers(levers, findings, verdicts)
+    levers, out_ = filter_levers(list(levers) + cause_levers(levers, findings, verdicts), findings, policy)
+    if dropped is not None:
+        dropped.extend(out_)
     tf = findings.get("trace") or {}
     rank0 = users_step((tf.get("ranks") or [None])[0])
     models = {k: v for c in CAUSES for k, v in c.saving_models().items()}

@@ -47,6 +47,7 @@ from .causes.base import Cause, Finding
 from .figures import CORE, Figure, Inputs, Reader, Rederived, find, supported
 from ...state import Claim, Evidence, Tolerance, VerifiedClaim
 from ...state.claimkit import verdict
+from ...tools.levers import rules as lever_rules
 
 CAUSES: tuple[Cause, ...] = (
     sdpa_math.CAUSE,
@@ -144,9 +145,9 @@ def supports(metric: str, klass: str) -> bool:
 
 
 def event_name_wanted(name: str) -> bool:
-    """Whether the analysis pass counts trace events of this name (some cause, or the class rules
-    of :mod:`.diagnosis`, reads it)."""
-    return any(c.wants_name(name) for c in CAUSES) or dg.wants_name(name)
+    """Whether the analysis pass counts trace events of this name (some cause, the class rules
+    of :mod:`.diagnosis`, or a lever's precondition, ``tools/levers/rules.py:EVIDENCE``, reads it)."""
+    return any(c.wants_name(name) for c in CAUSES) or dg.wants_name(name) or lever_rules.wants_name(name)
 
 
 def raw_patterns() -> dict[str, str]:

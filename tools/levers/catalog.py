@@ -6,8 +6,8 @@ Nothing here talks to SLURM; ``graph/optimize/nodes.py`` does, and calls these.
 
 Rules and where they come from (seed 000 lessons):
 
-- the picker skips ``blocked`` and ``accepted-baked-in`` levers (lessons 6, 17) and levers already
-  tried in this loop, and prefers the levers the analysis report recommends, then those whose
+- the picker skips ``blocked`` and ``accepted-baked-in`` levers (lessons 6, 17), levers that imply a
+  mechanism a blocked lever implies (``Lever.implies``, lesson 6) and levers already tried in this loop, and prefers the levers the analysis report recommends, then those whose
   ``targets`` match the report's bottleneck class (lesson 13: the bottleneck class shapes the
   whole lever strategy);
 - a lever is accepted only when it beats the current best by more than the noise band: the
@@ -217,12 +217,36 @@ class LeverPicker(Protocol):
     def __call__(self, candidates: list[Lever], context: dict[str, Any]) -> Lever | None: ...
 
 
+def blocked_mechanisms(catalog: Catalog) -> dict[str, str]:
+    """Mechanism -> the ``blocked`` lever of ``catalog`` that implies it (``Lever.implies``; seed 000
+    lesson 6: a blocked torch.compile blocks every lever that compiles, CUDA graphs through
+    ``reduce-overhead`` included)."""
+    out: dict[str, str] = {}
+    for lv in catalog.levers:
+        if lv.status == LeverStatus.blocked:
+            for m in lv.implies:
+                out.setdefault(m, lv.name)
+    return out
+
+
+def mechanism_blocked(catalog: Catalog, lever: Lever) -> str | None:
+    """Why ``lever`` may not be tried although its own status allows it: it implies a mechanism a
+    blocked lever of the catalog implies (:func:`blocked_mechanisms`); None otherwise."""
+    mech = blocked_mechanisms(catalog)
+    for m in lever.implies:
+        if m in mech and mech[m] != lever.name:
+            return f"implies {m}, blocked in the catalog through {mech[m]}"
+    return None
+
+
 def eligible_levers(catalog: Catalog, tried: Iterable[str] = (), applied: Iterable[str] = ()) -> list[Lever]:
-    """Levers the loop may try: status ``candidate`` or ``experimental``, not tried, not applied."""
+    """Levers the loop may try: status ``candidate`` or ``experimental``, not tried, not applied,
+    and implying no mechanism the catalog blocks (:func:`mechanism_blocked`)."""
     skip = set(tried) | set(applied)
     return [
         lv for lv in catalog.levers
         if lv.status in (LeverStatus.candidate, LeverStatus.experimental) and lv.name not in skip
+        and mechanism_blocked(catalog, lv) is None
     ]
 
 

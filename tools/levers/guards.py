@@ -11,6 +11,16 @@ Memory comes from, in this order, whichever source BOTH runs have: ``hbm_reserve
 (telemetry: the peak of dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` MiB x 2**20 or Omnistat's
 ``rocm_vram_used_percentage`` x ``rocm_vram_total_bytes`` / 100, over the run's samples),
 ``peak_rss_bytes`` (CPU runs). A quantity neither run measured is ``not checked`` -- never a pass.
+
+The guard asks whether the run did the same work and measured it the same way (integrity), not
+whether it used the same resources: memory is compared in the direction the lever declares
+(``Lever.memory``, :class:`~ai4s_graph.state.loop.MemoryEffect`): a memory-saving lever may lower
+it by any amount (the fused SDPA backend on sdpa-math, 93106: reserved HBM 19.2 -> 3.8 GB, -80 %,
+rejected by the old two-sided rule: reports/optimizer-2026-12-02), a memory-spending one may raise
+it up to the board's capacity (``memory_capacity``; a run that ran out of memory crashed and is a
+failed lever, never compared). What a lever must not change: the loss curve beyond
+``FomSpec.loss_tolerance_pct`` (``loss_curve``: it computes something else; lessons 23, 29) and the
+FOM's definition (``fom_definition``: the log format, the step-time source, the FOM and its method).
 """
 
 from __future__ import annotations
@@ -20,11 +30,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ...state.loop import FomSpec, GuardCheck, GuardResult, RunResult
+from ...state.loop import FomSpec, GuardCheck, GuardResult, MemoryEffect, RunResult
 from .data_cap import batch_vs_staged
 
 MIB = 1024 * 1024
 MEMORY_KEYS = ("hbm_reserved_pct", "hbm_reserved_bytes", "hbm_used_peak_bytes", "peak_rss_bytes", "peak_memory_bytes")
+FOM_DEFINITION_KEYS = ("primary_fom_name", "fom_kind", "format", "step_time_source", "throughput_method",
+                       "epoch_time_method")
+"""The fields of a FOM record (``tools/trainlog/models.py:FomResult``) that define what the FOM
+measures; a lever that changes one of them makes its FOM incomparable with the reference's."""
 
 
 def _rel_pct(a: float, b: float) -> float:
@@ -92,8 +106,82 @@ def _nodes(x: RunResult | dict[str, Any]) -> list[str]:
     return list(x.nodes_list if isinstance(x, RunResult) else x.get("nodes_list") or [])
 
 
+def memory_check(key: str, value: float, reference: float, tol_pct: float,
+                 effect: MemoryEffect | str = MemoryEffect.same) -> GuardCheck:
+    """The ``memory`` check of one figure ``key`` in the direction the lever declares (module doc):
+    ``same``: within ``tol_pct`` relative either way (lesson 23); ``saves``: any fall passes, a rise
+    beyond ``tol_pct`` fails; ``grows``: any rise passes (the capacity is :func:`capacity_check`'s),
+    a fall beyond ``tol_pct`` fails."""
+    eff = MemoryEffect(effect)
+    d = 100.0 * (value - reference) / abs(reference) if reference else (0.0 if value == reference else math.inf)
+    if eff is MemoryEffect.saves:
+        ok, rule = d <= tol_pct, f"a memory-saving lever may lower it; rise {max(d, 0.0):.1f}% vs <= {tol_pct:g}%"
+    elif eff is MemoryEffect.grows:
+        ok, rule = d >= -tol_pct, f"a memory-spending lever may raise it; fall {max(-d, 0.0):.1f}% vs <= {tol_pct:g}%"
+    else:
+        ok, rule = abs(d) <= tol_pct, f"{abs(d):.1f}% {'<=' if abs(d) <= tol_pct else '>'} {tol_pct:g}%"
+    return GuardCheck(name="memory", reference=reference, value=value, passed=ok,
+                      why=f"{key} {value:.4g} vs reference {reference:.4g} ({d:+.1f}%; {rule})")
+
+
+def capacity_check(fom: dict[str, Any]) -> GuardCheck:
+    """``memory_capacity``: the run's peak memory within the board's capacity (``hbm_reserved_pct`` <=
+    100, or ``hbm_reserved_bytes`` / ``hbm_used_peak_bytes`` <= ``hbm_total_bytes``); not checked
+    without a capacity figure."""
+    pct = _num(fom, "hbm_reserved_pct")
+    total = _num(fom, "hbm_total_bytes")
+    used = _num(fom, "hbm_reserved_bytes") or _num(fom, "hbm_used_peak_bytes")
+    if pct is not None:
+        ok = pct <= 100.0
+        return GuardCheck(name="memory_capacity", reference=100.0, value=pct, passed=ok,
+                          why=f"reserved HBM {pct:.1f}% of the board {'<=' if ok else '>'} 100%")
+    if used is not None and total is not None:
+        ok = used <= total
+        return GuardCheck(name="memory_capacity", reference=total, value=used, passed=ok,
+                          why=f"peak HBM {used:.4g} B {'<=' if ok else '>'} the board's {total:.4g} B")
+    return GuardCheck(name="memory_capacity", passed=True, checked=False,
+                      why="memory capacity: no HBM total or percentage measured")
+
+
+def loss_curve_check(r: dict[str, Any], ref: dict[str, Any], tol_pct: float) -> GuardCheck:
+    """``loss_curve``: the mean of the run's epoch losses within ``tol_pct`` relative of the
+    reference's, over the epochs both logged (``FomSpec.loss_tolerance_pct``: a lever that changes
+    the loss curve computes something else, lessons 23 and 29)."""
+    def losses(d: dict[str, Any]) -> list[float]:
+        return [float(x) for x in (d.get("epoch_losses") or []) if isinstance(x, (int, float)) and math.isfinite(x)]
+
+    a, b = losses(r), losses(ref)
+    if not a and not b:
+        return GuardCheck(name="loss_curve", passed=True, checked=False, why="loss curve: not logged in either run")
+    if not a or not b:
+        return GuardCheck(name="loss_curve", passed=False, value=a or None, reference=b or None,
+                          why=f"epoch losses logged in only one run ({len(a)} vs reference {len(b)} epochs)")
+    n = min(len(a), len(b))
+    ma, mb = sum(a[:n]) / n, sum(b[:n]) / n
+    d = _rel_pct(ma, mb)
+    ok = d <= tol_pct
+    return GuardCheck(name="loss_curve", reference=mb, value=ma, passed=ok,
+                      why=f"mean epoch loss over {n} epoch(s) {ma:.4g} vs reference {mb:.4g} ({d:.1f}% "
+                          f"{'<=' if ok else '>'} {tol_pct:g}%{'' if ok else ': the lever changes what the run computes'})")
+
+
+def fom_definition_check(r: dict[str, Any], ref: dict[str, Any]) -> GuardCheck:
+    """``fom_definition``: the fields of :data:`FOM_DEFINITION_KEYS` either run has are equal in
+    both (the same FOM, measured the same way); not checked when neither run has any."""
+    keys = [k for k in FOM_DEFINITION_KEYS if r.get(k) is not None or ref.get(k) is not None]
+    if not keys:
+        return GuardCheck(name="fom_definition", passed=True, checked=False, why="FOM definition: not recorded")
+    diff = [k for k in keys if r.get(k) != ref.get(k)]
+    if diff:
+        k = diff[0]
+        return GuardCheck(name="fom_definition", reference=ref.get(k), value=r.get(k), passed=False,
+                          why=f"the FOM is defined differently: {k} {r.get(k)!r} vs reference {ref.get(k)!r}")
+    return GuardCheck(name="fom_definition", passed=True, why=f"same FOM definition ({', '.join(keys)})")
+
+
 def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict[str, Any], spec: FomSpec,
-                    *, changes_batch: bool = False, check_placement: bool = False) -> GuardResult:
+                    *, changes_batch: bool = False, check_placement: bool = False,
+                    memory: MemoryEffect | str = MemoryEffect.same) -> GuardResult:
     """Is ``run`` comparable with ``reference`` (the current best run)? Lessons 23, 29, 31.
 
     Checks (each a :class:`GuardCheck` with both values and why):
@@ -103,7 +191,12 @@ def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict
     - ``realized_batch``, ``realized_batch_mean`` (when reported), ``batches_per_epoch``: within the
       batch tolerance (not compared for a lever that ``changes_batch``);
     - ``memory``: the first memory figure both runs have (module doc) within
-      ``spec.memory_tolerance_pct`` relative (lesson 23); not compared for ``changes_batch``;
+      ``spec.memory_tolerance_pct`` relative in the direction ``memory`` declares
+      (:func:`memory_check`; lesson 23); not compared for ``changes_batch``;
+    - ``memory_capacity``: the run's peak within the board's capacity (:func:`capacity_check`);
+    - ``loss_curve``: the mean epoch loss within ``spec.loss_tolerance_pct`` (:func:`loss_curve_check`;
+      not compared for ``changes_batch``); ``fom_definition``: the same FOM definition
+      (:func:`fom_definition_check`);
     - ``partial_step_fraction``: within ``spec.partial_step_tolerance`` absolute (lesson 31);
     - ``loss_finite``: epoch losses finite, loss sanity not lost (lesson 29);
     - ``placement`` (``check_placement``): the same nodes as the reference (lessons 9, 10, 18).
@@ -137,7 +230,7 @@ def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict
 
     compare("realized_over_nominal", ratio(r), ratio(ref), btol, "realized/nominal batch ratio")
     if changes_batch:
-        for nm in ("realized_batch", "batches_per_epoch", "memory"):
+        for nm in ("realized_batch", "batches_per_epoch", "memory", "loss_curve"):
             checks.append(GuardCheck(name=nm, passed=True, checked=False,
                                      why=f"{nm}: lever changes the batch on purpose; not compared"))
     else:
@@ -149,7 +242,7 @@ def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict
         common = [k for k in MEMORY_KEYS if _num(r, k) is not None and _num(ref, k) is not None]
         if common:
             k = common[0]
-            compare("memory", _num(r, k), _num(ref, k), spec.memory_tolerance_pct, k)
+            checks.append(memory_check(k, _num(r, k), _num(ref, k), spec.memory_tolerance_pct, memory))
         else:
             mk, mv = memory_of(r)
             rk, rv = memory_of(ref)
@@ -158,6 +251,9 @@ def integrity_guard(run: RunResult | dict[str, Any], reference: RunResult | dict
                                          why=f"memory measured differently ({mk} vs reference {rk})"))
             else:
                 compare("memory", mv, rv, spec.memory_tolerance_pct, mk or rk or "peak memory (HBM or RSS)")
+        checks.append(loss_curve_check(r, ref, spec.loss_tolerance_pct))
+    checks.append(capacity_check(r))
+    checks.append(fom_definition_check(r, ref))
     a, b = num(r, "partial_step_fraction"), num(ref, "partial_step_fraction")
     if a is None and b is None:
         checks.append(GuardCheck(name="partial_step_fraction", passed=True, checked=False,

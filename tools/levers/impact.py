@@ -6,10 +6,12 @@ Models (all per step, ms; ``trace`` is the aggregated ``TraceAnalysis`` dict: ``
 ``n_steps``, ``timeline.busy_time.time_ms`` over the profiled steps, ``kernels_per_step``,
 ``timeline.exposed_comm_time``, ``ops_by_category``):
 
-- launch overhead (graphs, fusion, larger batch per launch): low = kernels/step x the device launch
-  floor :data:`LAUNCH_FLOOR_US` (seed 000 lesson 18: 3.5-3.8 us per HIP launch on every MI355X GPU),
+- launch overhead removed by graph capture: low = kernels/step x the launch floor
+  of the trace's GPU (:func:`launch_floor_us`: measured per GPU model, :data:`LAUNCH_FLOOR_BY_GPU`;
+  :data:`LAUNCH_FLOOR_US` for a GPU not measured),
   high = the GPU idle time of the step not spent in the DataLoader (graph replay leaves no host gap
-  inside the captured region); both capped by the idle time;
+  inside the captured region); both capped by the idle time; a larger batch per launch: the same
+  bounds x (1 - 1/:data:`BATCH_FACTOR`) per step of today's samples; fusion: not estimated;
 - DataLoader overlap (num_workers, prefetch, pinned copies): high = min(DataLoader, GPU idle) (loading
   fully hidden), low = min(high, step - DataLoader) (one background loader: the step becomes
   max(rest of the step, loading));
@@ -28,15 +30,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..perfmodel.datasheet import gpu_key
+
 LAUNCH_FLOOR_US = 3.5
-"""Device-side kernel launch latency floor (seed 000 lesson 18: 3.5-3.8 us/launch, MI355X)."""
+"""Device-side kernel launch latency floor of a GPU not in :data:`LAUNCH_FLOOR_BY_GPU`: the smallest
+measured (seed 000 lesson 18: 3.5-3.8 us/launch, MI355X), so the saving's low end stays a low end."""
+LAUNCH_FLOOR_BY_GPU: dict[str, tuple[float, str]] = {
+    "MI355X": (3.5, "seed 000 lesson 18: 3.5-3.8 us per HIP launch on every MI355X GPU"),
+    "H200": (5.5, "measured on the H200 devices: 6.02 us per empty launch (reports/raw-2026-11-29/"
+                  "node_health_probe-h200.json), 6.085 us (raw-2026-11-29/eval-vm.json), 5.49 us on the 2-GPU host "
+                  "(raw-2026-11-30-2gpu/eval-2gpu.json); the smallest, rounded, for the saving's low end"),
+}
+"""Launch floor per GPU model (the :func:`~ai4s_graph.tools.perfmodel.datasheet.gpu_key` of the
+trace's device name), µs per launch, with its measurement."""
 ACHIEVABLE_BW_FRAC = 4215.7 / 4800.0
 """Fraction of HBM peak a device-to-device copy reached on the H200 device (reports/raw-2026-11-29:
 ``d2d_gbps`` 4215.7 GB/s vs the 4.8 TB/s datasheet): peak bandwidth is not reachable, this is."""
 SDPA_MATH_SLOWDOWN = (10.0, 15.0)      # seed 000 lesson 21: MATH ~15 vs ~290 TFLOPS, "10-15x slower"
 PRECISION_SPEEDUP_FLOOR = 1.4          # seed 000 lesson 22: >= 1.4x precision speedup => GEMM-bound
 
-LAUNCH_LEVERS = {"torch_compile_reduce_overhead", "fuse_small_kernels", "larger_batch_per_launch", "cuda_graphs", "hip_graphs"}
+LAUNCH_LEVERS = {"torch_compile_reduce_overhead", "cuda_graphs", "hip_graphs"}
+"""Graph capture and replay: the launch model itself (the captured region's launches go, module doc)."""
+BATCH_LAUNCH_LEVERS = {"larger_batch_per_launch"}
+"""More work per launch: the same launches carry :data:`BATCH_FACTOR` x the samples, so per sample the
+launch-bound time falls by ``1 - 1/BATCH_FACTOR`` (seed 001 T18)."""
+BATCH_FACTOR = 2.0
+"""The batch multiple the lever stands for: one doubling (the first step of the bundled gnn.yaml's batch
+packing levers, 16 -> 32 graphs); a larger multiple is its own lever with its own estimate."""
+FUSION_LEVERS = {"fuse_small_kernels"}
+"""Kernel fusion: how many kernels fuse into one is not visible in one trace, so no estimate (never the
+graph model's numbers copied: issue 24)."""
 LOADER_LEVERS = {"num_workers", "persistent_workers", "pin_memory_non_blocking", "prefetch_factor"}
 MEMORY_LEVERS = {"torch_compile", "fuse_elementwise", "bf16_activations", "batch_packing"}
 """``torch_compile`` is the lever catalog's id of the fusion lever (``tools/levers/catalogs/workload.yaml``);
@@ -67,6 +90,16 @@ class LeverImpact:
         return f"could save {self.saving_ms_low:.2f}–{self.saving_ms_high:.2f} ms per step{pct}: {self.arithmetic}"
 
 
+def launch_floor_us(device_name: str | None) -> tuple[float, str]:
+    """(µs per launch, which GPU it is for) of the trace's device (``deviceProperties[0].name``, e.g.
+    ``NVIDIA H200``): :data:`LAUNCH_FLOOR_BY_GPU`, else :data:`LAUNCH_FLOOR_US` (lesson 18's MI355X
+    floor, the smallest measured)."""
+    key = gpu_key(device_name or "") if device_name else None
+    if key in LAUNCH_FLOOR_BY_GPU:
+        return LAUNCH_FLOOR_BY_GPU[key][0], f"{key}, measured"
+    return LAUNCH_FLOOR_US, "MI355X's, lesson 18: this GPU's was not measured"
+
+
 def _per_step(trace: dict[str, Any]) -> tuple[float | None, float | None, float | None, int]:
     """(step ms, GPU busy ms per step, GPU idle ms per step, steps)."""
     n = int(trace.get("n_steps") or 0) or 1
@@ -86,17 +119,26 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
     step, busy, idle, n = _per_step(trace)
     if step is None or busy is None:
         return LeverImpact(lever, None, None, step, "no step time or GPU busy time in the trace")
-    if lever in LAUNCH_LEVERS:
+    if lever in LAUNCH_LEVERS or lever in BATCH_LAUNCH_LEVERS:
         k = trace.get("kernels_per_step")
         if not k:
             return LeverImpact(lever, None, None, step, "no kernel count per step")
         dl = min(trace.get("dataloader_ms_per_step") or 0.0, idle)
-        low = min(idle, k * LAUNCH_FLOOR_US / 1000)
+        floor, which = launch_floor_us(trace.get("device_name"))
+        low = min(idle, k * floor / 1000)
         high = max(low, idle - dl)
-        return LeverImpact(lever, low, high, step,
-                           f"low {k:.0f} kernels/step × {LAUNCH_FLOOR_US} µs launch floor = {k * LAUNCH_FLOOR_US / 1000:.2f} ms, "
-                           f"high the GPU idle not spent in the DataLoader: {step:.2f} − {busy:.2f} busy − {dl:.2f} DataLoader "
-                           f"= {high:.2f} ms")
+        if lever in LAUNCH_LEVERS:
+            return LeverImpact(lever, low, high, step,
+                               f"low {k:.0f} kernels/step × {floor} µs launch floor ({which}) = {k * floor / 1000:.2f} ms, "
+                               f"high the GPU idle not spent in the DataLoader: {step:.2f} − {busy:.2f} busy − {dl:.2f} "
+                               f"DataLoader = {high:.2f} ms")
+        f = 1 - 1 / BATCH_FACTOR
+        return LeverImpact(lever, low * f, high * f, step,
+                           f"per step of today's samples at {BATCH_FACTOR:g}x the batch: the launch-bound time × (1 − "
+                           f"1/{BATCH_FACTOR:g}); low {k:.0f} kernels/step × {floor} µs ({which}) × {f:g} = {low * f:.2f} ms, "
+                           f"high (GPU idle not in the DataLoader {high:.2f} ms) × {f:g} = {high * f:.2f} ms")
+    if lever in FUSION_LEVERS:
+        return LeverImpact(lever, None, None, step, "how many kernels fuse into one is not visible in one trace")
     if lever in LOADER_LEVERS:
         dl = trace.get("dataloader_ms_per_step")
         if dl is None:

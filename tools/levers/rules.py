@@ -4,7 +4,52 @@ lever fits a given job. Used after a model's own catalog (:mod:`.catalog`) by th
 
 from __future__ import annotations
 
+import re
+
 from ...state import BottleneckClass
+
+MECHANISMS: dict[str, str] = {
+    "torch_compile": "TorchDynamo + AOT Autograd compilation: every torch.compile mode (default, reduce-overhead, "
+                     "max-autotune) goes through it, and it cannot differentiate twice (seed 000 lesson 6: "
+                     "'torch.compile with aot_autograd does not currently support double backward')",
+    "cuda_graphs": "CUDA/HIP graph capture and replay: static shapes and static memory addresses per captured "
+                   "region (seed 001 T15)",
+    "torch_jit": "TorchScript (torch.jit.script / trace)",
+}
+"""The mechanisms a lever may imply (``implies`` of a catalog lever, :data:`TRAITS` for the generic
+levers): a catalog that blocks a lever blocks the mechanisms it implies, and every other lever that
+implies one of them is dropped with it (:mod:`ai4s_graph.tools.levers.policy`)."""
+
+EVIDENCE: dict[str, tuple[re.Pattern[str], str]] = {
+    "sdpa_math": (re.compile(r"^aten::_scaled_dot_product_attention_math"),
+                  "attention on SDPA's unfused math backend (aten::_scaled_dot_product_attention_math)"),
+    "fsdp": (re.compile(r"FSDP|FullyShardedDataParallel"),
+             "FSDP in use (FullyShardedDataParallel / FSDP:: record functions)"),
+}
+"""Evidence family -> (the event or kernel names the trace's one pass counts for it, what it means):
+a lever's precondition (``requires``). The one pass counts every name a pattern accepts
+(:func:`wants_name`, read by ``graph/rules/registry.py:event_name_wanted``); the lever choice keeps a
+lever only when some rank counted one of them. ``sdpa_math``: a fused-backend lever changes nothing
+for attention that already runs a fused kernel (the bundled ViT runs use cuDNN's flash SDPA:
+``cudnn_generated_fort_native_sdpa_sm90_flash_*``); ``fsdp``: FSDP prefetch needs FSDP (a DDP job has
+no all-gather to prefetch, issue 24)."""
+
+
+def wants_name(name: str) -> bool:
+    """Whether the trace's one pass must count events of this name for a lever precondition
+    (:data:`EVIDENCE`)."""
+    return any(p.search(name) for p, _ in EVIDENCE.values())
+
+
+TRAITS: dict[str, dict[str, tuple[str, ...]]] = {
+    "torch_compile_reduce_overhead": {"implies": ("torch_compile", "cuda_graphs")},
+    "torch_compile": {"implies": ("torch_compile",)},
+    "sdpa_efficient": {"requires": ("sdpa_math",)},
+    "fsdp_prefetch": {"requires": ("fsdp",)},
+}
+"""The mechanisms (``implies``) and preconditions (``requires``) of the generic levers of
+:data:`LEVERS`, the same fields a catalog lever declares (``state/loop.py:Lever``); a lever absent here
+implies nothing and needs nothing beyond :func:`lever_applies`."""
 
 # Levers by class, in cost order (seed 001: dataloader knobs, TF32, bf16, SDPA, torch.compile, overlap;
 # seed 000 lessons 13, 17, 22, 23, 26, 31 for what did and did not work on real clusters).

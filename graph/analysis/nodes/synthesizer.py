@@ -28,7 +28,7 @@ from ....tools.errors import Ai4sError, InputError
 from ....state.publish import ensure_dir
 from ....state.report import degrading
 from ....state.status import one_line, one_line_model
-from ....tools.levers.recommend import recommend_levers
+from ....tools.levers.recommend import lever_policy, recommend_levers
 from ....tools.report import analysis_report as ar
 from ....tools.report import budget as report_budget
 from ....tools.report import html as report_html
@@ -158,7 +158,8 @@ def _claim_rows(rep: Report, checks: dict[str, str], rules: list[str]) -> list[d
     return rows
 
 
-def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()) -> str:
+def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = (),
+                    dropped: list[LeverRecommendation] = ()) -> str:
     """``report.md`` text from ``templates/report.md.j2``: the headline (at most 3 lines), the
     summary, the verdict with its causes, context, pictures, top kernels, levers, what was missing,
     node status, then the claims and rules appendices; ``not_checked``: the checks that could not
@@ -194,6 +195,7 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
                   annotated=Path(rep.annotated_trace).name if rep.annotated_trace else None,
                   top_kernels=rep.top_kernels, kernels_rank=crit, lever_intro=intro,
                   levers=[{"name": lv.name, "why": ar.scrub(lv.why, rules)} for lv in rep.levers],
+                  levers_dropped=[{"name": lv.name, "why": lv.why} for lv in dropped],
                   missing=[ar.rule_ids(m, rules) for m in rep.missing + list(not_checked)],
                   input_notes=[ar.rule_ids(m, rules) for m in rep.input_notes],
                   claims=_claim_rows(rep, checks, rules), checks={ar.scrub(k, rules): v for k, v in checks.items()},
@@ -417,7 +419,8 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     b.supporting_claims = list(dict.fromkeys(b.supporting_claims))
     name_causes(b, findings, verdicts)
     levers, catalog = levers_for(b, manifest, _vendor(findings, manifest), max(1, len(manifest.artifacts.traces)))
-    levers = lever_rules.choose(levers, findings, verdicts, b)
+    dropped: list[LeverRecommendation] = []  # catalog-blocked or precondition absent (rules/levers.py)
+    levers = lever_rules.choose(levers, findings, verdicts, b, policy=lever_policy(manifest), dropped=dropped)
     # the report (and its plots) replace the one in out_dir only after a run that analysed something,
     # and never another job's report without --force (tools/report/write.py)
     dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
@@ -467,9 +470,10 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(lost)} missing input(s)" if lost else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
-    md = render_markdown(rep, manifest, not_checked) + agent_notes_markdown(out_dir, rep)
+    md = render_markdown(rep, manifest, not_checked, dropped) + agent_notes_markdown(out_dir, rep)
     page = report_html.report_html(md, {p.name: data for p, data in staged_plots}, f"ai4s-graph report — job {rep.jobid}")
-    report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked),
+    report_write.write_report(out_dir, dest, json.dumps(dict(rep.model_dump(mode="json"), not_checked=not_checked,
+                                                             levers_dropped=[lv.model_dump(mode="json") for lv in dropped]),
                                                         indent=1, ensure_ascii=False) + "\n", md,
                               [*staged_plots, (dest / "report.html", page.encode("utf-8"))])
     return {"report": rep}, status

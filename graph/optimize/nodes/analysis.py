@@ -31,13 +31,14 @@ _PREDICTION_KEYS = ("predicted_saving_pct", "saving_pct", "impact_pct", "estimat
 
 def read_report(path: str | Path) -> dict[str, Any]:
     """From an analysis ``report.json``: ``{"bottleneck": class or None (unknown -> None),
-    "recommended": [lever names], "predictions": {lever name: (pct, source)}, "path": str}``.
-    A missing or unreadable report gives ``bottleneck`` None."""
+    "recommended": [lever names], "predictions": {lever name: (pct, source)}, "dropped": {lever name:
+    why the analysis left it out (``levers_dropped``: blocked by the catalog, or its precondition
+    absent from the trace)}, "path": str}``. A missing or unreadable report gives ``bottleneck`` None."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError):
-        return {"bottleneck": None, "recommended": [], "predictions": {}, "path": str(p)}
+        return {"bottleneck": None, "recommended": [], "predictions": {}, "dropped": {}, "path": str(p)}
     klass = ((data.get("bottleneck") or {}).get("klass")) if isinstance(data, dict) else None
     if klass not in {b.value for b in BottleneckClass} or klass == BottleneckClass.unknown.value:
         klass = None
@@ -54,7 +55,10 @@ def read_report(path: str | Path) -> dict[str, Any]:
                     break
             if str(x["name"]) in preds:
                 break
-    return {"bottleneck": klass, "recommended": recs, "predictions": preds, "path": str(p)}
+    dropped = {str(x["name"]): str(x.get("why") or "") for x in
+               ((data.get("levers_dropped") or []) if isinstance(data, dict) else [])
+               if isinstance(x, dict) and x.get("name")}
+    return {"bottleneck": klass, "recommended": recs, "predictions": preds, "dropped": dropped, "path": str(p)}
 
 
 def prediction_for(lever: str, predictions: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -119,7 +123,7 @@ def analyse_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     history = [*prev.get("history", []), {"job_id": run["job_id"], "bottleneck": rep["bottleneck"], "status": last,
                                           "report": str(path) if path.is_file() else None}]
     upd = {"analysis": {"job_id": run["job_id"], "bottleneck": rep["bottleneck"], "recommended": rep["recommended"],
-                        "predictions": {k: list(v) for k, v in rep["predictions"].items()},
+                        "predictions": {k: list(v) for k, v in rep["predictions"].items()}, "dropped": rep["dropped"],
                         "report": str(path) if path.is_file() else None, "history": history},
            "route": "pick"}
     moved = ""

@@ -33,7 +33,7 @@ def guard_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     ref = RunResult.model_validate(state["best"]["run"])
     lever = cat.lever(cur["lever"])
     g = integrity_guard(run, ref, cat.fom, changes_batch=lever.changes_batch,
-                        check_placement=req_of(state).pin_placement)
+                        check_placement=req_of(state).pin_placement, memory=lever.memory)
     cur["guards"] = [*cur.get("guards", []), g.model_dump(mode="json")]
     if g.passed:
         return {"current": cur, "route": "decide"}, StatusLine.make(

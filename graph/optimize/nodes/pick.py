@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....state import Outcome, StatusLine
+from ....state.loop import LeverStatus
 from ....tools.errors import InputError
 from ....tools.levers import catalog as L
 from .analysis import prediction_for, read_report, split_by_class
@@ -34,7 +35,8 @@ def init_body(state: dict[str, Any]) -> tuple[dict[str, Any], StatusLine]:
     if req.report:
         rep = read_report(req.report)
         upd["analysis"] = {"job_id": None, "bottleneck": rep["bottleneck"], "recommended": rep["recommended"],
-                           "predictions": {k: list(v) for k, v in rep["predictions"].items()}, "report": req.report,
+                           "predictions": {k: list(v) for k, v in rep["predictions"].items()},
+                           "dropped": rep["dropped"], "report": req.report,
                            "history": [{"job_id": None, "bottleneck": rep["bottleneck"], "report": req.report}]}
     hint = f"; bottleneck={req.bottleneck}" if req.bottleneck else ""
     hint += "; analysis of the baseline on" if req.analyze and not req.report else ""
@@ -90,9 +92,17 @@ def make_pick_body(picker: L.LeverPicker | None = None):
             applied = state.get("applied", [])
             noop = [lv for lv in eligible if L.changes_nothing(cat, applied, lv.name)]
             eligible = [lv for lv in eligible if lv not in noop]
+            left_out = dict((state.get("analysis") or {}).get("dropped") or {})  # the report's levers_dropped
+            out_ = [lv for lv in eligible if lv.name in left_out]
+            eligible = [lv for lv in eligible if lv not in out_]
             keep, skipped = split_by_class(eligible, klass)
             skipped += [{"lever": lv.name, "why": "changes nothing on the current configuration (the job it renders "
                                                   "is the best run's): it could only measure noise"} for lv in noop]
+            skipped += [{"lever": lv.name, "why": f"the analysis left it out: {left_out[lv.name]}"} for lv in out_]
+            skipped += [{"lever": lv.name, "why": why} for lv in cat.levers  # lesson 6: eligible_levers left it out
+                        if lv.status in (LeverStatus.candidate, LeverStatus.experimental)
+                        and lv.name not in set(state.get("tried", [])) | set(applied)
+                        and (why := L.mechanism_blocked(cat, lv)) is not None]
             if eligible and not keep:
                 stop = f"no eligible lever aims at the verified bottleneck {klass} ({len(skipped)} skipped)"
             else:
