@@ -27,6 +27,7 @@ The tools count and tabulate; the rules (``graph/rules/``) decide what the numbe
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any, Callable
 
 from . import crossrank_check, host_sampling, host_timeline, kineto, rank_analysis, stream
@@ -89,35 +90,49 @@ def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, flo
     return out
 
 
+#: One event name in the raw text: the ``"name": "`` prefix, then the string's text (escapes kept as
+#: written) and its closing quote (left out only where the text ends inside the string).
+_NAME = re.compile(rb'"name"\s*:\s*"([^"\\]*(?:\\[\s\S][^"\\]*)*"?)')
+_KEY = b'"name"'
+
+
 class RawCounter:
     """Occurrences of ``"name": "<pattern...>`` in a document's raw text, fed chunk by chunk
     (:meth:`feed`, a :class:`~.rawfile.ByteTap` consumer), then :meth:`counts`. ``patterns``: key ->
-    regex of the text after ``"name": "``. Each chunk is scanned with the previous chunk's last
-    :data:`RAW_OVERLAP` bytes (a match is counted once, where it starts); memory: one chunk plus
-    the overlap per pattern."""
+    regex of the text after ``"name": "``; a pattern reads the name's text and its closing quote, no
+    further (every cause's pattern does: they end at ``"`` or inside the name).
+
+    One C-level scan per chunk collects every ``"name": "..."`` string's raw text into a counter of
+    distinct names (no JSON parse: the text as written, escapes included); :meth:`counts` asks each
+    pattern once per distinct name (15 patterns over a 180 MB trace: 0.25 s against 3.1 s for one
+    scan of the text per pattern, measured on ``bench/make_long_trace.py``'s 176 MB trace). A chunk
+    is cut at the first ``"name"`` key in its last ``overlap`` bytes (or after the last name that
+    closes before them); the rest waits for the next chunk, so a name is counted once, whole.
+    Memory: one chunk plus the overlap, and one entry per distinct name."""
 
     def __init__(self, patterns: dict[str, str], overlap: int = RAW_OVERLAP) -> None:
-        self._rx = {k: re.compile(rb'"name"\s*:\s*"' + p.encode()) for k, p in patterns.items()}
-        self._carry = {k: b"" for k in patterns}
-        self._n = {k: 0 for k in patterns}
+        self._rx = {k: re.compile(p.encode()) for k, p in patterns.items()}
+        self._names: Counter[bytes] = Counter()
+        self._carry = b""
         self._overlap = overlap
 
     def feed(self, chunk: bytes) -> None:
         """Scan one chunk of the document."""
-        for k, rx in self._rx.items():
-            buf = self._carry[k] + chunk
-            cut = max(0, len(buf) - self._overlap)
-            last = 0
-            for m in rx.finditer(buf):
-                if m.start() >= cut:
-                    break
-                self._n[k] += 1
-                last = m.end()
-            self._carry[k] = buf[max(cut, last):]
+        buf = self._carry + chunk
+        cut = max(0, len(buf) - self._overlap)
+        split = buf.find(_KEY, cut)
+        if split < 0:  # no name key in the overlap: cut after the last name that closes in the buffer
+            q = buf.rfind(_KEY, 0, cut + len(_KEY) - 1)  # the last key starting before the cut
+            m = _NAME.match(buf, q) if q >= 0 else None
+            split = cut if m is None else (max(cut, m.end()) if m.end() < len(buf) else q)
+        self._names.update(_NAME.findall(buf, 0, split))
+        self._carry = buf[split:]
 
     def counts(self) -> dict[str, int]:
-        """Key -> occurrences in everything fed (the kept overlaps included)."""
-        return {k: self._n[k] + len(rx.findall(self._carry[k])) for k, rx in self._rx.items()}
+        """Key -> occurrences in everything fed (the kept overlap included)."""
+        names = self._names.copy()
+        names.update(_NAME.findall(self._carry))
+        return {k: sum(c for n, c in names.items() if rx.match(n)) for k, rx in self._rx.items()}
 
 
 def raw_counts(path: str, patterns: dict[str, str]) -> dict[str, int]:
