@@ -166,6 +166,10 @@ class _Links(Sequence):
         v = self._col[i]
         return v if v != NO_ID else None
 
+    def raw(self) -> array:
+        """The column itself (:data:`NO_ID` for none)."""
+        return self._col
+
 
 class _Rows(Sequence):
     """A read-only list of row tuples kept as columns (``array`` or list), so 10^5-10^6 CPU events
@@ -190,6 +194,15 @@ class _Rows(Sequence):
     def name(self, i: int) -> str:
         """The name of row ``i`` alone."""
         return self._names[self._cols[self._name_col][i]]
+
+    def columns(self) -> tuple:
+        """The columns themselves (the name column as ids into :attr:`names`), for whole-column work."""
+        return self._cols
+
+    @property
+    def names(self) -> list[str]:
+        """The names the name column's ids index."""
+        return self._names
 
 
 class KinetoLoader:
