@@ -192,3 +192,26 @@ def test_bad_trace_is_one_line_and_keeps_an_earlier_file(tmp_path):
         A.write_annotated_trace(bad, out)
     assert out.read_bytes() == b"earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated_trace.json.gz", "bad.json.gz"]  # no temp left
+
+
+def test_dataloader_label_kind_hand_computed():
+    """The default gap cause over loader calls given out of start order, a zero-length one and one
+    that ends before a later one starts: a gap overlapped by none gets no label; the others the share
+    computed here by hand."""
+    label = A._dataloader_label([(50.0, 70.0), (0.0, 10.0), (30.0, 30.0), (20.0, 45.0)])
+    assert label(10.0, 20.0) is None  # touches two calls, overlaps neither
+    assert label(30.0, 30.0) is None and label(80.0, 90.0) is None and label(-5.0, 0.0) is None
+    assert label(40.0, 60.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 15 / 20})
+    assert label(5.0, 25.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 10 / 20})
+    assert label(0.0, 100.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 55 / 100})
+    assert A._dataloader_label([])(0.0, 1.0) is None
+
+
+def test_copy_in_batches_keeps_every_event_in_order(tmp_path, monkeypatch):
+    """Events are serialized a batch at a time: with batches of 3 over the built trace's 11 events
+    (batch ends inside and at the end), the copy holds the same events in the same order."""
+    src = _trace(tmp_path / "t.json.gz")
+    monkeypatch.setattr(A, "BATCH", 3)
+    res = A.write_annotated_trace(src, tmp_path / "a.json.gz", rank=3)
+    copied = [ev for ev in stream.iter_events(tmp_path / "a.json.gz") if ev.get("pid") != res.pid]
+    assert res.events_copied == 11 and copied == list(stream.iter_events(src))
