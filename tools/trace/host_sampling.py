@@ -174,6 +174,8 @@ def sample_steps(trace: KinetoTrace, loader: KinetoLoader, notes: Annotations, *
     g_end = np.array([g.end for g in gpu])
     g_cols = (g_ts, g_end, np.full(g_ts.size, -1, dtype=np.int64), np.zeros(g_ts.size, dtype=np.int8))
     del names
+    lens = [float(d) for _t, d, _n in trace.steps if float(d) > 0]
+    near = [_Near(c, min(lens) if lens else 0.0) for c in ((r_ts, r_end, r_thr, r_cat), (o_ts, o_end, o_thr, o_reg), g_cols)]
     out = []
     for ts, dur, num in trace.steps:
         s0, s1 = float(ts), float(ts) + float(dur)
@@ -181,9 +183,31 @@ def sample_steps(trace: KinetoTrace, loader: KinetoLoader, notes: Annotations, *
             continue
         w = (s1 - s0) / cells
         primary = threads.get(notes.step_threads.get(num), -1)
-        out.append(_sample_one(num, s0, s1, w, cells, primary, (r_ts, r_end, r_thr, r_cat),
-                               (o_ts, o_end, o_thr, o_reg), g_cols))
+        out.append(_sample_one(num, s0, s1, w, cells, primary, *(x.rows(s0, s1) for x in near)))
     return out
+
+
+class _Near:
+    """The rows of columns ``(ts, end, ...)`` that can be open in a window ``[s0, s1)``, without a
+    pass over every row per window: the rows longer than ``cut`` µs (few: kept for every window),
+    and those starting in ``(s0 - cut - 1 µs, s1)`` (a binary search over their sorted starts; the
+    1 µs covers the rounding of ``end - ts``). :meth:`rows` keeps the columns' row order, so what a
+    window selects from them, and in which order, is what it selects from the whole columns."""
+
+    def __init__(self, cols: tuple, cut: float) -> None:
+        ts, end = cols[0], cols[1]
+        short = (end - ts) <= cut  # NaN lengths count as long: always kept
+        self.cols, self.cut = cols, cut
+        self.long = np.flatnonzero(~short)
+        idx = np.flatnonzero(short)
+        self.idx = idx[np.argsort(ts[idx], kind="stable")]
+        self.ts = ts[self.idx]
+
+    def rows(self, s0: float, s1: float) -> tuple:
+        a = np.searchsorted(self.ts, s0 - self.cut - 1.0, "left")
+        b = np.searchsorted(self.ts, s1, "left")
+        keep = np.sort(np.concatenate([self.long, self.idx[a:b]]))
+        return tuple(c[keep] for c in self.cols)
 
 
 def _select(cols, thr: int, s0: float, s1: float, w: float, n: int, bounds: list | None, value=None):
