@@ -258,6 +258,8 @@ class _Tree:
         self._ev_by_launch = order
         self._launch_keys = self.li[order]
         self._per_thread: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lo: np.ndarray | None = None
+        self._hi: np.ndarray | None = None
         if scan.launch_ts is not None and scan.launch_ts.size:
             lorder = np.lexsort((scan.launch_ts, scan.launch_thread))
             thr = scan.launch_thread[lorder]
@@ -266,14 +268,22 @@ class _Tree:
                 self._per_thread[int(scan.launch_thread[part[0]])] = (scan.launch_ts[part], part)
 
     def events_of_launches(self, launches: np.ndarray) -> np.ndarray:
-        lo = np.searchsorted(self._launch_keys, launches, "left")
-        hi = np.searchsorted(self._launch_keys, launches, "right")
-        if launches.size == 1:
+        """The GPU events (indices) of the launch calls ``launches``, launch by launch."""
+        if self._lo is None:  # every launch call's run in the events sorted by launch, found once
+            n = int(self._launch_keys[-1]) + 1 if self._launch_keys.size else 0
+            ids = np.arange(n)
+            self._lo = np.searchsorted(self._launch_keys, ids, "left")
+            self._hi = np.searchsorted(self._launch_keys, ids, "right")
+        ok = launches < self._lo.size
+        lo, hi = self._lo[launches[ok]], self._hi[launches[ok]]
+        if lo.size == 1:
             return self._ev_by_launch[lo[0]:hi[0]]
-        return np.concatenate([self._ev_by_launch[a:b] for a, b in zip(lo, hi)]) if launches.size else \
+        ev = self._ev_by_launch
+        return np.concatenate([ev[a:b] for a, b in zip(lo.tolist(), hi.tolist())]) if lo.size else \
             np.zeros(0, np.int64)
 
     def subtree(self, op: int) -> np.ndarray:
+        """The GPU events launched on ``op``'s thread inside its span (its subtree)."""
         sc = self.scan
         got = self._per_thread.get(int(sc.op_thread[op]))
         if got is None:
@@ -339,9 +349,10 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
         order = np.lexsort((sc.ts[ev], keys))
         ev, keys = ev[order], keys[order]
         cuts = np.flatnonzero(np.diff(keys)) + 1
-        for part in (np.split(ev, cuts) if ev.size else []):
-            k = int((tree.launcher if is_op else tree.li)[part[0]])
-            part = part[np.argsort(sc.ts[part], kind="stable")]
+        bounds = np.concatenate([[0], cuts, [ev.size]]).tolist() if ev.size else [0]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            part = ev[a:b]  # one launcher's events, already in start order (the lexsort's second key)
+            k = int(keys[a])
             if is_op:
                 name = sc.cpu_names[int(sc.op_name[k])]
                 sub = tree.busy(tree.subtree(k))
