@@ -292,6 +292,27 @@ class _Tree:
         a, b = np.searchsorted(ts, sc.op_ts[op], "left"), np.searchsorted(ts, sc.op_end[op], "right")
         return self.events_of_launches(ids[a:b])
 
+    def subtrees(self, ops: np.ndarray) -> list[np.ndarray]:
+        """:meth:`subtree` of each of ``ops`` (cpu_op indices), the binary searches thread by thread
+        over all of them at once."""
+        sc = self.scan
+        th = sc.op_thread[ops]
+        a = np.zeros(ops.size, dtype=np.int64)
+        b = np.zeros(ops.size, dtype=np.int64)
+        ids_of: list[np.ndarray | None] = [None] * ops.size
+        for t in np.unique(th).tolist():
+            got = self._per_thread.get(int(t))
+            if got is None:
+                continue
+            m = np.flatnonzero(th == t)
+            ts, ids = got
+            a[m] = np.searchsorted(ts, sc.op_ts[ops[m]], "left")
+            b[m] = np.searchsorted(ts, sc.op_end[ops[m]], "right")
+            for j in m.tolist():
+                ids_of[j] = ids
+        return [np.zeros(0, np.int64) if ids is None else self.events_of_launches(ids[x:y])
+                for ids, x, y in zip(ids_of, a.tolist(), b.tolist())]
+
     def busy(self, ev: np.ndarray) -> float:
         if ev.size == 0:
             return 0.0
@@ -349,13 +370,14 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
         order = np.lexsort((sc.ts[ev], keys))
         ev, keys = ev[order], keys[order]
         cuts = np.flatnonzero(np.diff(keys)) + 1
-        bounds = np.concatenate([[0], cuts, [ev.size]]).tolist() if ev.size else [0]
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        bounds = np.concatenate([[0], cuts, [ev.size]]).astype(np.int64) if ev.size else np.zeros(1, np.int64)
+        subs = tree.subtrees(keys[bounds[:-1]]) if is_op else []
+        for j, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             part = ev[a:b]  # one launcher's events, already in start order (the lexsort's second key)
             k = int(keys[a])
             if is_op:
                 name = sc.cpu_names[int(sc.op_name[k])]
-                sub = tree.busy(tree.subtree(k))
+                sub = tree.busy(subs[j])
                 t0, t1, uid, th, sid = float(sc.op_ts[k]), float(sc.op_end[k]), int(sc.op_order[k]), int(thr[k]), int(sig[k])
             else:
                 name = sc.cpu_names[int(sc.launch_name[k])]
