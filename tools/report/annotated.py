@@ -265,13 +265,19 @@ def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str]
             idle = (be[:-1], bs[1:])
         counts = dict.fromkeys(TRACKS, 0)
         idle_us = 0.0
+        found: list[dict[str, Any]] = []
         for ev in _findings(pid, rank, steps, idle, waits, label, fallback, min_gap_us):
-            gz.write(b"," + orjson.dumps(ev))
+            found.append(ev)
             track = ev.get("tid") if ev["ph"] == "X" else None
             if track is not None:
                 counts[_TRACK_NAMES[track]] += 1
                 if track == TRACKS["GPU idle"]:
                     idle_us += ev["dur"]
+            if len(found) == BATCH:
+                gz.write(b"," + orjson.dumps(found)[1:-1])
+                found = []
+        if found:
+            gz.write(b"," + orjson.dumps(found)[1:-1])
         gz.write(b"]")
         for k, v in trailer.items():
             if k not in head and k != "traceEvents":
