@@ -53,3 +53,20 @@ def test_kind_many_layers_equal_cell_painting():
             for a, b in zip(c0, c1):
                 want[a:max(a, b)] = True
             assert np.array_equal(_on_segments(n, c0, c1, val, value=True), want), (n, k)
+
+
+def test_window_rows_keep_every_open_row_in_order():
+    """A step reads only the rows that can be open in it: hand-built rows (a row over the whole
+    profile, rows ending exactly at a step's start, one starting at its end, a zero-length one, one
+    with an inverted span), steps of 10 µs: the rows open in each step, and their order, are those
+    the whole columns give."""
+    ts = np.array([0.0, 2.0, 5.0, 9.5, 10.0, 10.0, 19.0, 20.0, 12.0, 15.0, 25.0])
+    end = np.array([40.0, 10.0, 9.0, 12.0, 10.0, 14.0, 30.0, 21.0, 11.0, 13.0, 26.0])
+    thr = np.arange(ts.size)
+    cols = (ts, end, thr, np.zeros(ts.size, dtype=np.int8))
+    near = hs._Near(cols, 10.0)
+    assert near.long.tolist() == [0, 6] and near.cut == 10.0  # over 10 µs: the profile-long row and [19, 30)
+    for s0, s1, want in ((0.0, 10.0, [0, 1, 2, 3]), (10.0, 20.0, [0, 3, 5, 6, 8, 9]), (20.0, 30.0, [0, 6, 7, 10])):
+        got_ts, got_end, got_thr, _ = near.rows(s0, s1)
+        open_ = ((got_ts < s1) & (got_end > s0))
+        assert got_thr[open_].tolist() == want == np.flatnonzero((ts < s1) & (end > s0)).tolist()
