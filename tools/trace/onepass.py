@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from . import crossrank_check, host_sampling, host_timeline, kineto, rank_analysis, stream
 from ..errors import Ai4sError
+from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
 
 #: Overlap kept between two byte chunks of the raw counter: longer than any ``"name": "..."`` prefix
@@ -152,7 +153,8 @@ def _totals(roof: RooflineCollector, link: str) -> dict[str, Any] | None:
 
 
 def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
-              raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = ()) -> dict[str, Any]:
+              raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = (),
+              annotate: bool = False) -> dict[str, Any]:
     """One rank trace read once (see the module docstring). Returns ``{"record", "names", "kernel_us",
     "roofline_totals", "roofline_correlation", "raw_counts", "reader" | "reader_error"}``: the
     engine's record (:func:`~.rank_analysis.analyze_rank`, with the optional ``cross_check``
@@ -165,12 +167,27 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     ``steps_sampled``: the verifier's sampled steps (:class:`~.host_sampling.SampledStep` dicts;
     absent when its reader failed).
 
+    With ``annotate`` (a run's single rank, read in the process that writes the report) the pass
+    also makes the annotated trace's copy (:class:`~ai4s_graph.tools.report.annotated.EventCopy`),
+    which :func:`~ai4s_graph.tools.report.annotated.write_annotated_trace` then takes instead of
+    reading the trace a second time.
+
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
     loader, names, roof, raw = kineto.KinetoLoader(path), NameCounter(wanted), RooflineCollector(), \
         RawCounter(raw_patterns)
     acc, notes = host_timeline.StepAccountant(path), host_sampling.Annotations()
+    copy = None
+    if annotate:
+        try:
+            copy = annotated.EventCopy(path)
+        except (Ai4sError, OSError):
+            copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
+    also = (loader.feed, names.feed, roof.feed, acc.feed, notes.feed) + ((copy.feed,) if copy else ())
     rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                     also=(loader.feed, names.feed, roof.feed, acc.feed, notes.feed), taps=(raw.feed,))
+                                     also=also, taps=(raw.feed,) + ((copy.tap,) if copy else ()))
+    if copy is not None:
+        copy.finish()
+        del copy
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
     out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
                            "roofline_totals": _totals(roof, "external_id"),
