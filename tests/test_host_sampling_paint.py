@@ -63,10 +63,12 @@ def test_window_rows_keep_every_open_row_in_order():
     ts = np.array([0.0, 2.0, 5.0, 9.5, 10.0, 10.0, 19.0, 20.0, 12.0, 15.0, 25.0])
     end = np.array([40.0, 10.0, 9.0, 12.0, 10.0, 14.0, 30.0, 21.0, 11.0, 13.0, 26.0])
     thr = np.arange(ts.size)
-    cols = (ts, end, thr, np.zeros(ts.size, dtype=np.int8))
+    cols = hs._by_start((ts, end, thr, np.zeros(ts.size, dtype=np.int8)))
+    assert cols[2].tolist() == [0, 1, 2, 3, 4, 5, 8, 9, 6, 7, 10]  # by start, rows starting together as read
     near = hs._Near(cols, 10.0)
-    assert near.long.tolist() == [0, 6] and near.cut == 10.0  # over 10 µs: the profile-long row and [19, 30)
+    assert cols[2][near.long].tolist() == [0, 6]  # over 10 µs: the profile-long row and [19, 30)
     for s0, s1, want in ((0.0, 10.0, [0, 1, 2, 3]), (10.0, 20.0, [0, 3, 5, 6, 8, 9]), (20.0, 30.0, [0, 6, 7, 10])):
         got_ts, got_end, got_thr, _ = near.rows(s0, s1)
         open_ = ((got_ts < s1) & (got_end > s0))
-        assert got_thr[open_].tolist() == want == np.flatnonzero((ts < s1) & (end > s0)).tolist()
+        assert sorted(got_thr[open_].tolist()) == want == np.flatnonzero((ts < s1) & (end > s0)).tolist()
+        assert np.all(np.diff(got_ts) >= 0)  # in start order

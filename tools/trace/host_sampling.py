@@ -175,7 +175,9 @@ def sample_steps(trace: KinetoTrace, loader: KinetoLoader, notes: Annotations, *
     g_cols = (g_ts, g_end, np.full(g_ts.size, -1, dtype=np.int64), np.zeros(g_ts.size, dtype=np.int8))
     del names
     lens = [float(d) for _t, d, _n in trace.steps if float(d) > 0]
-    near = [_Near(c, min(lens) if lens else 0.0) for c in ((r_ts, r_end, r_thr, r_cat), (o_ts, o_end, o_thr, o_reg), g_cols)]
+    cut = min(lens) if lens else 0.0
+    near = [_Near(_by_start(c), cut) for c in ((r_ts, r_end, r_thr, r_cat), (o_ts, o_end, o_thr, o_reg), g_cols)]
+    del r_ts, r_end, r_thr, r_cat, o_ts, o_end, o_thr, o_reg, g_cols, g_ts, g_end  # the sorted copies stay
     out = []
     for ts, dur, num in trace.steps:
         s0, s1 = float(ts), float(ts) + float(dur)
@@ -187,26 +189,30 @@ def sample_steps(trace: KinetoTrace, loader: KinetoLoader, notes: Annotations, *
     return out
 
 
+def _by_start(cols: tuple) -> tuple:
+    """Columns ``(ts, end, ...)`` reordered by start (a stable sort: rows starting together keep their
+    order, so a step's selection and its painting order are those of the columns as read)."""
+    order = np.argsort(cols[0], kind="stable")
+    return tuple(c[order] for c in cols)
+
+
 class _Near:
-    """The rows of columns ``(ts, end, ...)`` that can be open in a window ``[s0, s1)``, without a
-    pass over every row per window: the rows longer than ``cut`` µs (few: kept for every window),
-    and those starting in ``(s0 - cut - 1 µs, s1)`` (a binary search over their sorted starts; the
-    1 µs covers the rounding of ``end - ts``). :meth:`rows` keeps the columns' row order, so what a
-    window selects from them, and in which order, is what it selects from the whole columns."""
+    """The rows of columns ``(ts, end, ...)``, sorted by start (:func:`_by_start`), that can be open in a
+    window ``[s0, s1)``, without a pass over every row per window: the rows starting in ``(s0 - cut -
+    1 µs, s1)`` (a binary search; no row of at most ``cut`` µs starting earlier reaches ``s0``; the 1 µs
+    covers the rounding of ``end - ts``) and the rows longer than ``cut`` (few) starting before them.
+    :meth:`rows` keeps the columns' order. Memory: the indices of the long rows."""
 
     def __init__(self, cols: tuple, cut: float) -> None:
         ts, end = cols[0], cols[1]
-        short = (end - ts) <= cut  # NaN lengths count as long: always kept
         self.cols, self.cut = cols, cut
-        self.long = np.flatnonzero(~short)
-        idx = np.flatnonzero(short)
-        self.idx = idx[np.argsort(ts[idx], kind="stable")]
-        self.ts = ts[self.idx]
+        self.long = np.flatnonzero(~((end - ts) <= cut))  # NaN lengths count as long
 
     def rows(self, s0: float, s1: float) -> tuple:
-        a = np.searchsorted(self.ts, s0 - self.cut - 1.0, "left")
-        b = np.searchsorted(self.ts, s1, "left")
-        keep = np.sort(np.concatenate([self.long, self.idx[a:b]]))
+        ts = self.cols[0]
+        a = int(ts.searchsorted(s0 - self.cut - 1.0, "left"))
+        b = int(ts.searchsorted(s1, "left"))
+        keep = np.concatenate([self.long[self.long < a], np.arange(a, max(a, b))])
         return tuple(c[keep] for c in self.cols)
 
 
