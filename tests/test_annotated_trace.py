@@ -263,3 +263,28 @@ def test_copy_that_cannot_write_an_event_is_dropped(tmp_path):
     assert copy.error.startswith("TypeError") and A._file_key(src) not in A._PREPARED
     res = A.write_annotated_trace(src, tmp_path / "a.json.gz", rank=3)
     assert res.events_copied == 11
+
+
+def test_single_rank_read_prepares_the_copy_and_a_failed_read_drops_it(tmp_path):
+    """``read_rank`` with ``annotate`` files the copy for the writer (the same text as a re-read);
+    on a truncated trace the read fails as before and nothing is filed, no thread left behind."""
+    import threading
+
+    from ai4s_graph.graph.rules import registry
+    from ai4s_graph.tools.trace import onepass
+
+    src = _trace(tmp_path / "t.json.gz")
+    onepass.read_rank(str(src), 0, None, "0", wanted=registry.event_name_wanted,
+                      raw_patterns=registry.raw_patterns(), annotate=True)
+    assert A._file_key(src) in A._PREPARED
+    A.write_annotated_trace(src, tmp_path / "fast.json.gz", rank=3)
+    A.write_annotated_trace(src, tmp_path / "slow.json.gz", rank=3)
+    assert gzip.decompress((tmp_path / "fast.json.gz").read_bytes()) == \
+        gzip.decompress((tmp_path / "slow.json.gz").read_bytes())
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(gzip.decompress(src.read_bytes())[:300])
+    with pytest.raises(InputError):
+        onepass.read_rank(str(bad), 0, None, "0", wanted=registry.event_name_wanted,
+                          raw_patterns=registry.raw_patterns(), annotate=True)
+    assert A._file_key(bad) not in A._PREPARED
+    assert not [t for t in threading.enumerate() if t.name == "annotated-copy"]

@@ -30,6 +30,8 @@ import gzip
 import io
 import math
 import os
+import queue
+import threading
 from array import array
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -243,6 +245,12 @@ class EventCopy:
         self._zlib = zlib
         self._z = zlib.compressobj(1, zlib.DEFLATED, -15)
         self._f = tempfile.TemporaryFile()  # noqa: SIM115 - closed by write() or when dropped
+        # the CRC and the deflate run in a thread of their own (zlib releases the GIL on large
+        # buffers: they overlap the pass's parse); at most 8 batches wait for it
+        self._q: queue.Queue = queue.Queue(maxsize=8)
+        self._fail: list[str] = []
+        self._thread = threading.Thread(target=self._deflate, name="annotated-copy", daemon=True)
+        self._thread.start()
         self.crc, self.size = 0, 0
         self._keep = TAIL_BYTES
         self._tail = bytearray()
@@ -253,9 +261,28 @@ class EventCopy:
         self._emit(_opening(self.head))
 
     def _emit(self, b: bytes) -> None:
-        self.crc = self._zlib.crc32(b, self.crc)
-        self.size += len(b)
-        self._f.write(self._z.compress(b))
+        self._q.put(b)
+
+    def _deflate(self) -> None:
+        """The copy's thread: CRC, length and deflate of each piece, in order, until ``None``."""
+        while (b := self._q.get()) is not None:
+            if self._fail:
+                continue
+            try:
+                self.crc = self._zlib.crc32(b, self.crc)
+                self.size += len(b)
+                self._f.write(self._z.compress(b))
+            except Exception as e:  # noqa: BLE001 - a full disk, say: the copy is dropped, the writer reads
+                self._fail.append(f"{type(e).__name__}: {e}"[:200])
+
+    def _stop(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+    def discard(self) -> None:
+        """Drop the copy (the pass failed): its thread ends, its file goes."""
+        self._stop()
+        self._f.close()
 
     def feed(self, ev: Any) -> None:
         """Take one event of the pass (a dict). Never raises: an event the copy cannot take (a number
@@ -283,6 +310,9 @@ class EventCopy:
                 self.col.flush()
             except Exception as e:  # noqa: BLE001 - as in feed()
                 self.error = f"{type(e).__name__}: {e}"[:200]
+        self._stop()
+        if self.error is None and self._fail:
+            self.error = self._fail[0]
         if self.error is not None:
             self._f.close()
             return

@@ -183,8 +183,13 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
         except (Ai4sError, OSError):
             copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
     also = (loader.feed, names.feed, roof.feed, acc.feed, notes.feed) + ((copy.feed,) if copy else ())
-    rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                     also=also, taps=(raw.feed,) + ((copy.tap,) if copy else ()))
+    try:
+        rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
+                                         also=also, taps=(raw.feed,) + ((copy.tap,) if copy else ()))
+    except BaseException:
+        if copy is not None:
+            copy.discard()
+        raise
     if copy is not None:
         copy.finish()
         del copy
