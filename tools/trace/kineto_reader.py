@@ -145,6 +145,7 @@ def _stream_events(p: Path):
     return rank, gen()
 
 
+_INF = float("inf")
 NO_ID = -(1 << 63)  #: "no link id" in the int columns
 
 
@@ -354,8 +355,9 @@ class KinetoLoader:
         # events mark no step or DataLoader
         if (not gpu_cat and ph not in ("X", None)) or cat == "python_function":
             return
-        ts = _finite(ev.get("ts"))
-        dur = _finite(ev.get("dur"))
+        ts, dur = ev.get("ts"), ev.get("dur")  # a finite float as it is (the common case), else _finite's rule
+        ts = ts if type(ts) is float and -_INF < ts < _INF else _finite(ts)
+        dur = dur if type(dur) is float and -_INF < dur < _INF else _finite(dur)
         name = ev.get("name")
         if type(name) is not str:
             name = "" if name is None else str(name)
