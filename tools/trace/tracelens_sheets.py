@@ -358,8 +358,31 @@ def _lists(v: Any) -> Any:
     return [_lists(x) for x in v] if isinstance(v, tuple) else v
 
 
+class _Launcher:
+    """One kernel launcher's record, read by key like a dict (``r["direct"]``): the fields of
+    :func:`_launcher_rows`' docstring in slots (a 10^5-10^6 launcher trace holds one per launcher:
+    ~100 bytes each instead of a dict's ~650)."""
+
+    __slots__ = ("name", "category", "thread", "sig", "direct", "subtree", "_ev", "_a", "_b", "uid", "ts", "cpu_dur")
+
+    def __init__(self, name: str, category: str, thread: int, sig: int, direct: float, subtree: float,
+                 ev: np.ndarray, a: int, b: int, uid: int, ts: float, cpu_dur: float) -> None:
+        self.name, self.category, self.thread, self.sig = name, category, thread, sig
+        self.direct, self.subtree = direct, subtree
+        self._ev, self._a, self._b = ev, a, b  # its GPU events: ``ev[a:b]`` (one array shared by all)
+        self.uid, self.ts, self.cpu_dur = uid, ts, cpu_dur
+
+    @property
+    def kernels(self) -> np.ndarray:
+        """The launcher's GPU events (indices into the scan), in start order."""
+        return self._ev[self._a:self._b]
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
 def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.ndarray,
-                   lthr: np.ndarray) -> list[dict[str, Any]]:
+                   lthr: np.ndarray) -> list[_Launcher]:
     """One record per kernel launcher (see the module docstring), in order of CPU start."""
     sc = tree.scan
     sel = np.flatnonzero(linked & ~tree.comm & (tree.li >= 0))
@@ -386,9 +409,8 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
                                         int(lthr[k]), -1)
             direct = tree.busy(part)
             first = sc.names[int(sc.name_id[part[0]])]
-            rows.append({"name": name, "category": categorize_op(name, first), "thread": th, "sig": sid,
-                         "direct": direct, "subtree": direct if sub is None else sub, "kernels": part,
-                         "uid": uid, "ts": t0, "cpu_dur": t1 - t0})
+            rows.append(_Launcher(name, categorize_op(name, first), th, sid, direct, direct if sub is None else sub,
+                                  ev, a, b, uid, t0, t1 - t0))
     rows.sort(key=lambda r: (r["ts"], r["uid"]))
     return rows
 
@@ -402,7 +424,7 @@ def _pct(rows: list[dict[str, Any]], col: str) -> None:
         r["Cumulative Percentage (%)"] = cum
 
 
-def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ops_summary(launchers: list[_Launcher]) -> list[dict[str, Any]]:
     """``ops_summary.csv`` rows (:data:`OPS_SUMMARY_COLUMNS`), largest direct kernel time first."""
     g: dict[str, dict[str, Any]] = {}
     for r in launchers:
@@ -419,8 +441,8 @@ def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
-                    args: _Args) -> dict[tuple, list[dict[str, Any]]]:
+def _by_unique_args(launchers: list[_Launcher], col: OpArgsCollector,
+                    args: _Args) -> dict[tuple, list[_Launcher]]:
     """Launchers grouped by (name, category, process, label, thread, the four argument strings), in
     order of first appearance (pandas ``groupby(sort=False)``)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -430,7 +452,7 @@ def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
     return groups
 
 
-def ops_unique_args(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+def ops_unique_args(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
                     args: _Args) -> list[dict[str, Any]]:
     """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`)."""
     rows = []
@@ -528,7 +550,7 @@ def roofline_sheets(tree: _Tree, sig: np.ndarray, thr: np.ndarray, col: OpArgsCo
     return out
 
 
-def unified_perf_summary(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+def unified_perf_summary(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
                          args: _Args) -> list[dict[str, Any]]:
     """``unified_perf_summary.csv`` rows (:data:`UNIFIED_COLUMNS`) over the kernel launchers: CPU
     duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known."""
