@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import statistics
 from array import array
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -226,10 +226,16 @@ def _kernel_summary(lists: list[list[dict]]) -> tuple[str, str]:
         if len(ks) == len(template):
             for i, k in enumerate(ks):
                 durs[i].append(k["dur"])
+    return _kernel_rows([k["name"] for k in template], [k["stream"] for k in template],
+                        [np.asarray(d, dtype=float) for d in durs])
+
+
+def _kernel_rows(names: list[str], streams: list[int], durs: list[np.ndarray]) -> tuple[str, str]:
+    """:func:`_kernel_summary`'s strings from the template's kernel names and streams and, per
+    kernel, its durations over the instances (µs, float64)."""
     out = []
-    for k, d in zip(template, durs):
-        arr = np.asarray(d, dtype=float)
-        out.append({"name": k["name"], "stream": k["stream"], "count": len(d), "total_duration_us": float(arr.sum()),
+    for name, stream, arr in zip(names, streams, durs):
+        out.append({"name": name, "stream": stream, "count": len(arr), "total_duration_us": float(arr.sum()),
                     "mean_duration_us": float(arr.mean()), "median_duration_us": float(np.median(arr)),
                     "std_dev_duration_us": float(arr.std()), "min_duration_us": float(arr.min()),
                     "max_duration_us": float(arr.max())})
@@ -292,9 +298,9 @@ class _Tree:
         a, b = np.searchsorted(ts, sc.op_ts[op], "left"), np.searchsorted(ts, sc.op_end[op], "right")
         return self.events_of_launches(ids[a:b])
 
-    def subtrees(self, ops: np.ndarray) -> list[np.ndarray]:
-        """:meth:`subtree` of each of ``ops`` (cpu_op indices), the binary searches thread by thread
-        over all of them at once."""
+    def subtrees(self, ops: np.ndarray) -> Iterator[np.ndarray]:
+        """:meth:`subtree` of each of ``ops`` (cpu_op indices), in turn (one in memory at a time), the
+        binary searches thread by thread over all of them at once."""
         sc = self.scan
         th = sc.op_thread[ops]
         a = np.zeros(ops.size, dtype=np.int64)
@@ -310,8 +316,8 @@ class _Tree:
             b[m] = np.searchsorted(ts, sc.op_end[ops[m]], "right")
             for j in m.tolist():
                 ids_of[j] = ids
-        return [np.zeros(0, np.int64) if ids is None else self.events_of_launches(ids[x:y])
-                for ids, x, y in zip(ids_of, a.tolist(), b.tolist())]
+        for ids, x, y in zip(ids_of, a.tolist(), b.tolist()):
+            yield np.zeros(0, np.int64) if ids is None else self.events_of_launches(ids[x:y])
 
     def busy(self, ev: np.ndarray) -> float:
         if ev.size == 0:
@@ -323,8 +329,15 @@ class _Tree:
     def summary(self, groups: list[np.ndarray]) -> tuple[str, str]:
         """:func:`_kernel_summary` of GPU-event index arrays (each in start order), one per instance."""
         sc = self.scan
-        return _kernel_summary([[{"name": sc.names[int(sc.name_id[i])], "dur": float(sc.dur[i]),
-                                  "stream": int(sc.stream[i])} for i in ev.tolist()] for ev in groups])
+        template = next((ev for ev in groups if ev.size), None)
+        if template is None:
+            return _kernel_summary([])
+        # the instances as long as the first (the others are left out), durations by position: one
+        # row per kernel of the template, one column per instance (no dict per event)
+        same = [ev for ev in groups if ev.size == template.size]
+        durs = np.stack([np.asarray(sc.dur[ev], dtype=np.float64) for ev in same], axis=1)
+        names = [sc.names[i] for i in sc.name_id[template].tolist()]
+        return _kernel_rows(names, sc.stream[template].tolist(), list(durs))
 
 
 # --------------------------------------------------------------------------- the sheets
@@ -394,13 +407,13 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
         ev, keys = ev[order], keys[order]
         cuts = np.flatnonzero(np.diff(keys)) + 1
         bounds = np.concatenate([[0], cuts, [ev.size]]).astype(np.int64) if ev.size else np.zeros(1, np.int64)
-        subs = tree.subtrees(keys[bounds[:-1]]) if is_op else []
-        for j, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        subs = tree.subtrees(keys[bounds[:-1]]) if is_op else None
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             part = ev[a:b]  # one launcher's events, already in start order (the lexsort's second key)
             k = int(keys[a])
             if is_op:
                 name = sc.cpu_names[int(sc.op_name[k])]
-                sub = tree.busy(subs[j])
+                sub = tree.busy(next(subs))  # type: ignore[arg-type]
                 t0, t1, uid, th, sid = float(sc.op_ts[k]), float(sc.op_end[k]), int(sc.op_order[k]), int(thr[k]), int(sig[k])
             else:
                 name = sc.cpu_names[int(sc.launch_name[k])]
