@@ -192,3 +192,99 @@ def test_bad_trace_is_one_line_and_keeps_an_earlier_file(tmp_path):
         A.write_annotated_trace(bad, out)
     assert out.read_bytes() == b"earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated_trace.json.gz", "bad.json.gz"]  # no temp left
+
+
+def test_dataloader_label_kind_hand_computed():
+    """The default gap cause over loader calls given out of start order, a zero-length one and one
+    that ends before a later one starts: a gap overlapped by none gets no label; the others the share
+    computed here by hand."""
+    label = A._dataloader_label([(50.0, 70.0), (0.0, 10.0), (30.0, 30.0), (20.0, 45.0)])
+    assert label(10.0, 20.0) is None  # touches two calls, overlaps neither
+    assert label(30.0, 30.0) is None and label(80.0, 90.0) is None and label(-5.0, 0.0) is None
+    assert label(40.0, 60.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 15 / 20})
+    assert label(5.0, 25.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 10 / 20})
+    assert label(0.0, 100.0) == ("waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * 55 / 100})
+    assert A._dataloader_label([])(0.0, 1.0) is None
+
+
+def test_copy_in_batches_keeps_every_event_in_order(tmp_path, monkeypatch):
+    """Events are serialized a batch at a time: with batches of 3 over the built trace's 11 events
+    (batch ends inside and at the end), the copy holds the same events in the same order."""
+    src = _trace(tmp_path / "t.json.gz")
+    monkeypatch.setattr(A, "BATCH", 3)
+    res = A.write_annotated_trace(src, tmp_path / "a.json.gz", rank=3)
+    copied = [ev for ev in stream.iter_events(tmp_path / "a.json.gz") if ev.get("pid") != res.pid]
+    assert res.events_copied == 11 and copied == list(stream.iter_events(src))
+
+
+def _prepared_and_reread(src: Path, tmp_path: Path, **kw) -> tuple[bytes, bytes, A.AnnotatedTrace, A.AnnotatedTrace]:
+    """The annotated trace made from a copy prepared by one pass over ``src`` (what ``read_rank`` with
+    ``annotate`` does), and the one made by reading ``src`` again: their texts and results."""
+    copy = A.EventCopy(src)
+    stream.feed_events(src, (copy.feed,), taps=(copy.tap,))
+    copy.finish()
+    fast = A.write_annotated_trace(src, tmp_path / "fast.json.gz", **kw)
+    assert A._file_key(src) not in A._PREPARED  # taken once
+    slow = A.write_annotated_trace(src, tmp_path / "slow.json.gz", **kw)
+    return (gzip.decompress((tmp_path / "fast.json.gz").read_bytes()),
+            gzip.decompress((tmp_path / "slow.json.gz").read_bytes()), fast, slow)
+
+
+def test_copy_prepared_by_the_pass_equals_the_reread(tmp_path, monkeypatch):
+    """The built trace (a header key before the events, a trailer key after them), in batches of 3:
+    the prepared copy's text is the re-read's, byte for byte, and a valid gzip member."""
+    monkeypatch.setattr(A, "BATCH", 3)
+    src = _trace(tmp_path / "t.json.gz")
+    fast, slow, a, b = _prepared_and_reread(src, tmp_path, rank=3)
+    assert fast == slow and a.model_dump() == {**b.model_dump(), "path": a.path}
+    doc = json.loads(fast)
+    assert doc["traceName"] == "built" and doc["distributedInfo"] == {"rank": 3, "world_size": 4}
+    assert a.events_copied == 11 and a.idle_gaps == 3 and a.idle_us == 20 + 60 + 30
+
+
+def test_copy_prepared_from_a_bundled_rank_with_its_trailer(tmp_path):
+    """Rank 0 of the bundled 93004 pair, whose deviceProperties and distributedInfo sit where its
+    writer put them: the same text both ways."""
+    src = PAIR / "trace_rank0.json.gz"
+    fast, slow, a, b = _prepared_and_reread(src, tmp_path, rank=0)
+    assert fast == slow and a.events_copied == b.events_copied > 1000
+
+
+def test_copy_that_cannot_write_an_event_is_dropped(tmp_path):
+    """An event the copy cannot write (a value that is no JSON: what a hand-fed consumer may get):
+    the prepared copy gives up without raising into the pass, files nothing, and the writer reads
+    the trace itself."""
+    src = _trace(tmp_path / "t.json.gz")
+    copy = A.EventCopy(src)
+    for ev in stream.iter_events(src):
+        copy.feed(ev)
+    copy.feed({"ph": "X", "cat": "cpu_op", "name": "odd", "ts": 1.0, "dur": 1.0, "args": {"x": object()}})
+    copy.finish()
+    assert copy.error.startswith("TypeError") and A._file_key(src) not in A._PREPARED
+    res = A.write_annotated_trace(src, tmp_path / "a.json.gz", rank=3)
+    assert res.events_copied == 11
+
+
+def test_single_rank_read_prepares_the_copy_and_a_failed_read_drops_it(tmp_path):
+    """``read_rank`` with ``annotate`` files the copy for the writer (the same text as a re-read);
+    on a truncated trace the read fails as before and nothing is filed, no thread left behind."""
+    import threading
+
+    from ai4s_graph.graph.rules import registry
+    from ai4s_graph.tools.trace import onepass
+
+    src = _trace(tmp_path / "t.json.gz")
+    onepass.read_rank(str(src), 0, None, "0", wanted=registry.event_name_wanted,
+                      raw_patterns=registry.raw_patterns(), annotate=True)
+    assert A._file_key(src) in A._PREPARED
+    A.write_annotated_trace(src, tmp_path / "fast.json.gz", rank=3)
+    A.write_annotated_trace(src, tmp_path / "slow.json.gz", rank=3)
+    assert gzip.decompress((tmp_path / "fast.json.gz").read_bytes()) == \
+        gzip.decompress((tmp_path / "slow.json.gz").read_bytes())
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(gzip.decompress(src.read_bytes())[:300])
+    with pytest.raises(InputError):
+        onepass.read_rank(str(bad), 0, None, "0", wanted=registry.event_name_wanted,
+                          raw_patterns=registry.raw_patterns(), annotate=True)
+    assert A._file_key(bad) not in A._PREPARED
+    assert not [t for t in threading.enumerate() if t.name == "annotated-copy"]

@@ -134,3 +134,49 @@ def test_raw_count_streams_in_chunks_with_the_whole_text_answer(tmp_path, chunk)
     p = tmp_path / "t.json.gz"
     p.write_bytes(gzip.compress(text))
     assert onepass.raw_counts(str(p), {"add": "aten::add"}) == {"add": 700}  # the pass's own chunks
+
+
+def _raw_doc() -> tuple[bytes, dict[str, int]]:
+    """A document with a hand-counted number of names hitting each cause's raw pattern, plus the
+    awkward spots of the raw text: escaped quotes inside names, a ``\\"name\\": \\"`` inside a string
+    (not a name key), names after a long stretch without any, whitespace around the colon."""
+    hits = {"sdpa_math": ("aten::_scaled_dot_product_attention_math", 3),
+            "compile": ("torch/_dynamo/convert_frame.py(912): _compile", 2),
+            "compiled_regions": ("Torch-Compiled Region: 0/1", 4),
+            "isnan": ("aten::isnan", 5), "backward": ("autograd::engine::evaluate_function: MulBackward0", 6),
+            "per_tensor_update": ("aten::addcdiv_", 7), "stream_syncs": ("cudaStreamSynchronize", 8),
+            "ckpt_fwd_layer_norm": ("void at::native::vectorized_layer_norm_kernel<float>", 9),
+            "ckpt_bwd_attention": ("flash_bwd_dq_kernel", 10)}
+    evs = []
+    for _, (name, n) in hits.items():
+        evs += [{"ph": "X", "cat": "cpu_op", "name": name, "ts": float(len(evs)), "dur": 1.0} for _ in range(n)]
+    # not hits: a near miss of each closed pattern, a name with escaped quotes, a key inside a string
+    evs += [{"ph": "X", "name": "aten::isnan_", "args": {"note": '"name": "aten::isnan"'}},
+            {"ph": "X", "name": 'say "aten::addcdiv_" twice'}, {"ph": "X", "name": "cudaStreamSynchronizeX"}]
+    evs.append({"ph": "M", "args": {"pad": "x" * 300_000}})  # a stretch longer than the overlap
+    evs += [{"ph": "X", "name": "aten::isnan"}] * 11
+    want = {k: n for k, (_, n) in hits.items()}
+    want["isnan"] += 11
+    text = json.dumps({"traceEvents": evs}, indent=1).replace('"name": ', '"name" :  ').encode()
+    return text, want
+
+
+@pytest.mark.parametrize("chunk", [7, 97, 4096, 1 << 20])
+def test_raw_count_kind_every_pattern_hand_counted(chunk):
+    text, want = _raw_doc()
+    pats = registry.raw_patterns()
+    rc = onepass.RawCounter(pats, overlap=64)
+    for i in range(0, len(text), chunk):
+        rc.feed(text[i:i + chunk])
+    got = rc.counts()
+    assert {k: v for k, v in got.items() if v} == want
+    # the same as one regular expression per pattern over the whole text (the former method)
+    assert got == {k: len(re.findall(rb'"name"\s*:\s*"' + p.encode(), text)) for k, p in pats.items()}
+
+
+def test_raw_count_truncated_document_counts_the_open_name():
+    text = b'{"traceEvents": [{"name": "aten::isnan"}, {"name": "aten::isnan", "ph": "X"}, {"name": "autograd::engine::evaluate_fun'
+    rc = onepass.RawCounter({"isnan": 'aten::isnan"', "backward": "autograd::engine::evaluate_fu"}, overlap=8)
+    for i in range(0, len(text), 5):
+        rc.feed(text[i:i + 5])
+    assert rc.counts() == {"isnan": 2, "backward": 1}

@@ -30,6 +30,8 @@ import gzip
 import io
 import math
 import os
+import queue
+import threading
 from array import array
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -57,6 +59,9 @@ _TRACK_NAMES = {tid: name for name, tid in TRACKS.items()}
 #: Gaps shorter than this (µs) are not drawn: below TraceLens's/HTA's 1 µs timestamp resolution a
 #: "gap" is rounding between back-to-back kernels (HTA rounds event bounds to whole µs).
 MIN_GAP_US = 1.0
+
+#: Events serialized per ``orjson.dumps`` call of the copy (one call per event costs ~1 µs of Python each).
+BATCH = 4096
 
 GapLabel = Callable[[float, float], "tuple[str, dict[str, Any]] | None"]
 
@@ -129,19 +134,40 @@ def idle_intervals(scan: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dataloader_label(loader: list[tuple[float, float]]) -> GapLabel:
-    """The default gap cause: the DataLoader's CPU events the gap overlaps (by its largest share)."""
+    """The default gap cause: the DataLoader's CPU events the gap overlaps (by its largest share).
+    A gap that no event overlaps (none starts before its end and ends after its start: one binary
+    search over the starts, the running maximum of the ends) is answered without the sum."""
     starts = np.asarray([s for s, _ in loader], dtype=float)
     ends = np.asarray([e for _, e in loader], dtype=float)
+    order = np.argsort(starts, kind="stable")
+    by_start = starts[order]
+    reach = np.maximum.accumulate(ends[order]) if starts.size else ends  # latest end of the first k by start
 
     def label(a: float, b: float) -> tuple[str, dict[str, Any]] | None:
         if not starts.size:
             return None
+        k = int(np.searchsorted(by_start, b, side="left"))  # the events starting before the gap's end
+        if k == 0 or not reach[k - 1] > a or not b > a:
+            return None  # every overlap is <= 0: the sum is 0
         ov = float(np.sum(np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0.0, None)))
         if ov <= 0:
             return None
         return "waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * min(ov, b - a) / (b - a)}
 
     return label
+
+
+def _gpu_classes() -> Callable[[str, str], int]:
+    """:func:`_gpu_class` asked once per distinct ``(cat, name)``."""
+    seen: dict[tuple[str, str], int] = {}
+
+    def cls(cat: str, name: str) -> int:
+        got = seen.get((cat, name))
+        if got is None:
+            got = seen[(cat, name)] = _gpu_class(cat, name)
+        return got
+
+    return cls
 
 
 def _gpu_class(cat: str, name: str) -> int:
@@ -173,10 +199,155 @@ def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[
     src = Path(trace)
     if not src.is_file():
         head = read_header(src, HEADER_KEYS)  # raises the one-line InputError for a missing file
+    prepared = _PREPARED.pop(_file_key(src), None)
+    if prepared is not None:  # made by the rank's one read: no second read of the trace
+        return prepared.write(out, rank, waits, gap_label, idle, min_gap_us)
     with open(src, "rb") as fh:  # one open for the header and the events (a run opens each trace at most twice)
         head = read_header(src, HEADER_KEYS, raw=fh)
         fh.seek(0)
         return _write(src, fh, head, out, rank, waits, gap_label, idle, min_gap_us)
+
+
+#: The gzip member header of a prepared copy (RFC 1952: magic, deflate, no flags, mtime 0, fastest, OS unknown).
+_GZIP_HEAD = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
+#: Prepared copies by (resolved path, size, mtime): what :func:`write_annotated_trace` takes instead of a read.
+_PREPARED: dict[tuple[str, int, int], "EventCopy"] = {}
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+class EventCopy:
+    """The copy's events made during the rank's one read (:func:`~ai4s_graph.tools.trace.onepass.read_rank`
+    feeds :meth:`feed` every event and :meth:`tap` every decoded byte), so that
+    :func:`write_annotated_trace` does not read the trace again: the header keys and events are
+    deflated as they come (compression level 1, raw deflate, ended by a sync flush: whole bytes, no
+    final block) into an anonymous temporary file, with their CRC-32 and length; the findings'
+    inputs are collected as :func:`_write` collects them; the last :data:`~ai4s_graph.tools.trace.
+    trailer.TAIL_BYTES` decoded bytes give the trailer keys (:func:`~ai4s_graph.tools.trace.trailer.
+    trailer_keys`, as the reader's own pass finds them). :meth:`finish` files it for the writer, which
+    then adds the findings as one more deflate run and the gzip trailer: one gzip member whose text
+    is the same as the re-read's. Memory: one batch of events and the tail; disk: the compressed copy.
+    Raises InputError (from :func:`~ai4s_graph.tools.trace.stream.read_header`) for a trace whose
+    header cannot be read."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        import tempfile
+        import zlib
+
+        from ..trace.trailer import TAIL_BYTES
+
+        self.src = Path(path)
+        self.key = _file_key(self.src)
+        self.head = read_header(self.src, HEADER_KEYS)
+        self._zlib = zlib
+        self._z = zlib.compressobj(1, zlib.DEFLATED, -15)
+        self._f = tempfile.TemporaryFile()  # noqa: SIM115 - closed by write() or when dropped
+        # the CRC and the deflate run in a thread of their own (zlib releases the GIL on large
+        # buffers: they overlap the pass's parse); at most 8 batches wait for it
+        self._q: queue.Queue = queue.Queue(maxsize=8)
+        self._fail: list[str] = []
+        self._thread = threading.Thread(target=self._deflate, name="annotated-copy", daemon=True)
+        self._thread.start()
+        self.crc, self.size = 0, 0
+        self._keep = TAIL_BYTES
+        self._tail = bytearray()
+        self._total = 0
+        self.trailer: dict[str, Any] = {}
+        self.error: str | None = None
+        self.col = _Collect(self._emit)
+        self._emit(_opening(self.head))
+
+    def _emit(self, b: bytes) -> None:
+        self._q.put(b)
+
+    def _deflate(self) -> None:
+        """The copy's thread: CRC, length and deflate of each piece, in order, until ``None``."""
+        while (b := self._q.get()) is not None:
+            if self._fail:
+                continue
+            try:
+                self.crc = self._zlib.crc32(b, self.crc)
+                self.size += len(b)
+                self._f.write(self._z.compress(b))
+            except Exception as e:  # noqa: BLE001 - a full disk, say: the copy is dropped, the writer reads
+                self._fail.append(f"{type(e).__name__}: {e}"[:200])
+
+    def _stop(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+    def discard(self) -> None:
+        """Drop the copy (the pass failed): its thread ends, its file goes."""
+        self._stop()
+        self._f.close()
+
+    def feed(self, ev: Any) -> None:
+        """Take one event of the pass (a dict). Never raises: an event the copy cannot take (a number
+        orjson cannot write) ends the copy, and the writer then reads the trace itself."""
+        if self.error is None:
+            try:
+                self.col.feed(ev)
+            except Exception as e:  # noqa: BLE001 - the copy is an optimisation: its failure drops it only
+                self.error = f"{type(e).__name__}: {e}"[:200]
+
+    def tap(self, chunk: bytes) -> None:
+        """Take the pass's next decoded bytes (the tail is kept for the trailer keys)."""
+        self._total += len(chunk)
+        self._tail += chunk
+        if len(self._tail) > 2 * self._keep:
+            del self._tail[: len(self._tail) - self._keep]
+
+    def finish(self) -> None:
+        """The pass is over: end the copy's deflate run and file it for :func:`write_annotated_trace`
+        (not when the copy failed: the writer then reads the trace)."""
+        from ..trace.trailer import trailer_keys
+
+        if self.error is None:
+            try:
+                self.col.flush()
+            except Exception as e:  # noqa: BLE001 - as in feed()
+                self.error = f"{type(e).__name__}: {e}"[:200]
+        self._stop()
+        if self.error is None and self._fail:
+            self.error = self._fail[0]
+        if self.error is not None:
+            self._f.close()
+            return
+        self._f.write(self._z.flush(self._zlib.Z_SYNC_FLUSH))
+        self.trailer = trailer_keys(bytes(self._tail[-self._keep:]), whole=self._total <= self._keep)
+        self._tail = bytearray()
+        _PREPARED[self.key] = self
+
+    def write(self, out: str | os.PathLike[str], rank: int | None, waits: Iterable[dict[str, Any]],
+              gap_label: GapLabel | None, idle: tuple[np.ndarray, np.ndarray] | None,
+              min_gap_us: float) -> AnnotatedTrace:
+        """The annotated trace at ``out`` from this copy (see the class docstring)."""
+        import shutil
+        import struct
+
+        zl = self._zlib
+        z = zl.compressobj(1, zl.DEFLATED, -15)
+        crc, size = self.crc, self.size
+        try:
+            with open_atomic(out, "wb") as raw:
+                raw.write(_GZIP_HEAD)
+                self._f.seek(0)
+                shutil.copyfileobj(self._f, raw, 1 << 20)
+
+                def write(b: bytes) -> None:
+                    nonlocal crc, size
+                    crc, size = zl.crc32(b, crc), size + len(b)
+                    raw.write(z.compress(b))
+
+                res = _finish(write, self.col, self.head, self.trailer, out, rank, waits, gap_label, idle, min_gap_us)
+                raw.write(z.flush())
+                raw.write(struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF))
+        finally:
+            self._f.close()
+        return res
 
 
 def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str], rank: int | None,
@@ -184,63 +355,121 @@ def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str]
            idle: tuple[np.ndarray, np.ndarray] | None, min_gap_us: float) -> AnnotatedTrace:
     """:func:`write_annotated_trace`'s copy, from the open source file ``fh``."""
     trailer: dict[str, Any] = {}
-    g_ts, g_end, g_cls = array("d"), array("d"), array("b")
-    steps: list[tuple[int, float, float]] = []
-    loader: list[tuple[float, float]] = []
-    pids: set[int] = set()
-    n = 0
     # compresslevel 1 (GzipFile's default is 9): measured on a 19.4 MB rank trace (bench/make_long_trace.py),
     # 0.05 s against 0.49 s of CPU for 1.95 MB against 1.33 MB: the copy of a 1 GB trace saves ~20 s
     with open_atomic(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as z, \
             io.BufferedWriter(z, buffer_size=1 << 20) as gz:  # type: ignore[arg-type]
-        gz.write(b"{")
-        for k, v in head.items():
-            gz.write(orjson.dumps(k) + b":" + orjson.dumps(v) + b",")
-        gz.write(b'"traceEvents":[')
+        gz.write(_opening(head))
+        col = _Collect(gz.write)
         for ev in iter_events(src, trailer=trailer, raw=fh):
-            gz.write((b"," if n else b"") + orjson.dumps(ev, option=orjson.OPT_SERIALIZE_NUMPY))
-            n += 1
-            p = _int_pid(ev.get("pid"))
-            if p is not None:
-                pids.add(p)
-            cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
-                continue
-            if cat in GPU_CATS:
-                g_ts.append(float(ts))
-                g_end.append(float(ts) + float(dur))
-                g_cls.append(_gpu_class(cat, ev.get("name") or ""))
-                continue
-            name = ev.get("name") or ""
-            if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):
-                steps.append((int(m.group(1)), float(ts), float(dur)))
-            elif cat in ("cpu_op", "user_annotation", "python_function", None) and "dataloader" in name.lower():
-                loader.append((float(ts), float(ts) + float(dur)))
-        pid = (max(pids) + 1) if pids else 1_000_000
-        label = gap_label or (lambda a, b: None)
-        fallback = _dataloader_label(loader)
-        if idle is None:
-            bs, be = (merged_intervals(np.frombuffer(g_ts, dtype=np.float64), np.frombuffer(g_end, dtype=np.float64))
-                      if len(g_ts) else (np.zeros(0), np.zeros(0)))
-            idle = (be[:-1], bs[1:])
-        counts = dict.fromkeys(TRACKS, 0)
-        idle_us = 0.0
-        for ev in _findings(pid, rank, steps, idle, waits, label, fallback, min_gap_us):
-            gz.write(b"," + orjson.dumps(ev))
-            track = ev.get("tid") if ev["ph"] == "X" else None
-            if track is not None:
-                counts[_TRACK_NAMES[track]] += 1
-                if track == TRACKS["GPU idle"]:
-                    idle_us += ev["dur"]
-        gz.write(b"]")
-        for k, v in trailer.items():
-            if k not in head and k != "traceEvents":
-                gz.write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
-        gz.write(b"}")
-    gts, gend = np.frombuffer(g_ts, dtype=np.float64), np.frombuffer(g_end, dtype=np.float64)
-    per_step = step_breakdown(gts, gend, np.frombuffer(g_cls, dtype=np.int8), steps) if steps else []
-    return AnnotatedTrace(path=str(out), events_copied=n, step_breakdown=per_step, steps=counts["steps"], idle_gaps=counts["GPU idle"],
-                          idle_us=idle_us, collective_waits=counts["collective waits"], pid=pid)
+            col.feed(ev)
+        col.flush()
+        return _finish(gz.write, col, head, trailer, out, rank, waits, gap_label, idle, min_gap_us)
+
+
+def _opening(head: dict[str, Any]) -> bytes:
+    """The copy's text before its first event: the header keys, then the events list opened."""
+    return b"{" + b"".join(orjson.dumps(k) + b":" + orjson.dumps(v) + b"," for k, v in head.items()) + \
+        b'"traceEvents":['
+
+
+class _Collect:
+    """The copy's events, written a batch at a time to ``write``, and what its findings need (the GPU
+    events' spans and class, the steps, the DataLoader calls, the pids), fed one event at a time."""
+
+    def __init__(self, write: Callable[[bytes], Any]) -> None:
+        self.write = write
+        self.n = 0
+        self.batch: list[dict[str, Any]] = []
+        self.g_ts, self.g_end, self.g_cls = array("d"), array("d"), array("b")
+        self.steps: list[tuple[int, float, float]] = []
+        self.loader: list[tuple[float, float]] = []
+        self.pids: set[int] = set()
+        self._gpu_class = _gpu_classes()
+        self._loader_name: dict[str, bool] = {}  # name -> holds "dataloader" (asked once per distinct name)
+
+    def feed(self, ev: dict[str, Any]) -> None:
+        self.batch.append(ev)
+        if len(self.batch) == BATCH:
+            self.flush()
+        p = ev.get("pid")
+        if type(p) is int:
+            self.pids.add(p)
+        elif (p := _int_pid(p)) is not None:
+            self.pids.add(p)
+        cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
+            return
+        if cat in GPU_CATS:
+            self.g_ts.append(float(ts))
+            self.g_end.append(float(ts) + float(dur))
+            self.g_cls.append(self._gpu_class(cat, ev.get("name") or ""))
+            return
+        name = ev.get("name") or ""
+        if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):
+            self.steps.append((int(m.group(1)), float(ts), float(dur)))
+        elif cat in ("cpu_op", "user_annotation", "python_function", None):
+            hit = self._loader_name.get(name) if type(name) is str else None
+            if hit is None:
+                hit = "dataloader" in name.lower()
+                if type(name) is str:
+                    self._loader_name[name] = hit
+            if hit:
+                self.loader.append((float(ts), float(ts) + float(dur)))
+
+    def flush(self) -> None:
+        """Write the batched events."""
+        _copy(self.write, self.batch, self.n)
+        self.n += len(self.batch)
+        self.batch = []
+
+
+def _finish(write: Callable[[bytes], Any], col: _Collect, head: dict[str, Any], trailer: dict[str, Any],
+            out: str | os.PathLike[str], rank: int | None, waits: Iterable[dict[str, Any]],
+            gap_label: GapLabel | None, idle: tuple[np.ndarray, np.ndarray] | None,
+            min_gap_us: float) -> AnnotatedTrace:
+    """Write the findings tracks, the list's end, the trailer keys and the document's end after the
+    copied events of ``col``; what was written."""
+    pid = (max(col.pids) + 1) if col.pids else 1_000_000
+    label = gap_label or (lambda a, b: None)
+    fallback = _dataloader_label(col.loader)
+    gts, gend = np.frombuffer(col.g_ts, dtype=np.float64), np.frombuffer(col.g_end, dtype=np.float64)
+    if idle is None:
+        bs, be = merged_intervals(gts, gend) if len(col.g_ts) else (np.zeros(0), np.zeros(0))
+        idle = (be[:-1], bs[1:])
+    counts = dict.fromkeys(TRACKS, 0)
+    idle_us = 0.0
+    found: list[dict[str, Any]] = []
+    for ev in _findings(pid, rank, col.steps, idle, waits, label, fallback, min_gap_us):
+        found.append(ev)
+        track = ev.get("tid") if ev["ph"] == "X" else None
+        if track is not None:
+            counts[_TRACK_NAMES[track]] += 1
+            if track == TRACKS["GPU idle"]:
+                idle_us += ev["dur"]
+        if len(found) == BATCH:
+            write(b"," + orjson.dumps(found)[1:-1])
+            found = []
+    if found:
+        write(b"," + orjson.dumps(found)[1:-1])
+    write(b"]")
+    for k, v in trailer.items():
+        if k not in head and k != "traceEvents":
+            write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
+    write(b"}")
+    steps = col.steps
+    per_step = step_breakdown(gts, gend, np.frombuffer(col.g_cls, dtype=np.int8), steps) if steps else []
+    return AnnotatedTrace(path=str(out), events_copied=col.n, step_breakdown=per_step, steps=counts["steps"],
+                          idle_gaps=counts["GPU idle"], idle_us=idle_us, collective_waits=counts["collective waits"],
+                          pid=pid)
+
+
+def _copy(write: Callable[[bytes], Any], batch: list[dict[str, Any]], n: int) -> None:
+    """Write ``batch``'s events (``n`` events written before them): one ``orjson.dumps`` of the list,
+    its brackets cut, gives the same bytes as each event's dumps joined by commas."""
+    if batch:
+        body = orjson.dumps(batch, option=orjson.OPT_SERIALIZE_NUMPY)
+        write((b"," if n else b"") + body[1:-1])
 
 
 def _findings(pid: int, rank: int | None, steps: list[tuple[int, float, float]],

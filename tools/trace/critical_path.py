@@ -57,7 +57,7 @@ Link = tuple[str, str, int, int, int, float, float, bool]
 
 def _awaited(by_end: np.ndarray, ends: np.ndarray, a: float, t: float) -> int:
     """The GPU event (``by_end[p]``) whose end (``ends``, sorted) is the latest in ``(a, t]``, or -1."""
-    p = int(np.searchsorted(ends, t, "right")) - 1
+    p = int(ends.searchsorted(t, "right")) - 1  # the method: no dispatch wrapper per call
     if p >= 0 and ends[p] > a:
         return int(by_end[p])
     return -1
@@ -73,6 +73,9 @@ def walk(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTable)
     order = np.argsort(ends_all, kind="stable")
     by_end, ends = g_sel[order], ends_all[order]
     c_t0, c_t1 = view.c_t0, view.c_t1
+    n_c = c_t0.size
+    # the host partition as Python lists: one step walks ~10^3 links, each reading a few rows
+    t0_l, sid_l, top_l, site_l = c_t0.tolist(), view.c_sid.tolist(), view.c_top.tolist(), view.c_site.tolist()
     links: list[Link] = []
     t = s1
     on_gpu, g = False, -1
@@ -81,20 +84,19 @@ def walk(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTable)
     while t > s0 and budget > 0:
         budget -= 1
         if not on_gpu:
-            i = min(int(np.searchsorted(c_t1, t, "left")), c_t0.size - 1)
-            a = float(c_t0[i])
-            sid = int(view.c_sid[i])
+            i = min(int(c_t1.searchsorted(t, "left")), n_c - 1)
+            a = t0_l[i]
+            sid = sid_l[i]
             if cat_of[sid] == SYNC_CODE:
                 j = _awaited(by_end, ends, a, t)
                 if j >= 0 and j not in visited_gpu:
                     e = float(gpu.end[j])
                     if e < t:
-                        links.append(("sync", "sync_return", states.name[sid], int(view.c_top[i]), int(view.c_site[i]),
-                                      e, t, False))
+                        links.append(("sync", "sync_return", states.name[sid], top_l[i], site_l[i], e, t, False))
                     t, on_gpu, g = e, True, j
                     continue
-            links.append(("host", HOST_CATEGORIES[cat_of[sid]], states.name[sid], int(view.c_top[i]),
-                          int(view.c_site[i]), max(a, s0), t, False))
+            links.append(("host", HOST_CATEGORIES[cat_of[sid]], states.name[sid], top_l[i], site_l[i], max(a, s0), t,
+                          False))
             t = a
             continue
         visited_gpu.add(g)

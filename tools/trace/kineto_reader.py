@@ -145,6 +145,7 @@ def _stream_events(p: Path):
     return rank, gen()
 
 
+_INF = float("inf")
 NO_ID = -(1 << 63)  #: "no link id" in the int columns
 
 
@@ -165,6 +166,10 @@ class _Links(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         v = self._col[i]
         return v if v != NO_ID else None
+
+    def raw(self) -> array:
+        """The column itself (:data:`NO_ID` for none)."""
+        return self._col
 
 
 class _Rows(Sequence):
@@ -190,6 +195,15 @@ class _Rows(Sequence):
     def name(self, i: int) -> str:
         """The name of row ``i`` alone."""
         return self._names[self._cols[self._name_col][i]]
+
+    def columns(self) -> tuple:
+        """The columns themselves (the name column as ids into :attr:`names`), for whole-column work."""
+        return self._cols
+
+    @property
+    def names(self) -> list[str]:
+        """The names the name column's ids index."""
+        return self._names
 
 
 class KinetoLoader:
@@ -341,8 +355,9 @@ class KinetoLoader:
         # events mark no step or DataLoader
         if (not gpu_cat and ph not in ("X", None)) or cat == "python_function":
             return
-        ts = _finite(ev.get("ts"))
-        dur = _finite(ev.get("dur"))
+        ts, dur = ev.get("ts"), ev.get("dur")  # a finite float as it is (the common case), else _finite's rule
+        ts = ts if type(ts) is float and -_INF < ts < _INF else _finite(ts)
+        dur = dur if type(dur) is float and -_INF < dur < _INF else _finite(dur)
         name = ev.get("name")
         if type(name) is not str:
             name = "" if name is None else str(name)

@@ -126,7 +126,7 @@ class GpuColumns:
         l_ready = (launch_end if launch_end <= s_k else launch_start) if has else np.nan
         ready = max(e_p, l_ready) if has else e_p
         if ready > -np.inf and ready < s_k:
-            j = int(np.searchsorted(self.ends_sorted, s_k, "right")) - 1
+            j = int(self.ends_sorted.searchsorted(s_k, "right")) - 1
             dev, key = int(self.skey[k]) >> 32, int(self.skey[k])
             while j >= 0 and self.ends_sorted[j] > ready:
                 x = int(self.by_end[j])

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import statistics
 from array import array
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -226,10 +226,16 @@ def _kernel_summary(lists: list[list[dict]]) -> tuple[str, str]:
         if len(ks) == len(template):
             for i, k in enumerate(ks):
                 durs[i].append(k["dur"])
+    return _kernel_rows([k["name"] for k in template], [k["stream"] for k in template],
+                        [np.asarray(d, dtype=float) for d in durs])
+
+
+def _kernel_rows(names: list[str], streams: list[int], durs: list[np.ndarray]) -> tuple[str, str]:
+    """:func:`_kernel_summary`'s strings from the template's kernel names and streams and, per
+    kernel, its durations over the instances (µs, float64)."""
     out = []
-    for k, d in zip(template, durs):
-        arr = np.asarray(d, dtype=float)
-        out.append({"name": k["name"], "stream": k["stream"], "count": len(d), "total_duration_us": float(arr.sum()),
+    for name, stream, arr in zip(names, streams, durs):
+        out.append({"name": name, "stream": stream, "count": len(arr), "total_duration_us": float(arr.sum()),
                     "mean_duration_us": float(arr.mean()), "median_duration_us": float(np.median(arr)),
                     "std_dev_duration_us": float(arr.std()), "min_duration_us": float(arr.min()),
                     "max_duration_us": float(arr.max())})
@@ -258,6 +264,8 @@ class _Tree:
         self._ev_by_launch = order
         self._launch_keys = self.li[order]
         self._per_thread: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lo: np.ndarray | None = None
+        self._hi: np.ndarray | None = None
         if scan.launch_ts is not None and scan.launch_ts.size:
             lorder = np.lexsort((scan.launch_ts, scan.launch_thread))
             thr = scan.launch_thread[lorder]
@@ -266,14 +274,22 @@ class _Tree:
                 self._per_thread[int(scan.launch_thread[part[0]])] = (scan.launch_ts[part], part)
 
     def events_of_launches(self, launches: np.ndarray) -> np.ndarray:
-        lo = np.searchsorted(self._launch_keys, launches, "left")
-        hi = np.searchsorted(self._launch_keys, launches, "right")
-        if launches.size == 1:
+        """The GPU events (indices) of the launch calls ``launches``, launch by launch."""
+        if self._lo is None:  # every launch call's run in the events sorted by launch, found once
+            n = int(self._launch_keys[-1]) + 1 if self._launch_keys.size else 0
+            ids = np.arange(n)
+            self._lo = np.searchsorted(self._launch_keys, ids, "left")
+            self._hi = np.searchsorted(self._launch_keys, ids, "right")
+        ok = launches < self._lo.size
+        lo, hi = self._lo[launches[ok]], self._hi[launches[ok]]
+        if lo.size == 1:
             return self._ev_by_launch[lo[0]:hi[0]]
-        return np.concatenate([self._ev_by_launch[a:b] for a, b in zip(lo, hi)]) if launches.size else \
+        ev = self._ev_by_launch
+        return np.concatenate([ev[a:b] for a, b in zip(lo.tolist(), hi.tolist())]) if lo.size else \
             np.zeros(0, np.int64)
 
     def subtree(self, op: int) -> np.ndarray:
+        """The GPU events launched on ``op``'s thread inside its span (its subtree)."""
         sc = self.scan
         got = self._per_thread.get(int(sc.op_thread[op]))
         if got is None:
@@ -281,6 +297,27 @@ class _Tree:
         ts, ids = got
         a, b = np.searchsorted(ts, sc.op_ts[op], "left"), np.searchsorted(ts, sc.op_end[op], "right")
         return self.events_of_launches(ids[a:b])
+
+    def subtrees(self, ops: np.ndarray) -> Iterator[np.ndarray]:
+        """:meth:`subtree` of each of ``ops`` (cpu_op indices), in turn (one in memory at a time), the
+        binary searches thread by thread over all of them at once."""
+        sc = self.scan
+        th = sc.op_thread[ops]
+        a = np.zeros(ops.size, dtype=np.int64)
+        b = np.zeros(ops.size, dtype=np.int64)
+        ids_of: list[np.ndarray | None] = [None] * ops.size
+        for t in np.unique(th).tolist():
+            got = self._per_thread.get(int(t))
+            if got is None:
+                continue
+            m = np.flatnonzero(th == t)
+            ts, ids = got
+            a[m] = np.searchsorted(ts, sc.op_ts[ops[m]], "left")
+            b[m] = np.searchsorted(ts, sc.op_end[ops[m]], "right")
+            for j in m.tolist():
+                ids_of[j] = ids
+        for ids, x, y in zip(ids_of, a.tolist(), b.tolist()):
+            yield np.zeros(0, np.int64) if ids is None else self.events_of_launches(ids[x:y])
 
     def busy(self, ev: np.ndarray) -> float:
         if ev.size == 0:
@@ -292,8 +329,15 @@ class _Tree:
     def summary(self, groups: list[np.ndarray]) -> tuple[str, str]:
         """:func:`_kernel_summary` of GPU-event index arrays (each in start order), one per instance."""
         sc = self.scan
-        return _kernel_summary([[{"name": sc.names[int(sc.name_id[i])], "dur": float(sc.dur[i]),
-                                  "stream": int(sc.stream[i])} for i in ev.tolist()] for ev in groups])
+        template = next((ev for ev in groups if ev.size), None)
+        if template is None:
+            return _kernel_summary([])
+        # the instances as long as the first (the others are left out), durations by position: one
+        # row per kernel of the template, one column per instance (no dict per event)
+        same = [ev for ev in groups if ev.size == template.size]
+        durs = np.stack([np.asarray(sc.dur[ev], dtype=np.float64) for ev in same], axis=1)
+        names = [sc.names[i] for i in sc.name_id[template].tolist()]
+        return _kernel_rows(names, sc.stream[template].tolist(), list(durs))
 
 
 # --------------------------------------------------------------------------- the sheets
@@ -327,8 +371,31 @@ def _lists(v: Any) -> Any:
     return [_lists(x) for x in v] if isinstance(v, tuple) else v
 
 
+class _Launcher:
+    """One kernel launcher's record, read by key like a dict (``r["direct"]``): the fields of
+    :func:`_launcher_rows`' docstring in slots (a 10^5-10^6 launcher trace holds one per launcher:
+    ~100 bytes each instead of a dict's ~650)."""
+
+    __slots__ = ("name", "category", "thread", "sig", "direct", "subtree", "_ev", "_a", "_b", "uid", "ts", "cpu_dur")
+
+    def __init__(self, name: str, category: str, thread: int, sig: int, direct: float, subtree: float,
+                 ev: np.ndarray, a: int, b: int, uid: int, ts: float, cpu_dur: float) -> None:
+        self.name, self.category, self.thread, self.sig = name, category, thread, sig
+        self.direct, self.subtree = direct, subtree
+        self._ev, self._a, self._b = ev, a, b  # its GPU events: ``ev[a:b]`` (one array shared by all)
+        self.uid, self.ts, self.cpu_dur = uid, ts, cpu_dur
+
+    @property
+    def kernels(self) -> np.ndarray:
+        """The launcher's GPU events (indices into the scan), in start order."""
+        return self._ev[self._a:self._b]
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
 def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.ndarray,
-                   lthr: np.ndarray) -> list[dict[str, Any]]:
+                   lthr: np.ndarray) -> list[_Launcher]:
     """One record per kernel launcher (see the module docstring), in order of CPU start."""
     sc = tree.scan
     sel = np.flatnonzero(linked & ~tree.comm & (tree.li >= 0))
@@ -339,12 +406,14 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
         order = np.lexsort((sc.ts[ev], keys))
         ev, keys = ev[order], keys[order]
         cuts = np.flatnonzero(np.diff(keys)) + 1
-        for part in (np.split(ev, cuts) if ev.size else []):
-            k = int((tree.launcher if is_op else tree.li)[part[0]])
-            part = part[np.argsort(sc.ts[part], kind="stable")]
+        bounds = np.concatenate([[0], cuts, [ev.size]]).astype(np.int64) if ev.size else np.zeros(1, np.int64)
+        subs = tree.subtrees(keys[bounds[:-1]]) if is_op else None
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            part = ev[a:b]  # one launcher's events, already in start order (the lexsort's second key)
+            k = int(keys[a])
             if is_op:
                 name = sc.cpu_names[int(sc.op_name[k])]
-                sub = tree.busy(tree.subtree(k))
+                sub = tree.busy(next(subs))  # type: ignore[arg-type]
                 t0, t1, uid, th, sid = float(sc.op_ts[k]), float(sc.op_end[k]), int(sc.op_order[k]), int(thr[k]), int(sig[k])
             else:
                 name = sc.cpu_names[int(sc.launch_name[k])]
@@ -353,9 +422,8 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
                                         int(lthr[k]), -1)
             direct = tree.busy(part)
             first = sc.names[int(sc.name_id[part[0]])]
-            rows.append({"name": name, "category": categorize_op(name, first), "thread": th, "sig": sid,
-                         "direct": direct, "subtree": direct if sub is None else sub, "kernels": part,
-                         "uid": uid, "ts": t0, "cpu_dur": t1 - t0})
+            rows.append(_Launcher(name, categorize_op(name, first), th, sid, direct, direct if sub is None else sub,
+                                  ev, a, b, uid, t0, t1 - t0))
     rows.sort(key=lambda r: (r["ts"], r["uid"]))
     return rows
 
@@ -369,7 +437,7 @@ def _pct(rows: list[dict[str, Any]], col: str) -> None:
         r["Cumulative Percentage (%)"] = cum
 
 
-def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ops_summary(launchers: list[_Launcher]) -> list[dict[str, Any]]:
     """``ops_summary.csv`` rows (:data:`OPS_SUMMARY_COLUMNS`), largest direct kernel time first."""
     g: dict[str, dict[str, Any]] = {}
     for r in launchers:
@@ -386,8 +454,8 @@ def ops_summary(launchers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
-                    args: _Args) -> dict[tuple, list[dict[str, Any]]]:
+def _by_unique_args(launchers: list[_Launcher], col: OpArgsCollector,
+                    args: _Args) -> dict[tuple, list[_Launcher]]:
     """Launchers grouped by (name, category, process, label, thread, the four argument strings), in
     order of first appearance (pandas ``groupby(sort=False)``)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -397,7 +465,7 @@ def _by_unique_args(launchers: list[dict[str, Any]], col: OpArgsCollector,
     return groups
 
 
-def ops_unique_args(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+def ops_unique_args(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
                     args: _Args) -> list[dict[str, Any]]:
     """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`)."""
     rows = []
@@ -495,7 +563,7 @@ def roofline_sheets(tree: _Tree, sig: np.ndarray, thr: np.ndarray, col: OpArgsCo
     return out
 
 
-def unified_perf_summary(tree: _Tree, launchers: list[dict[str, Any]], col: OpArgsCollector,
+def unified_perf_summary(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
                          args: _Args) -> list[dict[str, Any]]:
     """``unified_perf_summary.csv`` rows (:data:`UNIFIED_COLUMNS`) over the kernel launchers: CPU
     duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known."""

@@ -59,13 +59,14 @@ def _write_rank_csvs(out_dir: Path, res: dict[str, Any], label: str, sheets: dic
 
 
 def analyze_one(path: str, rank: int, cache_dir: str | None, label: str, cross_check: tuple[str, ...] = (),
-                out_dir: str | None = None) -> RankResult:
+                out_dir: str | None = None, annotate: bool = False) -> RankResult:
     """Worker-process body: the ONE read of one rank trace (:func:`ai4s_graph.tools.trace.onepass.read_rank`),
     counting the event names and raw text the registered causes read, with the optional
     ``cross_check`` tools, as a :class:`RankResult`; with ``out_dir`` the rank's CSVs are written
-    there by this worker (:func:`as_rank_result`)."""
+    there by this worker (:func:`as_rank_result`); with ``annotate`` (the run's single rank, read in
+    the report's process) the pass also makes the annotated trace's copy (``read_rank``'s ``annotate``)."""
     got = onepass.read_rank(path, rank, cache_dir, label, wanted=registry.event_name_wanted,
-                            raw_patterns=registry.raw_patterns(), cross_check=cross_check)
+                            raw_patterns=registry.raw_patterns(), cross_check=cross_check, annotate=annotate)
     res = as_rank_result(got["record"], out_dir)
     res["event_names"] = got["names"]
     res["kernel_us"] = got["kernel_us"]

@@ -109,7 +109,7 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     label = task.get("label") or str(rank)
     try:
         if task.get("n_ranks") == 1:  # one trace: in this process (one read feeds engine and verifier)
-            res = analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir)
+            res = analyze_one(path, rank, cache_dir, label, req.cross_check, req.out_dir, annotate=True)
         else:
             res = workers.pool(n_workers).submit(analyze_one, path, rank, cache_dir, label, req.cross_check,
                                                  req.out_dir).result()
