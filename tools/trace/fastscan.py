@@ -42,8 +42,8 @@ collections inside that call promote them to the oldest generation, which then s
 collections (18 instead of 5 over the 176 MB trace in ``run``'s one read, ~0.7 s of 4.5 s). Paused,
 they are young when the consumers drop them. JSON values hold no reference cycles.
 
-**Memory.** A block queue (3 x 1 MiB of text), the text being cut (~2 MiB), the piece being decoded
-and its events (~4x its text as Python objects), the document's last :data:`~.trailer.TAIL_BYTES`
+**Memory.** A block queue (3 x 1 MiB of text), the text being cut (~1.3 MiB), the piece being
+decoded (:data:`PIECE_BYTES`) and its events (~4x its text as Python objects), the document's last :data:`~.trailer.TAIL_BYTES`
 for the trailer keys: ~10 MiB whatever the trace's size.
 
 ``AI4S_TRACE_PARSER=ijson`` selects the old parser (the whole file through ijson).
@@ -68,9 +68,15 @@ try:  # the same backend as the engine's ijson path (.stream)
 except Exception:  # pragma: no cover - depends on the wheel
     import ijson  # type: ignore[no-redef]
 
-#: Decompressed text decoded at a time (measured on the replicated 176 MB trace: 256 KiB to 4 MiB
-#: pieces decode within 3 % of each other; 1 MiB keeps ~4 MiB of Python objects alive).
-PIECE_BYTES = 1 << 20
+#: Decompressed text decoded at a time. The piece's events (~4x its text as Python objects) are
+#: made by the decode and read back by the engine's loop right after: they should stay in the
+#: core's cache. Measured on the replicated 176 MB trace (CPU s of ``scan_trace``, this 2-core
+#: machine, 2 MiB L2 per core, 2026-12-02, two interleaved rounds): 64 KiB 1.345 / 1.335, 256 KiB
+#: 1.375 / 1.357, 1 MiB 1.363 / 1.379, 4 MiB 1.574 / 1.593 (+15 %: 16 MiB of objects no longer
+#: fit). 256 KiB (~1 MiB of objects) fits a 2 MiB L2 with room, and leaves a margin on hosts whose
+#: caches are smaller or slower than this one's (the 16-core device ran the 1 MiB pieces' decode
+#: 3x slower than this machine, bytes.translate over the same text at the same speed).
+PIECE_BYTES = 1 << 18
 #: Bytes of text one read of the (decompressed) file returns, and how many the reader thread keeps
 #: ahead (measured on the replicated 176 MB trace, engine only: 4 MiB blocks 100 MB peak RSS, 1 MiB
 #: 80 MB, the same time).
