@@ -37,6 +37,7 @@ from .guard import named_malformed_events
 from .hygiene import gpu_activity_problem, window_flags
 from .tables import kernel_tables
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TimelineRow, TraceAnalysis
+from .scan import sorted_unique
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
                      tracelens_classes, union_length, window_mask)
 
@@ -284,7 +285,7 @@ def dataloader_stats(scan: TraceScan) -> dict[str, Any]:
 
 def gpu_ids(scan: TraceScan) -> list[int]:
     """Device ids seen on GPU events (``args.device``, else the GPU pid)."""
-    return sorted(int(d) for d in np.unique(scan.device) if d >= 0)
+    return sorted(int(d) for d in sorted_unique(scan.device) if d >= 0)
 
 
 # --------------------------------------------------------------------------- assembly
