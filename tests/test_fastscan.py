@@ -364,3 +364,64 @@ def test_a_joined_pair_takes_the_end_args_over_the_begin_args(tmp_path, monkeypa
     s = stream.scan_trace(_pair_trace(tmp_path, {"correlation": None}))
     assert s.dur.tolist() == [4.5, 1.0] and s.corr.tolist() == [-1, 11]
     assert s.stream_ids == [7, 8]  # the begin's stream kept, the second kernel's after it
+
+
+# ------------------------------------------------------------------------------ the reader's digit-run flags
+
+
+def test_the_reader_flags_every_run_of_19_digits_across_blocks(monkeypatch):
+    """A run of 19 digits cut by a block boundary anywhere is still found (the reader keeps the 18
+    bytes before each block); bytes without such a run are never sent to the exact check."""
+    import io
+
+    monkeypatch.setattr(fastscan, "BLOCK_BYTES", 15)
+    for lead in range(0, 16):
+        text = b"x" * lead + b"7" * 19 + b"y" * 40
+        blocks = fastscan._Blocks(io.BytesIO(text), threaded=False)
+        while blocks.next():
+            pass
+        assert blocks.digit_run_near(lead, lead + 19), lead
+        assert not blocks.digit_run_near(lead + 19 + 15 + 1, len(text)), lead  # the later blocks hold no run
+    blocks = fastscan._Blocks(io.BytesIO(b"1" * 18 + b"," + b"2" * 18 + b"x" * 30), threaded=False)
+    while blocks.next():
+        pass
+    assert not blocks.digit_run_near(0, 67)  # 18 digits are no run
+    # the 19 digits of a fraction are no integer; after ":", "-", "[" or a space they may be one
+    assert not fastscan._digit_run_in(b'{"bw": 0.0026041666666666665, "x": 1.5}')
+    for text in (b'{"id": 1234567890123456789}', b'{"id":-1234567890123456789}', b'[1234567890123456789]',
+                 b"1234567890123456789", b'{"s": "ab1234567890123456789"}'):
+        assert fastscan._digit_run_in(text), text
+
+
+@pytest.mark.parametrize("block", [7, 64, 301])
+@pytest.mark.parametrize("name", [n for n in CASES if "integer" in n or "int64" in n or "digit" in n or "2**63" in n])
+def test_integer_cases_same_outcome_whatever_the_blocks(tmp_path, monkeypatch, name, block):
+    # the reader's blocks cut the integers anywhere: the same events or the same error as ijson
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    monkeypatch.setattr(fastscan, "BLOCK_BYTES", block)
+    p = _write(tmp_path, name, CASES[name], gz=False)
+    old, new = _both(p, monkeypatch)
+    assert new == old
+    assert _engine_outcome(p, "fast", monkeypatch) == _engine_outcome(p, "ijson", monkeypatch)
+
+
+def test_without_the_readers_digit_check_every_piece_is_checked(tmp_path, monkeypatch):
+    # run's read (byte taps): the reader thread leaves the digit runs to the decoding thread
+    import io
+
+    blocks = fastscan._Blocks(io.BytesIO(b'{"a": 1.5}' * 10), threaded=False, checks_digits=False)
+    while blocks.next():
+        pass
+    assert blocks.digit_run_near(0, 10) and blocks.digit_run_near(90, 100)
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    p = _write(tmp_path, "2**63", CASES["integer 2**63 (ijson: integer overflow)"], gz=False)
+    seen: list[int] = []
+
+    def events(parser: str):
+        monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+        try:
+            return [msgspec.json.encode(e) for e in stream.iter_events(p, taps=(lambda b: seen.append(len(b)),))]
+        except Ai4sError as e:
+            return ("error", str(e))
+
+    assert events("fast") == events("ijson") and events("fast")[0] == "error" and seen
