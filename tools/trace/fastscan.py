@@ -34,9 +34,7 @@ ijson reads it and raises its own error). ``tests/test_fastscan.py`` checks each
 every trace the suite and the benchmark hold gives the same engine output on both parsers.
 
 **Threads.** The file is read and decompressed (zlib releases the GIL) in a reader thread, at
-most :data:`QUEUE_BLOCKS` blocks of :data:`BLOCK_BYTES` ahead, while the main thread decodes. The
-reader also marks the blocks that hold a run of 19 digits, so the main thread checks the integers of
-a piece (above) only where the reader found one.
+most :data:`QUEUE_BLOCKS` blocks of :data:`BLOCK_BYTES` ahead, while the main thread decodes.
 
 **Garbage collection** is paused while msgspec decodes a piece (:class:`_GcPause`): the piece's
 thousands of event dicts are made in one call, and with the collector on the young-generation
@@ -198,24 +196,13 @@ def parser_name() -> str:
 class _Blocks:
     """The document's text in blocks of :data:`BLOCK_BYTES`, read by a daemon thread; keeps the last
     :data:`~.trailer.TAIL_BYTES` (``tail()``) and the bytes read (``total``). An exception of the
-    read (truncated gzip, OSError, a JSON bound) is raised by :meth:`next` where it happened.
+    read (truncated gzip, OSError, a JSON bound) is raised by :meth:`next` where it happened."""
 
-    The reader also looks for runs of 19 digits (:func:`_digit_run_in`), so that the decoding thread
-    runs :func:`_ints_agree` only on a piece that can hold one (:meth:`digit_run_near`): on a host
-    with cores to spare that check (0.11 s on this machine, 0.22 s on the 16-core device for the
-    176 MB trace) leaves the decoding thread, which is the one the pass waits for. Not when the read
-    feeds byte consumers (``checks_digits`` False, ``run``'s one read: its raw-text counts already
-    make the reader the longer thread)."""
-
-    def __init__(self, fh, threaded: bool = True, checks_digits: bool = True) -> None:
+    def __init__(self, fh, threaded: bool = True) -> None:
         self._fh = fh
-        self._checks_digits = checks_digits
         self.total = 0
         self._tail: deque[bytes] = deque()
         self._tail_n = 0
-        self._last = b""  # the stream's last RUN_LEN - 1 bytes before the block being read
-        self._runs: deque[tuple[int, int]] = deque()  # [start, end) of blocks that may hold a run, in order
-        self._read_at = 0  # the reader's offset (the reader thread's own count)
         self._done = False
         self._stop = threading.Event()
         self._q: queue.Queue | None = None
@@ -227,7 +214,7 @@ class _Blocks:
         try:
             while not self._stop.is_set():
                 b = self._fh.read(BLOCK_BYTES)
-                self._put((b, self._flag(b)))
+                self._put(b)
                 if not b:
                     return
         except BaseException as e:  # noqa: BLE001 - handed to the decoding thread, raised there
@@ -241,44 +228,14 @@ class _Blocks:
             except queue.Full:
                 continue
 
-    def _flag(self, b: bytes) -> tuple[int, int] | None:
-        """The range ``[start, end)`` of the document to check when the block ``b`` (with the bytes
-        before it) holds a run of 19 digits, else None. Every run of 19 digits of the document ends in
-        some block and starts at most 18 bytes before it, so it lies within that block's range."""
-        if not self._checks_digits:  # every piece gets the exact check (in the decoding thread)
-            return (0, 1 << 62)
-        start = self._read_at - len(self._last)
-        window = self._last + b
-        self._read_at += len(b)
-        self._last = window[-(len(_RUN) - 1):]
-        return (start, self._read_at) if _digit_run_in(window) else None
-
-    def digit_run_near(self, a: int, z: int) -> bool:
-        """May the document's bytes ``[a, z)`` hold a run of 19 digits? (False: they hold none.) Ranges
-        before ``a`` are dropped: ask in the order of the document."""
-        runs = self._runs
-        while runs and runs[0][1] <= a:
-            runs.popleft()
-        return any(s < z for s, _e in runs)
-
     def next(self) -> bytes:
         """The next block; ``b""`` at the end of the document."""
         if self._done:
             return b""
-        if self._q is not None:
-            item = self._q.get()
-        else:
-            try:
-                b = self._fh.read(BLOCK_BYTES)
-                item = (b, self._flag(b))
-            except BaseException as e:  # noqa: BLE001 - raised below, as the threaded path does
-                item = e
-        if isinstance(item, BaseException):
+        b = self._q.get() if self._q is not None else self._fh.read(BLOCK_BYTES)
+        if isinstance(b, BaseException):
             self._done = True
-            raise item
-        b, flag = item
-        if flag is not None:
-            self._runs.append(flag)
+            raise b
         if not b:
             self._done = True
             return b""
@@ -363,31 +320,15 @@ def _decodes_as_object(text: bytes) -> bool:
         return False
 
 
-def _piece(text: bytes, decode: Callable[[bytes], Any], digit_run: bool = True) -> list | None:
+def _piece(text: bytes, decode: Callable[[bytes], Any]) -> list | None:
     """``text`` decoded as a list of events, or None when msgspec refuses it or ijson would not
-    give the same values (a 19-digit run: an integer that may lie outside int64). ``digit_run``:
-    False when the reader found no run of 19 digits in these bytes (:meth:`_Blocks.digit_run_near`)."""
+    give the same values (a 19-digit run: an integer that may lie outside int64)."""
     try:
         with _GcPause():
             out = decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return out if not digit_run or _ints_agree(text) else None
-
-
-def _digit_run_in(text: bytes) -> bool:
-    """May ``text`` hold an integer ijson refuses? True when it holds a run of 19 digits that does
-    not follow a ``.`` (the digits of a fraction, such as kineto's ``"memory bandwidth (GB/s)":
-    0.0026041666666666665`` on every memcpy, are no integer) or whose start it does not show (a run
-    from its first byte). A superset of what :func:`_ints_agree` refuses: a run it refuses starts
-    after ``-``, ``:``, ``,``, ``[`` or whitespace."""
-    t = text.translate(_DIGIT_MAP)
-    i = t.find(_RUN)
-    while i >= 0:  # i: the start of a run (no digit before it), or 0
-        if i == 0 or text[i - 1] != 0x2E:  # "."
-            return True
-        i = t.find(_RUN, _DIGITS.match(text, i).end())  # type: ignore[union-attr]
-    return False
+    return out if _ints_agree(text) else None
 
 
 def _ints_agree(text: bytes) -> bool:
@@ -432,8 +373,7 @@ def events(fh, raw, size: int, progress: Callable[[int, int], None] | None = Non
 
 
 def event_lists(fh, raw, size: int, progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None, fields: str = "all", *,
-                reader_checks_digits: bool = True) -> Iterator[list | tuple]:
+                trailer: dict[str, Any] | None = None, fields: str = "all") -> Iterator[list | tuple]:
     """The parse entry of :func:`.stream.iter_event_batches`: the events of the document read from
     ``fh`` in file order, as lists (one per decoded piece; a 1-tuple per event on the ijson parse,
     so an error there comes after every event before it), by the parser :func:`parser_name` picks.
@@ -442,8 +382,7 @@ def event_lists(fh, raw, size: int, progress: Callable[[int, int], None] | None 
     after the list. ``fields``: ``all`` (whole events), ``engine`` (the fast parse keeps only
     :data:`ENGINE_EVENT_KEYS` / :data:`ENGINE_ARG_KEYS`) or ``struct`` (those as
     :class:`EngineEvent` objects); the ijson parse and the fallback give whole event dicts whatever
-    ``fields`` says (:func:`engine_events` converts them). ``reader_checks_digits``: as
-    :func:`event_batches`. Raises what ijson and ``fh.read`` raise."""
+    ``fields`` says (:func:`engine_events` converts them). Raises what ijson and ``fh.read`` raise."""
     if parser_name() == "ijson":
         if trailer is not None:
             keeper = fh = TailKeeper(fh)
@@ -455,8 +394,7 @@ def event_lists(fh, raw, size: int, progress: Callable[[int, int], None] | None 
             yield (ev,)
         return
     tick = None if progress is None else (lambda: progress(raw.tell(), size))
-    yield from event_batches(fh, trailer=trailer, on_batch=tick, stats=last_parse, fields=fields,
-                             reader_checks_digits=reader_checks_digits)
+    yield from event_batches(fh, trailer=trailer, on_batch=tick, stats=last_parse, fields=fields)
     if progress is not None:
         progress(size, size)
 
@@ -484,7 +422,7 @@ def _ijson_path(fh, raw, size: int, progress: Callable[[int, int], None] | None)
 
 def event_batches(fh, *, threaded: bool = True, trailer: dict[str, Any] | None = None,
                   on_batch: Callable[[], None] | None = None, stats: dict[str, Any] | None = None,
-                  fields: str = "all", reader_checks_digits: bool = True) -> Iterator[list]:
+                  fields: str = "all") -> Iterator[list]:
     """The ``traceEvents`` of the (decompressed) document read from ``fh`` as lists of event dicts,
     in file order (see the module docstring). ``trailer``: receives the top-level keys written after
     the list (:func:`.trailer.trailer_keys` over the document's last bytes) once the list is done.
@@ -492,11 +430,9 @@ def event_batches(fh, *, threaded: bool = True, trailer: dict[str, Any] | None =
     ``{"pieces": decoded by msgspec, "fallback": None or why the rest went to ijson}``. ``fields``:
     ``all``, or ``engine`` for events of :data:`ENGINE_EVENT_KEYS` / :data:`ENGINE_ARG_KEYS` only,
     ``struct`` for those as :class:`EngineEvent` (a piece that does not fit that shape, ``args`` not
-    an object say, goes to ijson whole: whole event dicts from there on). ``reader_checks_digits``:
-    the reader thread looks for the digit runs that need the integer check (:class:`_Blocks`); False:
-    every piece is checked in this thread. Raises what ijson raises on a malformed or truncated
-    document, and what ``fh.read`` raises."""
-    blocks = _Blocks(fh, threaded, reader_checks_digits)
+    an object say, goes to ijson whole: whole event dicts from there on).
+    Raises what ijson raises on a malformed or truncated document, and what ``fh.read`` raises."""
+    blocks = _Blocks(fh, threaded)
     st = stats if stats is not None else {}
     st.update(pieces=0, fallback=None)
     last: list[bytes] = []  # the last piece's text, when msgspec decoded it
@@ -525,7 +461,6 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
              last: list[bytes]) -> Iterator[list]:
     tick = on_batch or (lambda: None)
     buf, s = _head(blocks)
-    base = 0  # the document offset of buf[0]
     if s is None:  # not the shape we split: ijson reads the whole document
         st["fallback"] = "no traceEvents list at the root's head"
         yield from _ijson_events(_Rest(buf, blocks))
@@ -537,7 +472,6 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
             b = blocks.next()
             if b:
                 buf = buf[s:] + b
-                base += s
                 s = 0
             else:
                 eof = True
@@ -547,7 +481,6 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
                 b = blocks.next()
                 if b:
                     buf = buf[s:] + b
-                    base += s
                     s = 0
                     continue
                 eof = True
@@ -558,8 +491,7 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
                         doc = decode_doc(_OPEN + rest)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     doc = None
-                if isinstance(doc, dict) and (not blocks.digit_run_near(base + s, base + len(buf))
-                                              or _ints_agree(rest)):
+                if isinstance(doc, dict) and _ints_agree(rest):
                     last.append(rest)
                     st["pieces"] += 1
                     if doc["traceEvents"]:
@@ -571,8 +503,7 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
             return
         evs = None
         for _ in range(RETRIES + 1):
-            evs = _piece(b"[" + buf[s:m.start() + 1] + b"]", decode_list,
-                         blocks.digit_run_near(base + s, base + m.start() + 1))
+            evs = _piece(b"[" + buf[s:m.start() + 1] + b"]", decode_list)
             if evs is not None:
                 break
             m = _BOUNDARY.search(buf, m.end())

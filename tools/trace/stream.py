@@ -177,8 +177,7 @@ def iter_event_batches(path: str | os.PathLike,
             fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before a parser sees a byte
             fh = ByteTap(fh, taps) if taps else fh
             # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
-            # (with taps the reader thread already does more than the decoding one: it leaves the digit check there)
-            yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields, reader_checks_digits=not taps)
+            yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
