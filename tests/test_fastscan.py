@@ -306,3 +306,61 @@ def test_the_collector_is_left_as_it_was(tmp_path, monkeypatch, enabled):
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+# ------------------------------------------------------------------------------ the engine's event objects
+
+
+def test_the_engine_event_objects_hold_exactly_the_engine_fields():
+    assert tuple(f.encode_name for f in msgspec.structs.fields(fastscan.EngineEvent)) == fastscan.ENGINE_EVENT_KEYS
+    assert tuple(f.encode_name for f in msgspec.structs.fields(fastscan.EngineArgs)) == fastscan.ENGINE_ARG_KEYS
+    assert {fastscan.ARG_ATTRS[k] for k in fastscan.ENGINE_ARG_KEYS} == set(fastscan.EngineArgs.__struct_fields__)
+
+
+def test_event_objects_read_each_field_as_dict_get_does():
+    """Dicts (the ijson parse, the fallback, the run's whole events) become EngineEvent objects whose
+    fields are what ``dict.get`` gives: missing or null -> None; args keys absent -> UNSET, a null
+    one -> None; args that are not an object kept as written; an item that is not an object kept."""
+    d = {"ph": "X", "cat": "kernel", "ts": 1.5, "dur": 2, "pid": "GPU 0", "extra": 1,
+         "args": {"Collective name": "allreduce", "stream": None, "correlation": 7, "Input Dims": [[1]]}}
+    a, b, c, e = fastscan.engine_events([d, {"ph": "X", "args": [1, 2]}, 5, {"name": None}])
+    assert (a.ph, a.cat, a.name, a.pid, a.tid, a.ts, a.dur, a.id, a.id2) == ("X", "kernel", None, "GPU 0", None, 1.5, 2, None, None)
+    assert type(a.dur) is int and type(a.ts) is float
+    assert (a.args.collective_name, a.args.stream, a.args.correlation, a.args.device) == ("allreduce", None, 7, msgspec.UNSET)
+    assert b.args == [1, 2] and c == 5 and e.name is None and e.args is None
+    # the decode of the same text gives the same objects as the conversion of ijson's dicts
+    text = json.dumps([d, {"ph": "X", "args": {"correlation": None}}]).encode()
+    decoded = fastscan._DECODERS["struct"][0](text)
+    assert decoded == fastscan.engine_events(json.loads(text))
+    assert type(decoded[0]) is fastscan.EngineEvent and decoded[1].args.correlation is None
+
+
+def test_an_event_object_round_trips_through_its_dict():
+    # what DurationPairs joins: the present args keys only (a null one kept), every event field
+    ev = fastscan.engine_events([{"ph": "B", "ts": 3.0, "args": {"correlation": None, "stream": 4}}])[0]
+    d = fastscan.event_dict(ev)
+    assert d["args"] == {"correlation": None, "stream": 4} and d["ph"] == "B" and d["name"] is None
+    assert fastscan.engine_events([d])[0] == ev
+
+
+def _pair_trace(tmp_path: Path, end_args: dict) -> Path:
+    evs = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5.0, "dur": 2.0,
+            "args": {"correlation": 11}},
+           {"ph": "B", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0,
+            "args": {"correlation": 11, "stream": 7, "device": 0}},
+           {"ph": "E", "cat": "kernel", "pid": 0, "tid": 7, "ts": 14.5, "args": end_args},
+           {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 8, "ts": 20.0, "dur": 1.0,
+            "args": {"correlation": 11, "stream": 8, "device": 0}}]
+    return _write(tmp_path, json.dumps(end_args), _doc(evs), gz=False)
+
+
+@pytest.mark.parametrize("parser", ["fast", "ijson"])
+def test_a_joined_pair_takes_the_end_args_over_the_begin_args(tmp_path, monkeypatch, parser):
+    """A B/E kernel pair becomes one 4.5 µs kernel with the begin's args updated by the end's (a null
+    correlation in the end's args replaces the begin's 11: the kernel links nothing)."""
+    monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+    s = stream.scan_trace(_pair_trace(tmp_path, {"stream": 7}))
+    assert s.dur.tolist() == [4.5, 1.0] and s.corr.tolist() == [11, 11] and s.ts.tolist() == [10.0, 20.0]
+    s = stream.scan_trace(_pair_trace(tmp_path, {"correlation": None}))
+    assert s.dur.tolist() == [4.5, 1.0] and s.corr.tolist() == [-1, 11]
+    assert s.stream_ids == [7, 8]  # the begin's stream kept, the second kernel's after it

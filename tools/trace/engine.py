@@ -37,6 +37,7 @@ from .guard import named_malformed_events
 from .hygiene import gpu_activity_problem, window_flags
 from .tables import kernel_tables
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TimelineRow, TraceAnalysis
+from .scan import sorted_unique
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
                      tracelens_classes, union_length, window_mask)
 
@@ -49,37 +50,28 @@ SHORT_KERNEL_US = 10.0
 
 def launch_parents(scan: TraceScan) -> np.ndarray:
     """Per launch, the index of the innermost enclosing ``cpu_op`` on its thread (TraceLens's
-    host call-stack rule, see the module docstring), or -1."""
+    host call-stack rule, see the module docstring), or -1. One walk over the cpu_ops and launches
+    in (thread, start, file order); each stack entry keeps the innermost cpu_op at or below it, so
+    the parent is read off the top (0.146 -> 0.087 s CPU for the 407 k nodes of the replicated
+    176 MB trace, 2026-12-02, the same parents)."""
     n_l, n_o = scan.launch_corr.size, scan.op_ts.size
-    parent_of_launch = np.full(n_l, -1, dtype=np.int64)
     if n_l == 0 or n_o == 0:
-        return parent_of_launch
-    order = np.lexsort((np.concatenate([scan.op_order, scan.launch_order]),
-                        np.concatenate([scan.op_ts, scan.launch_ts]),
-                        np.concatenate([scan.op_thread, scan.launch_thread])))
-
-    def col(a: np.ndarray, code: str) -> array:
-        """The ``array`` behind a scan column (no copy), else an ``array`` copy: Python scalars on access."""
-        b = a.base
-        if isinstance(b, memoryview) and isinstance(b.obj, array) and b.obj.typecode == code and a.size == len(b.obj):
-            return b.obj
-        out = array(code)
-        out.frombytes(memoryview(np.ascontiguousarray(a)).cast("B"))
-        return out
-
-    order_a = memoryview(np.ascontiguousarray(order, dtype=np.int64))  # Python ints on access, no copy
+        return np.full(n_l, -1, dtype=np.int64)
+    thr = np.concatenate([scan.op_thread, scan.launch_thread])
+    start = np.concatenate([scan.op_ts, scan.launch_ts])
+    order = np.lexsort((np.concatenate([scan.op_order, scan.launch_order]), start, thr))
+    # the walk's columns in walk order; a memoryview gives Python scalars without a list of them
+    nodes, thr_w, start_w = memoryview(order), memoryview(thr[order]), memoryview(start[order])
+    del thr, start
+    end_w = memoryview(np.concatenate([scan.op_end, scan.launch_end])[order])
     del order
-    o_thr, o_ts, o_end = col(scan.op_thread, "i"), col(scan.op_ts, "d"), col(scan.op_end, "d")
-    l_thr, l_ts, l_end = col(scan.launch_thread, "i"), col(scan.launch_ts, "d"), col(scan.launch_end, "d")
-    is_execute = col(np.isin(scan.op_name, [i for i, nm in enumerate(scan.cpu_names) if nm == "execute"]), "b")
-    stack: list[tuple[float, int]] = []  # (end, node); node >= 0: cpu_op index, < 0: launch
+    execute = [i for i, nm in enumerate(scan.cpu_names) if nm == "execute"]
+    is_execute = memoryview(np.isin(scan.op_name, execute)) if execute else None
+    stack: list[tuple[float, int, int]] = []  # (end, node: cpu_op index or -1 for a launch, innermost cpu_op)
     parent = array("q", [-1]) * n_o  # cpu_op index -> parent cpu_op index (or -1)
+    parent_of_launch = array("q", [-1]) * n_l
     cur_thr = None
-    for k in order_a:  # node k < n_o: cpu_op k; else launch k - n_o
-        if k < n_o:
-            t, s, e = o_thr[k], o_ts[k], o_end[k]
-        else:
-            t, s, e = l_thr[k - n_o], l_ts[k - n_o], l_end[k - n_o]
+    for k, t, s, e in zip(nodes, thr_w, start_w, end_w):  # node k < n_o: cpu_op k; else launch k - n_o
         if t != cur_thr:
             stack = []
             cur_thr = t
@@ -90,22 +82,17 @@ def launch_parents(scan: TraceScan) -> np.ndarray:
                 stack.pop()
             else:
                 continue  # a large bleed: TraceLens leaves the event out of the tree
-        par = -1
-        for j in range(len(stack) - 1, -1, -1):  # innermost enclosing cpu_op
-            node = stack[j][1]
-            if node >= 0:
-                par = node
-                break
+        par = stack[-1][2] if stack else -1  # innermost enclosing cpu_op
         if k < n_o:
             parent[k] = par
-            stack.append((e, k))
+            stack.append((e, k, k))
         else:
-            # skip pass-through ``execute`` ops, as TraceLens does
-            while par >= 0 and is_execute[par]:
-                par = parent[par]
+            stack.append((e, -1, par))
+            if is_execute is not None:  # skip pass-through ``execute`` ops, as TraceLens does
+                while par >= 0 and is_execute[par]:
+                    par = parent[par]
             parent_of_launch[k - n_o] = par
-            stack.append((e, -1))
-    return parent_of_launch
+    return np.frombuffer(parent_of_launch, dtype=np.int64)
 
 
 def launchers(scan: TraceScan) -> np.ndarray:
@@ -284,7 +271,7 @@ def dataloader_stats(scan: TraceScan) -> dict[str, Any]:
 
 def gpu_ids(scan: TraceScan) -> list[int]:
     """Device ids seen on GPU events (``args.device``, else the GPU pid)."""
-    return sorted(int(d) for d in np.unique(scan.device) if d >= 0)
+    return sorted(int(d) for d in sorted_unique(scan.device) if d >= 0)
 
 
 # --------------------------------------------------------------------------- assembly

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .hygiene import GRAPH_RECORD_HINT
-from .scan import TraceScan
+from .scan import TraceScan, sorted_unique
 from .stream import gpu_timeline, union_length
 
 
@@ -87,7 +87,7 @@ def rank_timeline(scan: TraceScan, mask: np.ndarray) -> tuple[dict[str, float], 
     Raises NoGpuEventsError when ``mask`` selects no event."""
     launches = unrecorded_graph_launches(scan)
     li = launch_index(scan) if launches.size else None
-    devs = np.unique(scan.device[mask]) if mask.any() else np.zeros(0, dtype=np.int32)
+    devs = sorted_unique(scan.device[mask]) if mask.any() else np.zeros(0, dtype=np.int32)
     if devs.size <= 1:
         tl = gpu_timeline(scan, mask)
         unknown = unrecorded_time(scan, mask, launches, li) if launches.size else 0.0

@@ -54,6 +54,20 @@ NO_STREAM = -1
 LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
 
 
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D integer array, ascending (what ``np.unique`` returns, same dtype),
+    by one sort. numpy 2.3+'s ``np.unique`` goes through a hash table for integers: 20 ms for the
+    88 k launch correlations + 81 k flow ids of the replicated 176 MB trace and 47 ms for 170 k
+    random int64, against 0.5 and 0.9 ms for the sort (measured 2026-12-02, numpy 2.4.6)."""
+    a = np.sort(np.ravel(a))
+    if a.size < 2:
+        return a
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 @dataclass
 class TraceScan:
     """What one streaming pass keeps of a trace. Times are µs as in the trace (float64).
@@ -130,7 +144,7 @@ class TraceScan:
         memo = self.__dict__.get("_link_ids")
         if memo is None:
             ids = self.launch_corr if self.flow_ids is None else np.concatenate([self.launch_corr, self.flow_ids])
-            memo = self.__dict__["_link_ids"] = np.unique(ids)
+            memo = self.__dict__["_link_ids"] = sorted_unique(ids)
         return memo
 
     def graph_launch_mask(self) -> np.ndarray:

@@ -57,12 +57,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
+from msgspec import UNSET
 
 from ..errors import InputError, NoGpuEventsError
 from ..jsonguard import GuardedReader
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from . import fastscan
+from .fastscan import NO_ARGS, EngineArgs, EngineEvent, engine_events, event_dict
 from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
@@ -88,6 +90,8 @@ _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
 #: CPU-side categories that are never launches, even when they carry a correlation id.
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
+#: (args key, :class:`.fastscan.EngineArgs` attribute) of the collective metadata, in COLLECTIVE_ARG_KEYS order.
+_COLLECTIVE_ATTRS = tuple((k, fastscan.ARG_ATTRS[k]) for k in COLLECTIVE_ARG_KEYS)
 
 
 
@@ -155,6 +159,17 @@ def iter_events(path: str | os.PathLike,
     (:class:`~ai4s_graph.tools.jsonguard.GuardedReader`) before either parser sees them.
     Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
     Raises InputError (one line) on a missing, empty, truncated or malformed file."""
+    for batch in iter_event_batches(path, progress, trailer, fields, taps=taps, raw=raw):
+        yield from batch
+
+
+def iter_event_batches(path: str | os.PathLike,
+                       progress: Callable[[int, int], None] | None = None,
+                       trailer: dict[str, Any] | None = None, fields: str = "all", *, taps: Taps = (),
+                       raw: BinaryIO | None = None) -> Iterator[list | tuple]:
+    """The events of :func:`iter_events` (same arguments and errors; ``fields`` may also be
+    ``struct``: :func:`.fastscan.event_lists`) as the parser hands them out, one list per decoded
+    piece, so that a whole piece can be converted at once (:func:`.fastscan.engine_events`)."""
     p = _check_path(path)
     size = p.stat().st_size
     try:
@@ -162,7 +177,7 @@ def iter_events(path: str | os.PathLike,
             fh = GuardedReader(_decoded(raw), p.name)  # depth, string and event bounds before a parser sees a byte
             fh = ByteTap(fh, taps) if taps else fh
             # the parse (.fastscan: msgspec over pieces split at event boundaries, ijson where one does not decode)
-            yield from fastscan.events(fh, raw, size, progress, trailer, fields)
+            yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
@@ -261,155 +276,160 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     n = 0
     bad_dur = bad_num = instants = ill = bad_args = 0  # ill: not an object / unhashable category
     trailer: dict[str, Any] = {}
-    for ev in iter_events(p, progress, trailer, "all" if also else "engine", taps=taps, raw=raw):  # parse entry (.fastscan)
-        n += 1
-        for f in also:
-            f(ev)
-        if type(ev) is not dict:
-            ill += 1
-            continue
-        cat_w = ev.get("cat")  # the category as written
-        try:
-            cat, k = cat_of[cat_w]
-        except KeyError:
-            c_ = canonical_category(cat_w)
-            cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
-        except TypeError:  # an unhashable category is no category
-            cat_w = cat = k = None
-            ill += 1
-        cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
-        ph = ev.get("ph")
-        order = n
-        if ph != "X" and type(ph) is str:
-            if ph in PAIR_PHASES:  # Trace Event Format duration pairs (stream_fix.DurationPairs)
-                ev = pairs.take(ev, ph, n, cat)
-                if ev is None:
-                    continue
-                cat, order, ph = ev["cat"], pairs.order, "X"
-                k = GPU_CATS.get(cat)
-            elif ph in INSTANT_PHASES:
-                instants += k is not None
+    for batch in iter_event_batches(p, progress, trailer, "all" if also else "struct",
+                                    taps=taps, raw=raw):  # parse entry (.fastscan)
+        if also:
+            for ev in batch:
+                for f in also:
+                    f(ev)
+        for ev in engine_events(batch):  # EngineEvent objects (.fastscan): the fields below as slots
+            n += 1
+            if type(ev) is not EngineEvent:
+                ill += 1
                 continue
-        if k is not None:
-            t = ev.get("ts")
-            d = ev.get("dur")
+            cat_w = ev.cat  # the category as written
+            try:
+                cat, k = cat_of[cat_w]
+            except KeyError:
+                c_ = canonical_category(cat_w)
+                cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
+            except TypeError:  # an unhashable category is no category
+                cat_w = cat = k = None
+                ill += 1
+            cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
+            ph = ev.ph
+            order = n
+            if ph != "X" and type(ph) is str:
+                if ph in PAIR_PHASES:  # Trace Event Format duration pairs (stream_fix.DurationPairs)
+                    joined = pairs.take(event_dict(ev), ph, n, cat)
+                    if joined is None:
+                        continue
+                    ev = engine_events([joined])[0]
+                    cat, order, ph = ev.cat, pairs.order, "X"
+                    k = GPU_CATS.get(cat)
+                elif ph in INSTANT_PHASES:
+                    instants += k is not None
+                    continue
+            if k is not None:
+                t = ev.ts
+                d = ev.dur
+                if type(t) is not float:
+                    t = num(t)
+                if type(d) is not float:
+                    d = num(d)
+                if t is None or d is None:  # no ts or dur, or not a finite number
+                    bad_num += 1
+                    continue
+                if d < 0.0:  # a negative duration (an export fault)
+                    bad_dur += 1
+                    continue
+                nm = ev.name
+                if type(nm) is not str:
+                    nm = "" if nm is None else str(nm)
+                i = name_index.get(nm)
+                if i is None:
+                    i = name_index[nm] = len(names)
+                    names.append(nm)
+                args = ev.args
+                if type(args) is not EngineArgs:
+                    bad_args += args is not None
+                    args = NO_ARGS
+                idx = len(ts)
+                ts.append(t)
+                dur.append(d)
+                name_id.append(i)
+                kind.append(k)
+                sv = args.stream
+                if sv is None or sv is UNSET:
+                    stream.append(NO_STREAM)
+                else:
+                    try:
+                        s = stream_codes.get(sv)
+                        if s is None:
+                            s = stream_codes[sv] = len(stream_codes)
+                    except TypeError:  # unhashable: no stream
+                        s = NO_STREAM
+                    stream.append(s)
+                dv = args.device
+                if dv is None or dv is UNSET:
+                    dv = ev.pid
+                d_ = _num(dv, _I32)
+                if d_ is None:  # a GPU named only by a string pid ("GPU 0"): its own code, below -1
+                    try:
+                        d_ = dev_codes.setdefault(dv, -2 - len(dev_codes)) if dv is not None else -1
+                    except TypeError:  # unhashable
+                        d_ = -1
+                device.append(d_)
+                c = _num(args.correlation)  # UNSET: None
+                corr.append(c if c is not None else -1)
+                if k == KIND_KERNEL:
+                    is_comm = comm_name_cache.get(i)
+                    if is_comm is None:
+                        is_comm = comm_name_cache[i] = bool(COMM_RE.search(nm))
+                    if is_comm:
+                        comm_args[idx] = {key: v for key, a in _COLLECTIVE_ATTRS if (v := getattr(args, a)) is not UNSET}
+                continue
+            if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
+                continue
+            if cat == "ac2g":
+                fid = _num(ev.id)
+                if fid is not None and ph == "s":  # the start half sits on the launching CPU thread
+                    flows.append(fid)
+                continue
+            if ph != "X" and ph is not None:
+                continue
+            t = ev.ts
             if type(t) is not float:
                 t = num(t)
-            if type(d) is not float:
-                d = num(d)
-            if t is None or d is None:  # no ts or dur, or not a finite number
-                bad_num += 1
-                continue
-            if d < 0.0:  # a negative duration (an export fault)
-                bad_dur += 1
-                continue
-            nm = ev.get("name")
+                if t is None:
+                    continue
+            d = ev.dur
+            e = t + (d if type(d) is float else (num(d) or 0.0))
+            nm = ev.name
             if type(nm) is not str:
                 nm = "" if nm is None else str(nm)
-            i = name_index.get(nm)
-            if i is None:
-                i = name_index[nm] = len(names)
-                names.append(nm)
-            args = ev.get("args")
-            if type(args) is not dict:
-                bad_args += args is not None
-                args = {}
-            idx = len(ts)
-            ts.append(t)
-            dur.append(d)
-            name_id.append(i)
-            kind.append(k)
-            sv = args.get("stream")
-            if sv is None:
-                stream.append(NO_STREAM)
-            else:
+            args = ev.args
+            c = _num(args.correlation) if type(args) is EngineArgs and cat not in _CPU_SIDE_CATS else None
+            is_op = cat == "cpu_op"
+            if c is not None or is_op:
+                j = cpu_index.get(nm)
+                if j is None:
+                    j = cpu_index[nm] = len(cpu_names)
+                    cpu_names.append(nm)
+                    marks.append(_name_mark(nm))
+                key = (ev.pid, ev.tid)
                 try:
-                    s = stream_codes.get(sv)
-                    if s is None:
-                        s = stream_codes[sv] = len(stream_codes)
-                except TypeError:  # unhashable: no stream
-                    s = NO_STREAM
-                stream.append(s)
-            dv = args.get("device")
-            if dv is None:
-                dv = ev.get("pid")
-            d_ = _num(dv, _I32)
-            if d_ is None:  # a GPU named only by a string pid ("GPU 0"): its own code, below -1
-                try:
-                    d_ = dev_codes.setdefault(dv, -2 - len(dev_codes)) if dv is not None else -1
-                except TypeError:  # unhashable
-                    d_ = -1
-            device.append(d_)
-            c = _num(args.get("correlation"))
-            corr.append(c if c is not None else -1)
-            if k == KIND_KERNEL:
-                is_comm = comm_name_cache.get(i)
-                if is_comm is None:
-                    is_comm = comm_name_cache[i] = bool(COMM_RE.search(nm))
-                if is_comm:
-                    comm_args[idx] = {key: args[key] for key in COLLECTIVE_ARG_KEYS if key in args}
-            continue
-        if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
-            continue
-        if cat == "ac2g":
-            fid = _num(ev.get("id"))
-            if fid is not None and ph == "s":  # the start half sits on the launching CPU thread
-                flows.append(fid)
-            continue
-        if ph != "X" and ph is not None:
-            continue
-        t = ev.get("ts")
-        if type(t) is not float:
-            t = num(t)
-            if t is None:
-                continue
-        d = ev.get("dur")
-        e = t + (d if type(d) is float else (num(d) or 0.0))
-        nm = ev.get("name")
-        if type(nm) is not str:
-            nm = "" if nm is None else str(nm)
-        args = ev.get("args")
-        c = _num(args.get("correlation")) if type(args) is dict and cat not in _CPU_SIDE_CATS else None
-        is_op = cat == "cpu_op"
-        if c is not None or is_op:
-            j = cpu_index.get(nm)
-            if j is None:
-                j = cpu_index[nm] = len(cpu_names)
-                cpu_names.append(nm)
-                marks.append(_name_mark(nm))
-            key = (ev.get("pid"), ev.get("tid"))
-            try:
-                th = threads.get(key)
-            except TypeError:  # an unhashable pid / tid: named by its text
-                key = (repr(key[0]), repr(key[1]))
-                th = threads.get(key)
-            if th is None:
-                th = threads[key] = len(threads)
-            if is_op:
-                o_ts_a(t)
-                o_end_a(e)
-                o_name_a(j)
-                o_thr_a(th)
-                o_ord_a(order)
-                mark = marks[j]
+                    th = threads.get(key)
+                except TypeError:  # an unhashable pid / tid: named by its text
+                    key = (repr(key[0]), repr(key[1]))
+                    th = threads.get(key)
+                if th is None:
+                    th = threads[key] = len(threads)
+                if is_op:
+                    o_ts_a(t)
+                    o_end_a(e)
+                    o_name_a(j)
+                    o_thr_a(th)
+                    o_ord_a(order)
+                    mark = marks[j]
+                else:
+                    l_corr.append(c)
+                    l_ts.append(t)
+                    l_end.append(e)
+                    l_name.append(j)
+                    l_thr.append(th)
+                    l_ord.append(order)
+                    continue
+            elif cat is None or cat == "user_annotation":
+                mark = _name_mark(nm) if nm else None
             else:
-                l_corr.append(c)
-                l_ts.append(t)
-                l_end.append(e)
-                l_name.append(j)
-                l_thr.append(th)
-                l_ord.append(order)
+                continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
+            if mark is None:
                 continue
-        elif cat is None or cat == "user_annotation":
-            mark = _name_mark(nm) if nm else None
-        else:
-            continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
-        if mark is None:
-            continue
-        if mark >= 0:
-            steps.append((mark, t, e - t))
-        else:
-            dataloader.append((t, e - t))
+            if mark >= 0:
+                steps.append((mark, t, e - t))
+            else:
+                dataloader.append((t, e - t))
     if n == 0:
         raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
     header.update({k: v for k, v in trailer.items() if k not in header})  # keys written after the events
