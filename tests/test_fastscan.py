@@ -364,3 +364,29 @@ def test_a_joined_pair_takes_the_end_args_over_the_begin_args(tmp_path, monkeypa
     s = stream.scan_trace(_pair_trace(tmp_path, {"correlation": None}))
     assert s.dur.tolist() == [4.5, 1.0] and s.corr.tolist() == [-1, 11]
     assert s.stream_ids == [7, 8]  # the begin's stream kept, the second kernel's after it
+
+
+def test_every_calls_on_each_nth_call():
+    seen: list[int] = []
+    tick = fastscan._every(4, lambda: seen.append(len(seen)))
+    for _ in range(10):
+        tick()
+    assert seen == [0, 1]  # on the 4th and the 8th call
+    assert fastscan.TICK_PIECES == 4  # 1 MiB / 256 KiB pieces
+
+
+def test_progress_once_per_mib_of_document(tmp_path):
+    """A 3 MiB document in 256 KiB pieces: ~12 pieces, so ~3 reports from the pieces (each 4th) and
+    the closing ``(size, size)``; every report's position within the file and never going back."""
+    pad = "x" * 200
+    data = _doc([_ev(i, name=f"k{i}-{pad}") for i in range(9000)])
+    assert 2.8 * (1 << 20) < len(data) < 3.3 * (1 << 20)
+    path = _write(tmp_path, "p.json", data, gz=False)
+    got: list[tuple[int, int]] = []
+    with open(path, "rb") as raw:
+        n = sum(len(b) for b in fastscan.event_lists(raw, raw, len(data), progress=lambda a, b: got.append((a, b))))
+    assert n == 9000
+    pieces = fastscan.last_parse["pieces"]
+    assert got[-1] == (len(data), len(data))
+    assert len(got) == pieces // fastscan.TICK_PIECES + 1
+    assert [a for a, _ in got] == sorted(a for a, _ in got) and all(0 < a <= len(data) for a, _ in got)

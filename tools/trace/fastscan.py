@@ -393,10 +393,28 @@ def event_lists(fh, raw, size: int, progress: Callable[[int, int], None] | None 
         for ev in _ijson_path(fh, raw, size, progress):
             yield (ev,)
         return
-    tick = None if progress is None else (lambda: progress(raw.tell(), size))
+    tick = None if progress is None else _every(TICK_PIECES, lambda: progress(raw.tell(), size))
     yield from event_batches(fh, trailer=trailer, on_batch=tick, stats=last_parse, fields=fields)
     if progress is not None:
         progress(size, size)
+
+
+#: pieces between two progress reports: ~1 MiB of the document. ``raw.tell()`` on a gzip file waits on
+#: the lock the reader thread holds while it decompresses, so once a piece (256 KiB) was 4x the waits.
+TICK_PIECES = max(1, (1 << 20) // PIECE_BYTES)
+
+
+def _every(n: int, call: Callable[[], None]) -> Callable[[], None]:
+    """A callable that runs ``call()`` on its ``n``-th, ``2n``-th, ... call (``n`` >= 1), else nothing."""
+    count = 0
+
+    def tick() -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            count = 0
+            call()
+    return tick
 
 
 def _ijson_path(fh, raw, size: int, progress: Callable[[int, int], None] | None) -> Iterator[dict[str, Any]]:

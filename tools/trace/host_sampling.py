@@ -29,6 +29,7 @@ from ...state.steps import HOST_CATEGORIES, StepBreakdown
 from ..errors import InputError
 from .host_names import OUTSIDE, PRECEDENCE, copy_blocks, op_category, runtime_category
 from .hygiene import STEP_NAME_RE
+from .scan import sorted_unique
 from .kineto_reader import MEMCPY, NO_ID, KinetoLoader, KinetoTrace, _Links, _Rows, _stream_events
 
 #: Cells per step: 2^20 keeps the painted layers at 1 MiB per thread and layer.
@@ -254,7 +255,7 @@ def _sample_one(num: int, s0: float, s1: float, w: float, n: int, primary: int, 
                _select(op, thr, s0, s1, w, n, bounds, value=True)) for thr in order]
     gsel = _select(gp, -1, s0, s1, w, n, bounds, value=True)
     # the cells where anything starts or ends cut the step into segments of constant state
-    edges = np.unique(np.concatenate([np.array([0, n], dtype=np.int64), gsel[0], gsel[1]]
+    edges = sorted_unique(np.concatenate([np.array([0, n], dtype=np.int64), gsel[0], gsel[1]]
                                      + [c for _, *sels in layers for sel in sels for c in sel[:2]]))
     width = np.diff(edges)  # cells per segment
     best = np.full(width.size, _OUT + 1, dtype=np.int8)
@@ -268,7 +269,7 @@ def _sample_one(num: int, s0: float, s1: float, w: float, n: int, primary: int, 
     busy = _layer(gsel, edges, value=True)
     allb = np.concatenate(bounds) if bounds else np.zeros(0)
     allb = allb[(allb > s0) & (allb < s1)]
-    bcells = np.unique(np.minimum(((allb - s0) / w).astype(np.int64), n - 1))
+    bcells = sorted_unique(np.minimum(((allb - s0) / w).astype(np.int64), n - 1))
     ncat = len(HOST_CATEGORIES)
     host = np.bincount(best.astype(np.int64), weights=width, minlength=ncat).astype(np.int64) * w
     idle = np.bincount(best[~busy].astype(np.int64), weights=width[~busy], minlength=ncat).astype(np.int64) * w

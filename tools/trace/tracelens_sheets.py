@@ -46,6 +46,7 @@ import numpy as np
 
 from .categories import categorize_op
 from .engine import SHORT_KERNEL_US, launch_index
+from .scan import sorted_unique
 from .stream import CLS_COMM, KIND_KERNEL, TraceScan, tracelens_classes, union_length
 from .tracelens_models import MODELS, ROOFLINE_PARAMS, ROOFLINE_SHEETS, sheet_present
 
@@ -306,7 +307,7 @@ class _Tree:
         a = np.zeros(ops.size, dtype=np.int64)
         b = np.zeros(ops.size, dtype=np.int64)
         ids_of: list[np.ndarray | None] = [None] * ops.size
-        for t in np.unique(th).tolist():
+        for t in sorted_unique(th).tolist():
             got = self._per_thread.get(int(t))
             if got is None:
                 continue
@@ -514,7 +515,7 @@ def roofline_sheets(tree: _Tree, sig: np.ndarray, thr: np.ndarray, col: OpArgsCo
     """``{sheet: {"columns": [...], "rows": [...]}}`` for each of :data:`ROOFLINE_SHEETS` that
     TraceLens writes for this trace (:func:`~.tracelens_models.sheet_present`; module docstring)."""
     sc = tree.scan
-    present = {sc.cpu_names[i] for i in np.unique(sc.op_name).tolist()} if sc.op_name is not None else set()
+    present = {sc.cpu_names[i] for i in sorted_unique(sc.op_name).tolist()} if sc.op_name is not None else set()
     names = {i for i, nm in enumerate(sc.cpu_names) if nm in MODELS}
     groups: dict[str, dict[tuple, list[dict[str, Any]]]] = {s: {} for s in ROOFLINE_SHEETS}
     for o in np.flatnonzero(np.isin(sc.op_name, list(names))).tolist() if names else []:
