@@ -119,10 +119,10 @@ def steady_windows(profiled: list[int], window: tuple[float, float] | None, step
     def t(g: int) -> float:
         return times[g - first_index]
     spans = []
-    if p0 - PROFILER_EDGE_STEPS - 1 >= first_index:
+    if first_index <= p0 - PROFILER_EDGE_STEPS - 1 and p0 - 1 <= last:  # the log holds the steps up to the window
         end = float(window[0]) - sum(t(g) for g in range(p0 - PROFILER_EDGE_STEPS, p0))
         spans.append((end - sum(t(g) for g in range(first_index, p0 - PROFILER_EDGE_STEPS)), end))
-    if p1 + PROFILER_EDGE_STEPS + 1 <= last:
+    if first_index <= p1 + 1 and p1 + PROFILER_EDGE_STEPS + 1 <= last:  # and the steps after it
         start = float(window[1]) + sum(t(g) for g in range(p1 + 1, p1 + PROFILER_EDGE_STEPS + 1))
         spans.append((start, start + sum(t(g) for g in range(p1 + PROFILER_EDGE_STEPS + 1, last + 1))))
     if job_window is not None:

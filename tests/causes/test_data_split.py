@@ -245,6 +245,11 @@ def test_the_steady_steps_spans_are_laid_on_the_clock_from_the_profiled_window()
     assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][17:], 19) == \
         [(1003.5, 1011.5)]
     assert ctx.steady_windows([], (1000.0, 1001.5), x.log["step_times_s"], 2) == []
+    # a log cut before the profiled steps (a killed job: the log ends at step 10, or at 18 before the edge step 19, of 20-22) or one that
+    # starts after them has no steady span on the window's clock: [], never an index past the log
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][:9], 2) == []
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][:17], 2) == []
+    assert ctx.steady_windows([20, 21, 22], (1000.0, 1001.5), x.log["step_times_s"][:5], 30) == []
     assert ctx.steady_windows([20], None, x.log["step_times_s"], 2) == []
     # the grid points whose whole 1 s step lies in a span: 992-999 and 1005-1011 (8 + 7 points)
     assert ctx.series_mean_over({"n1": [(992.0, 10.0), (999.0, 20.0), (991.0, 99.0), (1000.0, 99.0)]},
