@@ -1,5 +1,7 @@
-"""Shared fixtures. Real inputs live in ``../shared/data`` beside the repository (or wherever
-``AI4S_TEST_DATA`` points); tests that need them skip with a clear reason when it is absent."""
+"""Shared fixtures. The real inputs the tests read live in the repository: the project's own
+profiled runs on an NVIDIA H200 (``examples/perf-runs/9200x``, ``9300x``: traces, telemetry, logs)
+and TraceLens's perf reports of those traces (``tests/data/tracelens-ref``, made by
+``tests/data/make_tracelens_refs.py``), so a fresh clone runs its whole suite."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PERF_RUNS = REPO / "examples" / "perf-runs"
+TRACELENS_REFS = REPO / "tests" / "data" / "tracelens-ref"
 SHARED_DATA = Path(os.environ.get("AI4S_TEST_DATA", REPO.parent / "shared" / "data")).resolve()
 
 
@@ -18,6 +22,22 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real inputs not found at {SHARED_DATA} (set AI4S_TEST_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def perf_runs() -> Path:
+    """``examples/perf-runs``: 92001 (gnn fp32, dispatch-bound), 92002 (vit, data-loader-bound),
+    92003 (vit bf16, compute-bound), 92004 (92001 in fp64), 93001-93005 (2 ranks, NCCL); each
+    directory's character is in ``examples/perf-runs/README.md``."""
+    return PERF_RUNS
+
+
+@pytest.fixture(scope="session")
+def tracelens_refs() -> Path:
+    """``tests/data/tracelens-ref/<job>_rank<r>_perf_report_csvs/``: TraceLens's own CSVs
+    (gpu_timeline, kernel_summary, ops_summary, ops_summary_by_category, short_kernels_summary,
+    ops_unique_args) for ``examples/perf-runs/<job>/traces/trace_rank<r>.json.gz``."""
+    return TRACELENS_REFS
 
 
 @pytest.fixture(scope="session")
