@@ -28,10 +28,15 @@ def _export(d: Path, name: str, values: list[float], **labels: str) -> None:
                             "timestamps": list(range(len(values)))}) + "\n")
 
 
-def test_memory_from_real_dcgm_telemetry(shared_data):
-    # 91001's export: DCGM_FI_DEV_FB_USED peaks at 1575.875 MiB on its one H200
-    mem = memory_from_telemetry(shared_data / "perf-runs" / "91001")
-    assert mem == {"hbm_used_peak_bytes": pytest.approx(1575.875 * 1024 * 1024)}
+def test_memory_from_real_dcgm_telemetry(perf_runs):
+    # 92001's export: DCGM_FI_DEV_FB_USED (MiB) peaks at 1535 MiB on its one H200, read here from the
+    # raw JSON lines; 93003's two H200s (DDP) peak at 34007 MiB each: the largest per-GPU peak
+    for job, want_mib in (("92001", 1535.0), ("93003", 34007.0)):
+        rows = [json.loads(ln) for ln in (perf_runs / job / "telemetry" / "export.jsonl").read_text().splitlines()]
+        peak = max(max(r["values"]) for r in rows if r["metric"]["__name__"] == "DCGM_FI_DEV_FB_USED")
+        assert peak == want_mib
+        mem = memory_from_telemetry(perf_runs / job)
+        assert mem == {"hbm_used_peak_bytes": pytest.approx(peak * 1024 * 1024)}
 
 
 def test_memory_from_hand_built_exports(tmp_path):

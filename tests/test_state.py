@@ -18,10 +18,13 @@ def test_status_line_round_trip_and_strict_parse():
     assert worst("ok", "partial", "ok") is Outcome.partial and worst() is Outcome.ok
 
 
-def test_manifest_reads_shared_run_nodes_first(shared_data, tmp_path):
-    m = Manifest.read(shared_data / "perf-runs/91003/manifest.json")
-    assert (m.jobid, m.state, m.nodes_list, m.precision, m.global_batch_size) == ("91003", "COMPLETED", ["vm"], "bf16", 64)
-    assert m.duration_s == pytest.approx(41.6865, abs=1e-3)
+def test_manifest_reads_a_real_run_nodes_first(perf_runs, tmp_path):
+    src = perf_runs / "92003" / "manifest.json"  # the bundled ViT bf16 run (batch 64, one H200 on host vm)
+    m = Manifest.read(src)
+    assert (m.jobid, m.state, m.nodes_list, m.precision, m.global_batch_size) == ("92003", "COMPLETED", ["vm"], "bf16", 64)
+    raw = json.loads(src.read_text())  # the duration is SLURM's end minus start, read here from the raw JSON
+    assert m.duration_s == pytest.approx(raw["end_unix"] - raw["start_unix"], abs=1e-6)
+    assert m.duration_s == pytest.approx(27.872, abs=1e-3)  # 1795963750.742 - 1795963722.870, by hand
     out = m.write(tmp_path / "manifest.json")
     keys = list(json.loads(out.read_text()))
     assert keys[:3] == ["jobid", "state", "nodes_list"]

@@ -40,8 +40,8 @@ def test_flags_follow_notes_and_seed():
 
 
 @pytest.mark.vm
-def test_import_is_idempotent_and_counts_real_samples(vm_server, shared_data):
-    export = shared_data / "perf-runs" / "91003" / "telemetry" / "export.jsonl"
+def test_import_is_idempotent_and_counts_real_samples(vm_server, perf_runs):
+    export = perf_runs / "92003" / "telemetry" / "export.jsonl"  # NVML at 4 Hz over the ViT bf16 run
     expected = {}
     for line in export.read_text().splitlines():
         d = json.loads(line)
@@ -49,8 +49,8 @@ def test_import_is_idempotent_and_counts_real_samples(vm_server, shared_data):
             expected[d["metric"]["jobid"]] = len(d["timestamps"])
     assert vm_server.import_jsonl(export) == 8  # 7 GPU metrics + rmsjob_info
     vm_server.import_jsonl(export)  # a second import must not duplicate samples
-    counts = _export_counts(vm_server.url, 'rmsjob_info{jobid="91003"}')
-    assert counts == expected == {"91003": 147}
+    counts = _export_counts(vm_server.url, 'rmsjob_info{jobid="92003"}')
+    assert counts == expected == {"92003": 130}  # 130 rmsjob_info samples, 1795963718.506 .. 750.741
 
 
 @pytest.mark.vm
