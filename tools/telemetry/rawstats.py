@@ -58,7 +58,15 @@ from .export import Series, host_of
 from .metrics import METRICS, QUANTILE, STATS, MetricDef, Source, _g, check_jobid, check_stat
 
 #: Slack (s) at the window start: the PromQL range is ``(end - D, end]`` with whole milliseconds.
+#: Its end is the window's end rounded to the millisecond (:func:`_end_ms`), as PromQL evaluates there.
 EDGE_S = 0.001
+
+
+def _end_ms(hi: float) -> float:
+    """The window's end at whole milliseconds (unix s), the last sample time it holds: TSDB times
+    are whole ms and the PromQL path evaluates at ``round(end, 3)``, so a sample 0.2 ms after a
+    SLURM end of ``...713.756802`` (at ``713.757``) is in both paths' window or in neither."""
+    return round(float(hi), 3)
 #: How far around the job window an ``rmsjob_info`` sample still names the job's hosts (s): one
 #: Prometheus look-back delta (5 min), longer than any exporter's scrape interval, so a job shorter
 #: than the scrape interval (one sample, or none inside its window) still finds its hosts.
@@ -216,7 +224,7 @@ def _cpu_stat(series_list: Sequence[Series], src: Source, hosts: set[str], windo
     for host, per_t in acc.items():
         lo, hi = windows[host]
         ts = sorted(per_t)
-        pts = [t for t in ts if lo - EDGE_S <= t <= hi]
+        pts = [t for t in ts if lo - EDGE_S <= t <= _end_ms(hi)]
         if len(pts) < 2:
             continue
         if stat == "avg":
@@ -305,14 +313,14 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
             host = next(iter(by_name.values())).host
             lo, hi = windows[host]
             ts, vs = _combined(by_name, src)
-            pts = [(t, v) for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi]
+            pts = [(t, v) for t, v in zip(ts, vs) if lo - EDGE_S <= t <= _end_ms(hi)]
             finite = [(t, v) for t, v in pts if np.isfinite(v)]
             nan_count += len(pts) - len(finite)
             if not finite:
                 continue
             if stat == "avg" and src.single:
                 # end at millisecond precision: TSDB times are whole milliseconds (promql evaluates there)
-                val = time_weighted_mean([t for t, _ in finite], [v for _, v in finite], round(hi, 3))
+                val = time_weighted_mean([t for t, _ in finite], [v for _, v in finite], _end_ms(hi))
             else:
                 val = _stat_of([v for _, v in finite], stat)
             per_series.append((host, val, len(finite)))
