@@ -1,10 +1,13 @@
 """Job-scoped telemetry: PromQL through a real VictoriaMetrics vs the raw-sample path, on the
-real exports of perf-runs 91001 (mlip-gnn) and 91003 (ViT), plus the AMD (Omnistat rocm_*) map
-and the error paths. No mocks."""
+real exports of the bundled runs ``examples/perf-runs/92001`` (GNN fp32, dispatch-bound) and
+``92003`` (ViT bf16, compute-bound), plus the AMD (Omnistat rocm_*) map and the error paths. The
+right values are computed here from the raw JSON lines (:func:`_hand_tw_mean`), by code of this
+file, not by the project's PromQL or raw-sample layers. No mocks."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -19,13 +22,38 @@ from ai4s_graph.state import Evidence
 from ai4s_graph.tools.telemetry import export as E, metrics as M, promql as P, rawstats as R
 from ai4s_graph.tools.errors import InputError, ToolUnavailableError
 
-JOBS = ("91001", "91003")
-AMD_JOB = "91003-amd"
+JOBS = ("92001", "92003")
+AMD_JOB = "92003-amd"
 MIB = 1048576.0
 
 
-def _export(shared_data: Path, jobid: str) -> Path:
-    return shared_data / "perf-runs" / jobid / "telemetry" / "export.jsonl"
+def _export(perf_runs: Path, jobid: str) -> Path:
+    return perf_runs / jobid / "telemetry" / "export.jsonl"
+
+
+def _raw_points(path: Path, name: str, instance: str = "vm", gpu: str | None = "0") -> list[tuple[int, float]]:
+    """The raw samples ``(unix ms, value)`` of series ``name{instance, gpu}`` in an export file
+    (``gpu=None``: a series without a ``gpu`` label, as Omnistat's ``card``-labelled ones)."""
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        m = d["metric"]
+        if m["__name__"] == name and m.get("instance") == instance and m.get("gpu") == gpu:
+            return list(zip(d["timestamps"], d["values"]))
+    raise AssertionError(f"no {name} series in {path}")
+
+
+def _in_window(pts: list[tuple[int, float]], window: tuple[float, float]) -> list[tuple[int, float]]:
+    """The samples from 1 ms before the window's start to its end at whole milliseconds (the sample
+    at the start counts; a TSDB stores whole ms, so 92001's end 713.756802 s holds the 713.757 sample)."""
+    return [(t, v) for t, v in pts if window[0] * 1000 - 1 <= t <= round(window[1] * 1000)]
+
+
+def _hand_tw_mean(pts: list[tuple[int, float]], end_s: float) -> float:
+    """Time-weighted mean, by hand: each sample holds until the next, the last one until ``end``
+    (whole ms), over the time from the first sample to ``end``."""
+    end = round(end_s * 1000)
+    area = sum(v * (t2 - t1) for (t1, v), (t2, _) in zip(pts, pts[1:])) + pts[-1][1] * (end - pts[-1][0])
+    return area / (end - pts[0][0])
 
 
 def _to_omnistat(src: Path, dst: Path, jobid: str, instance: str) -> None:
@@ -73,12 +101,12 @@ def _to_omnistat(src: Path, dst: Path, jobid: str, instance: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tsdb(vm_server, shared_data, tmp_path_factory):
-    """The session VM loaded with 91001, 91003 and the Omnistat-named copy of 91003."""
+def tsdb(vm_server, perf_runs, tmp_path_factory):
+    """The session VM loaded with 92001, 92003 and the Omnistat-named copy of 92003."""
     for j in JOBS:
-        vm_server.import_jsonl(_export(shared_data, j))
+        vm_server.import_jsonl(_export(perf_runs, j))
     amd = tmp_path_factory.mktemp("amd") / "export.jsonl"
-    _to_omnistat(_export(shared_data, "91003"), amd, AMD_JOB, "mi-node-1")
+    _to_omnistat(_export(perf_runs, "92003"), amd, AMD_JOB, "mi-node-1")
     vm_server.import_jsonl(amd)
     return {"url": vm_server.url, "amd_export": amd}
 
@@ -88,8 +116,8 @@ def pq(tsdb):
     return P.PromQL(tsdb["url"])
 
 
-def _slurm_window(shared_data: Path, jobid: str) -> tuple[float, float]:
-    m = json.loads((shared_data / "perf-runs" / jobid / "manifest.json").read_text())
+def _slurm_window(perf_runs: Path, jobid: str) -> tuple[float, float]:
+    m = json.loads((perf_runs / jobid / "manifest.json").read_text())
     return m["start_unix"], m["end_unix"]
 
 
@@ -107,11 +135,12 @@ def _raw_rmsjob_window(path: Path, jobid: str) -> tuple[float, float]:
 
 def test_job_join_matches_hosts_and_rejects_injection():
     w = (1795960753.5, 1795960795.0)
-    assert P.job_join("DCGM_FI_DEV_GPU_UTIL", "91003", w) == (
+    # the join's range: the window plus 300 s each side (641.5 s), evaluated at end + 300 s
+    assert P.job_join("DCGM_FI_DEV_GPU_UTIL", "92003", w) == (
         'label_replace(DCGM_FI_DEV_GPU_UTIL, "host", "$1", "instance", "(.+?)(?::[0-9]+)?") and on (host) '
-        '(max by (host) (label_replace(max_over_time(rmsjob_info{jobid="91003"}[641500ms] @ 1795961095.000), '
+        '(max by (host) (label_replace(max_over_time(rmsjob_info{jobid="92003"}[641500ms] @ 1795961095.000), '
         '"host", "$1", "instance", "(.+?)(?::[0-9]+)?")) > 0)')
-    for bad in ['91003"} or vector(1) or {x="', "91 003", "", "91003'", "a{b}"]:
+    for bad in ['92003"} or vector(1) or {x="', "92 003", "", "92003'", "a{b}"]:
         with pytest.raises(InputError) as ei:
             P.job_join("up", bad, w)
         assert "\n" not in str(ei.value)
@@ -149,20 +178,31 @@ def test_load_export_errors(tmp_path):
         E.load_export(tmp_path / "nope.jsonl")
 
 
-def test_raw_path_on_real_export(shared_data):
-    series = E.load_export(_export(shared_data, "91003"))
-    assert R.raw_job_windows(series, "91003") == {"vm": (1795960758.009, 1795960794.83)}
-    d = R.raw_job_stat_detail(series, "gpu_util", "91003", "avg")  # no SLURM window: rmsjob_info's
-    assert d.vendor == "nvidia" and d.sample_count == 147 and d.window_source == "rmsjob_info"
-    # time-weighted: the sample at the window's end (rmsjob_info's last, 794.830) holds 0 s; the
-    # plain mean of the 147 samples (89.381) counts it as a full 0.25 s interval
-    assert d.value == pytest.approx(90.0439, abs=0.001)
-    w = _slurm_window(shared_data, "91003")
-    g = R.raw_job_stat_detail(series, "gpu_util", "91003", "avg", window=w)
-    # over the SLURM window (end 795.081) the last sample holds 0.251 s
-    assert g.window_source == "given" and g.hosts == {"vm": 147} and g.value == pytest.approx(89.4342, abs=0.001)
+def test_raw_path_on_real_export(perf_runs):
+    path = _export(perf_runs, "92003")
+    series = E.load_export(path)
+    rms_lo, rms_hi = _raw_rmsjob_window(path, "92003")
+    assert (rms_lo, rms_hi) == (1795963718.506, 1795963750.741)  # the export's first and last rmsjob_info
+    assert R.raw_job_windows(series, "92003") == {"vm": (rms_lo, rms_hi)}
+    util = _raw_points(path, "DCGM_FI_DEV_GPU_UTIL")
+    d = R.raw_job_stat_detail(series, "gpu_util", "92003", "avg")  # no SLURM window: rmsjob_info's
+    in_rms = _in_window(util, (rms_lo, rms_hi))
+    assert d.vendor == "nvidia" and d.window_source == "rmsjob_info"
+    assert d.sample_count == len(in_rms) == 130  # every 4 Hz sample of the export
+    # time-weighted: the sample at the window's end (rmsjob_info's last, 750.741) holds 0 s; the
+    # plain mean of the 130 samples counts it as a full 0.25 s interval
+    assert in_rms[-1][0] == round(rms_hi * 1000)
+    assert d.value == pytest.approx(_hand_tw_mean(in_rms, rms_hi), rel=1e-12)
+    assert abs(d.value - statistics.fmean(v for _, v in in_rms)) > 0.01
+    w = _slurm_window(perf_runs, "92003")
+    g = R.raw_job_stat_detail(series, "gpu_util", "92003", "avg", window=w)
+    in_slurm = _in_window(util, w)
+    # over the SLURM window (722.870 .. 750.742): 113 samples, the first at 722.872; the host joins
+    # through all 130 rmsjob_info samples (every one within 300 s of the window)
+    assert g.window_source == "given" and g.sample_count == len(in_slurm) == 113 and g.hosts == {"vm": 130}
+    assert g.value == pytest.approx(_hand_tw_mean(in_slurm, w[1]), rel=1e-12)
     # a raw metric name works too; an unknown job is a clear one-line error
-    assert R.raw_job_stat(series, "DCGM_FI_DEV_GPU_UTIL", "91003") == pytest.approx(d.value)
+    assert R.raw_job_stat(series, "DCGM_FI_DEV_GPU_UTIL", "92003") == pytest.approx(d.value)
     with pytest.raises(InputError, match="unknown job id"):
         R.raw_job_stat(series, "gpu_util", "424242")
 
@@ -170,8 +210,8 @@ def test_raw_path_on_real_export(shared_data):
 def test_unreachable_tsdb_is_one_line_and_fast():
     t0 = time.monotonic()
     dead = P.PromQL("http://127.0.0.1:9", timeout_s=2)
-    for call in (lambda: dead.job_window("91003"),
-                 lambda: dead.job_stat("gpu_util", "91003", (1795960758.0, 1795960795.0)),
+    for call in (lambda: dead.job_window("92003"),
+                 lambda: dead.job_stat("gpu_util", "92003", (1795963722.87, 1795963750.742)),
                  lambda: E.export_raw("http://127.0.0.1:9", "up")):
         with pytest.raises(ToolUnavailableError) as ei:
             call()
@@ -184,27 +224,33 @@ def test_unreachable_tsdb_is_one_line_and_fast():
 
 @pytest.mark.vm
 @pytest.mark.parametrize("jobid", JOBS)
-def test_job_window_matches_rmsjob_info_samples(pq, shared_data, jobid):
-    raw = _raw_rmsjob_window(_export(shared_data, jobid), jobid)
+def test_job_window_matches_rmsjob_info_samples(pq, perf_runs, jobid):
+    raw = _raw_rmsjob_window(_export(perf_runs, jobid), jobid)
     assert pq.job_window(jobid) == pytest.approx(raw, abs=1e-3)
-    manifest = json.loads((shared_data / "perf-runs" / jobid / "manifest.json").read_text())
+    manifest = json.loads((perf_runs / jobid / "manifest.json").read_text())
     assert pq.job_window(jobid, hint=(manifest["start_unix"], manifest["end_unix"])) == pytest.approx(raw, abs=1e-3)
     assert pq.detect_vendor(jobid, raw) == "nvidia"
 
 
 @pytest.mark.vm
-def test_gpu_util_91003_matches_notes_and_raw(pq, shared_data):
-    w = _slurm_window(shared_data, "91003")
-    r = pq.job_stat("gpu_util", "91003", w, "avg")
-    assert r.value == pytest.approx(89.4, abs=0.05)  # notes/victoriametrics.md measured 89.4 %
-    assert r.unit == "%" and r.vendor == "nvidia" and r.time == 1795960795.081
-    # time-weighted: integrate() from the first sample in the window (758.009) to the end (795.081)
-    assert r.query.startswith("avg(label_replace((((integrate(DCGM_FI_DEV_GPU_UTIL[37072ms]) / 37.072) or "
-                              "avg_over_time(DCGM_FI_DEV_GPU_UTIL[41688ms])) and (tfirst_over_time(DCGM_FI_DEV_GPU_UTIL[41688ms]) == 1795960758.009)), \"host\"")
-    assert 'rmsjob_info{jobid="91003"}' in r.query and "[" + "37s:1s]" not in r.query
+def test_gpu_util_92003_matches_hand_and_raw(pq, perf_runs):
+    w = _slurm_window(perf_runs, "92003")
+    r = pq.job_stat("gpu_util", "92003", w, "avg")
+    in_slurm = _in_window(_raw_points(_export(perf_runs, "92003"), "DCGM_FI_DEV_GPU_UTIL"), w)
+    assert r.value == pytest.approx(_hand_tw_mean(in_slurm, w[1]), rel=1e-12)
+    end_ms, tf_ms = round(w[1] * 1000), in_slurm[0][0]  # 1795963750.742 and the first sample, 722.872
+    assert r.unit == "%" and r.vendor == "nvidia" and r.time == end_ms / 1000 == 1795963750.742
+    # time-weighted: integrate() from the first sample in the window to the end; the raw range D is
+    # the job's length (end at ms) plus 1 ms
+    span_ms, d_ms = end_ms - tf_ms, math.ceil((end_ms / 1000 - w[0]) * 1000) + 1
+    assert (span_ms, d_ms) == (27870, 27874)
+    assert r.query.startswith(f"avg(label_replace((((integrate(DCGM_FI_DEV_GPU_UTIL[{span_ms}ms]) / {span_ms / 1000:.3f}) or "
+                              f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{d_ms}ms])) and (tfirst_over_time(DCGM_FI_DEV_GPU_UTIL"
+                              f"[{d_ms}ms]) == {tf_ms / 1000:.3f})), \"host\"")
+    assert 'rmsjob_info{jobid="92003"}' in r.query and "[" + "27s:1s]" not in r.query and ":1s]" not in r.query
     assert r.per_instance == {"vm": pytest.approx(r.value)}
-    assert r.sample_count == 147  # every raw 0.25 s sample in the SLURM window
-    raw = R.raw_job_stat(E.load_export(_export(shared_data, "91003")), "gpu_util", "91003", "avg", window=w)
+    assert r.sample_count == len(in_slurm) == 113  # every raw 0.25 s sample in the SLURM window
+    raw = R.raw_job_stat(E.load_export(_export(perf_runs, "92003")), "gpu_util", "92003", "avg", window=w)
     assert r.value == pytest.approx(raw, rel=1e-12)  # same samples, same definition
     ev = Evidence(**r.evidence())  # a claim can carry the query as evidence
     assert ev.query == r.query and ev.returned == r.value
@@ -216,9 +262,9 @@ def test_gpu_util_91003_matches_notes_and_raw(pq, shared_data):
 @pytest.mark.vm
 @pytest.mark.parametrize("jobid", JOBS)
 @pytest.mark.parametrize("metric", ["power", "sm_clock", "gpu_util", "hbm_used", "gpu_temp", "mem_bw_util"])
-def test_promql_and_raw_paths_agree(pq, shared_data, jobid, metric):
-    series = E.load_export(_export(shared_data, jobid))
-    w = _slurm_window(shared_data, jobid)
+def test_promql_and_raw_paths_agree(pq, perf_runs, jobid, metric):
+    series = E.load_export(_export(perf_runs, jobid))
+    w = _slurm_window(perf_runs, jobid)
     for stat in ("avg", "p50", "max", "min"):
         r = pq.job_stat(metric, jobid, w, stat)
         raw = R.raw_job_stat(series, metric, jobid, stat, window=w)
@@ -228,30 +274,39 @@ def test_promql_and_raw_paths_agree(pq, shared_data, jobid, metric):
 
 
 @pytest.mark.vm
-def test_known_values_of_the_two_runs(pq, shared_data):
-    """Character from data/README: 91001 is launch-bound (GPU mostly idle), 91003 compute-bound.
-    Time-weighted means of the raw samples in the jobs' SLURM windows (205 and 147 samples)."""
-    w1, w3 = _slurm_window(shared_data, "91001"), _slurm_window(shared_data, "91003")
-    s1 = pq.job_stat("gpu_util", "91001", w1)
-    s3 = pq.job_stat("gpu_util", "91003", w3)
-    assert s1.value == pytest.approx(18.137, abs=0.005) and s3.value > 4 * s1.value
-    p1 = pq.job_stat("power", "91001", w1)
-    p3 = pq.job_stat("power", "91003", w3)
-    # time-weighted means (plain sample means: 131.65 and 631.75 W; 91003's last sample holds 0.251 s)
-    assert p1.value == pytest.approx(131.648, abs=0.01) and p3.value == pytest.approx(632.041, abs=0.01)
-    hbm = pq.job_stat("hbm_used", "91003", w3, "max")
-    assert hbm.unit == "bytes" and hbm.value == 13121.875 * MIB  # FB_USED max 13121.875 MiB
+def test_known_values_of_the_two_runs(pq, perf_runs):
+    """Character from examples/perf-runs/README.md: 92001 is dispatch-bound (GPU mostly idle, mean
+    utilization ~10 %), 92003 compute-bound. Time-weighted means of the raw samples in the jobs'
+    SLURM windows (180 and 113 samples), computed here from the export files."""
+    w1, w3 = _slurm_window(perf_runs, "92001"), _slurm_window(perf_runs, "92003")
+    e1, e3 = _export(perf_runs, "92001"), _export(perf_runs, "92003")
+    u1, u3 = _in_window(_raw_points(e1, "DCGM_FI_DEV_GPU_UTIL"), w1), _in_window(_raw_points(e3, "DCGM_FI_DEV_GPU_UTIL"), w3)
+    assert (len(u1), len(u3)) == (180, 113)
+    s1 = pq.job_stat("gpu_util", "92001", w1)
+    s3 = pq.job_stat("gpu_util", "92003", w3)
+    assert s1.value == pytest.approx(_hand_tw_mean(u1, w1[1]), rel=1e-12) and s1.value < 15
+    assert s3.value == pytest.approx(_hand_tw_mean(u3, w3[1]), rel=1e-12) and s3.value > 4 * s1.value
+    p1 = pq.job_stat("power", "92001", w1)
+    p3 = pq.job_stat("power", "92003", w3)
+    q1, q3 = _in_window(_raw_points(e1, "DCGM_FI_DEV_POWER_USAGE"), w1), _in_window(_raw_points(e3, "DCGM_FI_DEV_POWER_USAGE"), w3)
+    assert p1.value == pytest.approx(_hand_tw_mean(q1, w1[1]), rel=1e-12)
+    assert p3.value == pytest.approx(_hand_tw_mean(q3, w3[1]), rel=1e-12)
+    # time-weighted, not the plain sample mean (92003's power rises during the job: they differ)
+    assert abs(p3.value - statistics.fmean(v for _, v in q3)) > 0.5
+    hbm = pq.job_stat("hbm_used", "92003", w3, "max")
+    fb = max(v for _, v in _in_window(_raw_points(e3, "DCGM_FI_DEV_FB_USED"), w3))
+    assert hbm.unit == "bytes" and fb == 11041.0 and hbm.value == fb * MIB  # FB_USED max 11041 MiB
 
 
 @pytest.mark.vm
 @pytest.mark.parametrize("metric", ["gpu_util", "power", "sm_clock", "hbm_used", "hbm_total", "gpu_temp", "mem_bw_util"])
 def test_amd_omnistat_names_give_the_same_numbers(pq, tsdb, metric):
-    w_nv = pq.job_window("91003")
+    w_nv = pq.job_window("92003")
     w_amd = pq.job_window(AMD_JOB)
     assert w_amd == w_nv
     assert pq.detect_vendor(AMD_JOB, w_amd) == "amd"
     for stat in ("avg", "max"):
-        nv = pq.job_stat(metric, "91003", w_nv, stat)
+        nv = pq.job_stat(metric, "92003", w_nv, stat)
         amd = pq.job_stat(metric, AMD_JOB, w_amd, stat)
         assert amd.vendor == "amd" and "rocm_" in amd.query and "DCGM" not in amd.query
         # a metric Omnistat derives from two series (VRAM % x total) needs a 1 s subquery (values at
@@ -260,33 +315,50 @@ def test_amd_omnistat_names_give_the_same_numbers(pq, tsdb, metric):
         assert amd.value == pytest.approx(nv.value, rel=0.01 if two else 1e-9), (metric, stat)
         assert list(amd.per_instance) == ["mi-node-1"]
     raw = R.raw_job_stat(E.load_export(tsdb["amd_export"]), metric, AMD_JOB, "avg")
-    assert raw == pytest.approx(pq.job_stat(metric, AMD_JOB, w_amd).value, rel=0.01, abs=1.0)
+    prom = pq.job_stat(metric, AMD_JOB, w_amd).value
+    if M.METRICS[metric].sources["amd"].single:
+        assert raw == pytest.approx(prom, rel=0.01, abs=1.0)
+        return
+    # HBM bytes from two series (VRAM % x total): the raw path averages the products at the common
+    # sample times, PromQL the products on its 1 s subquery grid (the last sample at or before each
+    # whole second). 92003's HBM steps from 1719 to 9839 MiB inside the window (model load), where
+    # the two means differ by 1.2 %: each is checked against its own definition, computed by hand
+    pct = _raw_points(tsdb["amd_export"], "rocm_vram_used_percentage", "mi-node-1", None)
+    tot = dict(_raw_points(tsdb["amd_export"], "rocm_vram_total_bytes", "mi-node-1", None))
+    prod = [(t, p / 100 * tot[t]) for t, p in _in_window(pct, w_amd) if t in tot]
+    assert len(prod) == 130 and raw == pytest.approx(statistics.fmean(v for _, v in prod), rel=1e-9)
+    on_grid = [[v for t, v in prod if t <= g * 1000][-1] for g in range(math.ceil(w_amd[0]), math.ceil(w_amd[1]) + 1)]
+    assert len(on_grid) == 33 and prom == pytest.approx(statistics.fmean(on_grid), rel=1e-9)
 
 
 @pytest.mark.vm
-def test_job_series_for_plots(pq):
-    w = pq.job_window("91003")
-    s = pq.job_series("gpu_util", "91003", w, step_s=1)
+def test_job_series_for_plots(pq, perf_runs):
+    w = pq.job_window("92003")
+    s = pq.job_series("gpu_util", "92003", w, step_s=1)
     assert list(s) == ["vm"]
     pts = s["vm"]
-    assert pts[0][0] >= w[0] and pts[-1][0] <= w[1] + 2
-    assert len(pts) >= 36 and max(v for _, v in pts) == 99.0
-    assert pq.job_series("gpu_util", "91003", w, vendor="amd") == {}
+    assert pts[0][0] >= math.floor(w[0]) and pts[-1][0] <= math.ceil(w[1])
+    # a point each whole second of the 32.2 s window (718.506 .. 750.741) that has a sample before it
+    assert [t for t, _ in pts] == [float(t) for t in range(math.ceil(w[0]), math.ceil(w[1]) + 1)]
+    # each point is the raw 4 Hz sample last at or before its second (no average, no interpolation)
+    raw = _raw_points(_export(perf_runs, "92003"), "DCGM_FI_DEV_GPU_UTIL")
+    assert [v for _, v in pts] == [[rv for rt, rv in raw if rt <= t * 1000][-1] for t, _ in pts]
+    assert pq.job_series("gpu_util", "92003", w, vendor="amd") == {}
 
 
 @pytest.mark.vm
-def test_export_raw_from_live_tsdb_equals_file(pq, shared_data):
-    w = pq.job_window("91003")
-    live = pq.export(['rmsjob_info{jobid="91003"}', 'DCGM_FI_DEV_GPU_UTIL{instance="vm"}'], w[0] - 60, w[1] + 60)
-    assert R.raw_job_stat(live, "gpu_util", "91003") == pytest.approx(
-        R.raw_job_stat(E.load_export(_export(shared_data, "91003")), "gpu_util", "91003"))
+def test_export_raw_from_live_tsdb_equals_file(pq, perf_runs):
+    w = pq.job_window("92003")
+    live = pq.export(['rmsjob_info{jobid="92003"}', 'DCGM_FI_DEV_GPU_UTIL{instance="vm"}'], w[0] - 60, w[1] + 60)
+    assert R.raw_job_stat(live, "gpu_util", "92003") == pytest.approx(
+        R.raw_job_stat(E.load_export(_export(perf_runs, "92003")), "gpu_util", "92003"))
 
 
 @pytest.mark.vm
 def test_bad_and_unknown_job_ids(pq):
-    w = pq.job_window("91003")
+    w = pq.job_window("92003")
     with pytest.raises(InputError, match="bad job id"):
-        pq.job_stat("gpu_util", '91003"} or vector(1) #', w)
+        pq.job_stat("gpu_util", '92003"} or vector(1) #', w)
     with pytest.raises(InputError, match="bad job id"):
         pq.job_window("x'y")
     # unknown job: job_window is a clear error; a stat in a given window is an empty result
@@ -298,7 +370,7 @@ def test_bad_and_unknown_job_ids(pq):
     assert r.value is None and r.sample_count == 0 and r.per_instance == {}
     assert pq.job_series("gpu_util", "424242", w) == {}
     with pytest.raises(InputError, match="unknown statistic"):
-        pq.job_stat("gpu_util", "91003", w, "p99")
+        pq.job_stat("gpu_util", "92003", w, "p99")
 
 
 @pytest.mark.vm
@@ -488,3 +560,22 @@ def test_nan_samples_are_counted_and_left_out(tmp_path):
     _tw_export(f, "97106", "nannode", [(TW0 + i, nan) for i in range(11)], [TW0 + 5])
     d = R.raw_job_stat_detail(E.load_export(f), "gpu_util", "97106", "max", window=(TW0, TW0 + 10))
     assert d.value is None and d.sample_count == 0 and d.nan_count == 11
+
+
+@pytest.mark.vm
+def test_a_sample_at_the_end_rounded_to_the_ms_is_in_both_paths(vm_server, tmp_path):
+    """A SLURM end 0.4 ms before a sample (92001's end 713.756802 s has one at 713.757): the TSDB
+    holds whole ms and PromQL evaluates at the end rounded to the ms, so that sample is the
+    window's last in both paths. 41 samples at 4 Hz, 10 % except 99 % at +10.000 s."""
+    f = tmp_path / "export.jsonl"
+    pts = [(TW0 + 200 + i * 0.25, 99.0 if i == 40 else 10.0) for i in range(41)]
+    _tw_export(f, "97107", "msend", pts, [TW0 + 205])
+    vm_server.import_jsonl(f)
+    w = (TW0 + 200, TW0 + 209.9996)
+    series = E.load_export(f)
+    for stat, want in (("max", 99.0), ("p50", 10.0), ("min", 10.0), ("avg", 10.0)):  # at the end it holds 0 s
+        r = P.PromQL(vm_server.url).job_stat("gpu_util", "97107", w, stat)
+        raw = R.raw_job_stat_detail(series, "gpu_util", "97107", stat, window=w)
+        assert r.value == pytest.approx(want) and raw.value == pytest.approx(want), stat
+        assert raw.sample_count == 41
+    assert P.PromQL(vm_server.url).job_stat("gpu_util", "97107", w, "avg").sample_count == 41
