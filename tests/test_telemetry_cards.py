@@ -116,14 +116,25 @@ def test_a_card_label_that_is_no_index_list_is_refused(bad):
         G.parse_cards(bad)
 
 
-def test_handed_case_two_jobs_on_one_node(shared_data, tmp_path):
-    src = shared_data / "cases" / "shared-node-two-jobs"
-    if not src.is_dir():
-        pytest.skip("case shared-node-two-jobs not found")
-    run = tmp_path / "in"
-    shutil.copytree(src, run)
-    for p in [run, *run.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
+def _shared_node_two_jobs(perf_runs: Path, tmp_path: Path) -> Path:
+    """The handed case, built here: one node with 4 GPUs runs two jobs for 30 s (4 Hz): job 93012
+    on GPUs 0,1 (90 %, 600 W), job 93013 on GPUs 2,3 (10 %, 150 W); Omnistat's rmsjob_info carries
+    a ``card`` label per GPU of each job. 92001's train.log and trace stand for the job's own."""
+    t0 = T0 + 70000
+    ts = grid(t0, t0 + 30)
+    mine = {0, 1}
+    text = "".join(dcgm_gpu("node1", g, ts, lambda t, g=g: 90.0 if g in mine else 10.0,
+                            power=lambda t, g=g: 600.0 if g in mine else 150.0) for g in range(4))
+    text += "".join(rms("node1", "93012" if c in mine else "93013", ts, card=str(c)) for c in range(4))
+    run = perf_run(tmp_path, "93012", text, start=t0, end=t0 + 30, nodes=["node1"], gpus_per_node=2,
+                   log=(perf_runs / "92001" / "train.log").read_text())
+    (run / "traces").mkdir()
+    shutil.copy(perf_runs / "92001" / "traces" / "trace_rank0.json.gz", run / "traces" / "trace_rank0.json.gz")
+    return run
+
+
+def test_handed_case_two_jobs_on_one_node(perf_runs, tmp_path):
+    run = _shared_node_two_jobs(perf_runs, tmp_path)
     out = tmp_path / "o"
     r = runner.invoke(app, ["run", "--job", "93012", "--perf-run", str(run), "--out", str(out)])
     rep = Report.model_validate_json((out / "report.json").read_text())
