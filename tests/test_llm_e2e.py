@@ -1,7 +1,8 @@
-"""End to end: ``ai4s-graph run --job 91003 --perf-run ../shared/data/perf-runs/91003 --llm anthropic``
-with the Anthropic calls replayed from ``tests/cassettes/e2e_91003.yaml``, against the same command
-with ``--llm none``: same bottleneck class, same deterministic claims and verdicts, prose from the
-LLM, usage in the report footer, and no trace of the API key in any file the run wrote."""
+"""End to end: ``ai4s-graph run --job 92003 --perf-run examples/perf-runs/92003 --llm anthropic``
+(ViT bf16 on one H200, compute-bound) with the Anthropic calls replayed from
+``tests/cassettes/e2e_92003.yaml``, against the same command with ``--llm none``: same bottleneck
+class, same deterministic claims and verdicts, prose from the LLM, usage in the report footer, and
+no trace of the API key in any file the run wrote."""
 
 from __future__ import annotations
 
@@ -31,18 +32,18 @@ def _run(args: list[str]) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
-def test_graph_in_llm_mode_matches_deterministic_run(shared_data, tmp_path, monkeypatch, record_mode):
-    run = shared_data / "perf-runs" / "91003"
+def test_graph_in_llm_mode_matches_deterministic_run(perf_runs, tmp_path, monkeypatch, record_mode):
+    run = perf_runs / "92003"
     ck = tmp_path / "checkpoints.sqlite"
-    # the cassette was recorded with every cross-check on (they were not opt-in then)
-    base = ["run", "--job", "91003", "--perf-run", str(run), "--checkpoint", str(ck), "--workers", "1",
-            "--cross-check", "tracelens", "--cross-check", "hta"]
+    # no --cross-check: what TraceLens or HTA would add depends on whether they are installed, and the
+    # request bodies (so the cassette) must not
+    base = ["run", "--job", "92003", "--perf-run", str(run), "--checkpoint", str(ck), "--workers", "1"]
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     code, out = _run(base + ["--out", str(tmp_path / "det"), "--llm", "none"])
     assert code == 0, out
     det = json.loads((tmp_path / "det" / "report.json").read_text())
 
-    with harness.anthropic_cassette("e2e_91003", record_mode, monkeypatch) as cass:
+    with harness.anthropic_cassette("e2e_92003", record_mode, monkeypatch) as cass:
         code, out = _run(base + ["--out", str(tmp_path / "llm"), "--llm", "anthropic",
                                  "--model", "claude-sonnet-4-5", "--max-tokens-total", "400000"])
     assert code == 0, out

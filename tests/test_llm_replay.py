@@ -1,4 +1,5 @@
-"""The LLM agents replayed from cassettes (Anthropic Messages API wire format) on the real 91003 run.
+"""The LLM agents replayed from cassettes (Anthropic Messages API wire format) on the real 92003 run
+(``examples/perf-runs/92003``: ViT bf16 on one H200, compute-bound).
 
 CI replays (``--record-mode=none``, pytest-recording's default). The committed cassettes were
 synthesized by ``tests/cassettes/generate.py`` (see tests/cassettes/README.md); with a real
@@ -30,8 +31,8 @@ def record_mode(request) -> str:
 
 
 @pytest.fixture
-def run91003(shared_data) -> dict:
-    run = shared_data / "perf-runs" / "91003"
+def run92003(perf_runs) -> dict:
+    run = perf_runs / "92003"
     man = json.loads((run / "manifest.json").read_text())
     man["artifacts"] = {"traces": ["traces/trace_rank0.json.gz"], "telemetry": ["telemetry/export.jsonl"],
                         "train_log": "train.log"}
@@ -46,18 +47,26 @@ def _no_retry_wait(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trace91003(shared_data) -> dict:
+def trace92003(perf_runs) -> dict:
     from ai4s_graph.tools.trace import backends as tracelens
 
-    p = shared_data / "perf-runs" / "91003" / "traces" / "trace_rank0.json.gz"
+    p = perf_runs / "92003" / "traces" / "trace_rank0.json.gz"
     a = tracelens.analyze_trace(p).model_dump(mode="json")
     a["rank"], a["path"] = 0, str(p)
     return a
 
 
+def _tracelens_timeline(tracelens_refs: Path) -> dict[str, float]:
+    """TraceLens's own GPU timeline of 92003 rank 0 (``gpu_timeline.csv``): ``{type: percent}``."""
+    import csv
+
+    with open(tracelens_refs / "92003_rank0_perf_report_csvs" / "gpu_timeline.csv", newline="") as fh:
+        return {r["type"]: float(r["percent"]) for r in csv.DictReader(fh)}
+
+
 def _req(run: dict, out: Path, **kw) -> dict:
     return {"perf_run": str(run["dir"]), "out_dir": str(out), "llm": "anthropic", "llm_model": llm.DEFAULT_MODEL,
-            "jobid": "91003", **kw}
+            "jobid": "92003", **kw}
 
 
 def _trace_claims(a: dict) -> list[dict]:
@@ -100,17 +109,22 @@ def _assert_new_claims_supported(res: llm.LlmResult, det_ids: list[str], tools: 
     return new
 
 
-def test_trace_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_path, monkeypatch, record_mode):
-    det = _trace_claims(trace91003)
-    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+def test_trace_analyst_calls_tools_and_emits_claims(run92003, trace92003, tracelens_refs, tmp_path, monkeypatch,
+                                                    record_mode):
+    det = _trace_claims(trace92003)
+    # the deterministic figures are right: TraceLens's own CSV gives the same (idle 17.29%, computation 81.17%)
+    ref = _tracelens_timeline(tracelens_refs)
+    for c in det:
+        assert c["value"] == pytest.approx(ref[c["metric"].split(".")[1]], abs=0.01), c["id"]
+    ctx = {"manifest": run92003["manifest"], "findings": {"trace": {"ranks": [trace92003]}}}
     with harness.anthropic_cassette("trace_analyst", record_mode, monkeypatch) as cass:
-        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path), ctx, det)
+        res = llm.analyst_pass("trace_analyst", _req(run92003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 2 and res.llm_calls >= 2
     assert cass.play_count == res.llm_calls or cass.play_count == 0  # 0 while recording
     _assert_new_claims_supported(res, [c["id"] for c in det], {"kineto.kernel_stats", "kineto.ops_for_kernel"})
     assert len(res.prose) > 40
-    # the analyst endorses what its own timeline agrees with (91003's deterministic figures are right)
+    # the analyst endorses what its own timeline agrees with (92003's deterministic figures are right)
     assert set(res.endorsed) == {c["id"] for c in det} and not res.disputed
     assert res.usage.input_tokens > 0 and res.usage.output_tokens > 0 and res.usage.cost_usd > 0
     assert len(res.evidence) == res.tool_calls
@@ -119,18 +133,18 @@ def test_trace_analyst_calls_tools_and_emits_claims(run91003, trace91003, tmp_pa
 
 
 @pytest.mark.vm
-def test_telemetry_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monkeypatch, record_mode):
+def test_telemetry_analyst_calls_tools_and_emits_claims(run92003, tmp_path, monkeypatch, record_mode):
     from ai4s_graph.tools.trainlog import fom
     from ai4s_graph.tools.telemetry import promql
     from ai4s_graph.tools.telemetry.victoria import VictoriaMetrics
 
-    m = run91003["manifest"]
+    m = run92003["manifest"]
     with VictoriaMetrics() as vm:
-        vm.import_jsonl(run91003["dir"] / "telemetry" / "export.jsonl")
+        vm.import_jsonl(run92003["dir"] / "telemetry" / "export.jsonl")
         pq = promql.PromQL(vm.url)
-        window = pq.job_window("91003", hint=(m["start_unix"], m["end_unix"]))
-        st = pq.job_stat("gpu_util", "91003", window, "avg")
-    f = fom.parse_log(run91003["dir"] / "train.log", global_batch_size=64)
+        window = pq.job_window("92003", hint=(m["start_unix"], m["end_unix"]))
+        st = pq.job_stat("gpu_util", "92003", window, "avg")
+    f = fom.parse_log(run92003["dir"] / "train.log", global_batch_size=64)
     det = [Claim(id="om.tel.gpu_util.avg", analyst="telemetry_analyst", statement="mean GPU utilization",
                  metric="telemetry.gpu_util.avg", value=round(st.value, 6), unit="%",
                  evidence=[Evidence(**st.evidence())]).model_dump(),
@@ -140,18 +154,19 @@ def test_telemetry_analyst_calls_tools_and_emits_claims(run91003, tmp_path, monk
     ctx = {"manifest": m, "findings": {"telemetry": {"window": list(window), "url": vm.url},
                                        "fom": {"steady_step_time_s": f.steady_step_time_s}}}
     with harness.anthropic_cassette("telemetry_analyst", record_mode, monkeypatch):
-        res = llm.analyst_pass("telemetry_analyst", _req(run91003, tmp_path), ctx, det)
+        res = llm.analyst_pass("telemetry_analyst", _req(run92003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 2
     new = _assert_new_claims_supported(res, [c["id"] for c in det], {"promql.job_stat", "fom.parse_log"})
     # telemetry evidence carries the PromQL with the rmsjob_info join (seed 000 lesson 5)
     tel = [e for c in new for e in c["evidence"] if e["tool"] == "promql.job_stat"]
-    assert tel and all('rmsjob_info{jobid="91003"}' in e["query"] for e in tel)
+    assert tel and all('rmsjob_info{jobid="92003"}' in e["query"] for e in tel)
 
 
-def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, monkeypatch, record_mode):
-    good = _trace_claims(trace91003)
-    comp = trace91003["timeline"]["computation_time"]["percent"]
+def test_verifier_refutes_planted_wrong_claim(run92003, trace92003, tracelens_refs, tmp_path, monkeypatch,
+                                             record_mode):
+    good = _trace_claims(trace92003)
+    comp = _tracelens_timeline(tracelens_refs)["computation_time"]     # 81.17 %, TraceLens's own figure
     # planted: a mis-transcribed figure (its "evidence" says 40 %) that the code could not re-derive
     planted = Claim(id="tl.r0.planted_computation", analyst="trace_analyst",
                     statement="Rank 0: the GPU computes only 40% of the profiled window.",
@@ -161,7 +176,7 @@ def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, mo
     invented = Claim(id="tl.r0.invented_idle", analyst="trace_analyst", statement="Rank 0: idle 55.5%.",
                      metric="gpu_timeline.idle_time.percent", value=55.5, unit="%",
                      evidence=[Evidence(tool="tracelens.analyze_trace", query="idle",
-                                        returned=trace91003["timeline"]["idle_time"]["percent"])])
+                                        returned=trace92003["timeline"]["idle_time"]["percent"])])
     tol = Tolerance(abs=1.0)
     verdicts = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="trace_verifier",
                               rederived_value=c["value"], tolerance=tol, method="kineto").model_dump() for c in good]
@@ -169,9 +184,9 @@ def test_verifier_refutes_planted_wrong_claim(run91003, trace91003, tmp_path, mo
                                tolerance=tol, method="no independent path").model_dump(),
                  VerifiedClaim(claim=invented, verdict=Verdict.confirmed, verifier="trace_verifier",
                                tolerance=tol, method="kineto").model_dump()]
-    ctx = {"manifest": run91003["manifest"], "findings": {"ranks": [trace91003]}}
+    ctx = {"manifest": run92003["manifest"], "findings": {"ranks": [trace92003]}}
     with harness.anthropic_cassette("trace_verifier", record_mode, monkeypatch):
-        res = llm.verifier_pass("trace_verifier", _req(run91003, tmp_path), ctx, verdicts)
+        res = llm.verifier_pass("trace_verifier", _req(run92003, tmp_path), ctx, verdicts)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.tool_calls >= 1
     # only re-derivation tools were offered and used: never the analyst's tools or its cached analysis
@@ -207,17 +222,17 @@ def _report(trace: dict) -> dict:
     vcs = [VerifiedClaim(claim=Claim.model_validate(c), verdict=Verdict.confirmed, verifier="trace_verifier",
                          rederived_value=round(c["value"], 2), tolerance=Tolerance(abs=1.0), method="kineto").model_dump(mode="json")
            for c in claims]
-    return {"jobid": "91003", "model": "vit", "state": "COMPLETED", "nodes_list": ["vm"],
+    return {"jobid": "92003", "model": "vit", "state": "COMPLETED", "nodes_list": ["vm"],
             "bottleneck": {"klass": "compute-bound", "rationale": "GPU computing most of the window",
                            "supporting_claims": [c["id"] for c in claims], "confidence": 0.8},
             "claims": vcs, "levers": [{"name": "bigger_effective_batch", "why": "compute-bound", "claims": []}],
-            "missing": [], "executive_summary": "Job 91003 is compute-bound (deterministic summary)."}
+            "missing": [], "executive_summary": "Job 92003 is compute-bound (deterministic summary)."}
 
 
-def test_synthesizer_writes_guarded_summary(trace91003, run91003, tmp_path, monkeypatch, record_mode):
-    rep = _report(trace91003)
+def test_synthesizer_writes_guarded_summary(trace92003, run92003, tmp_path, monkeypatch, record_mode):
+    rep = _report(trace92003)
     with harness.anthropic_cassette("synthesizer", record_mode, monkeypatch):
-        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        res = llm.synthesizer_pass(_req(run92003, tmp_path), rep)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.prose and res.prose != rep["executive_summary"]
     from ai4s_graph.graph.agents.tracing import report_sources
@@ -228,12 +243,12 @@ def test_synthesizer_writes_guarded_summary(trace91003, run91003, tmp_path, monk
     assert res.bottleneck_class == rep["bottleneck"]["klass"] or res.class_note
 
 
-def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch, record_mode):
-    det = _trace_claims(trace91003)
-    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+def test_malformed_answer_is_retried(run92003, trace92003, tmp_path, monkeypatch, record_mode):
+    det = _trace_claims(trace92003)
+    ctx = {"manifest": run92003["manifest"], "findings": {"trace": {"ranks": [trace92003]}}}
     with harness.anthropic_cassette("trace_analyst_malformed", record_mode, monkeypatch,
                                     fault="malformed-once") as cass:
-        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path), ctx, det)
+        res = llm.analyst_pass("trace_analyst", _req(run92003, tmp_path), ctx, det)
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.malformed_retries == 1
     # the rejection went back to the model as an error tool_result
@@ -244,35 +259,35 @@ def test_malformed_answer_is_retried(run91003, trace91003, tmp_path, monkeypatch
     _assert_new_claims_supported(res, [c["id"] for c in det], {"kineto.kernel_stats", "kineto.ops_for_kernel"})
 
 
-def test_overload_529_is_retried_with_backoff(trace91003, run91003, tmp_path, monkeypatch, record_mode):
-    rep = _report(trace91003)
+def test_overload_529_is_retried_with_backoff(trace92003, run92003, tmp_path, monkeypatch, record_mode):
+    rep = _report(trace92003)
     with harness.anthropic_cassette("synthesizer_overloaded", record_mode, monkeypatch, fault="overload-once") as cass:
-        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        res = llm.synthesizer_pass(_req(run92003, tmp_path), rep)
         statuses = [r["status"]["code"] for r in cass.responses]
     assert statuses[:2] == [529, 200]
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.llm_calls == 1 and res.prose
 
 
-def test_turn_without_a_tool_call_is_asked_again(trace91003, run91003, tmp_path, monkeypatch, record_mode):
-    rep = _report(trace91003)
+def test_turn_without_a_tool_call_is_asked_again(trace92003, run92003, tmp_path, monkeypatch, record_mode):
+    rep = _report(trace92003)
     with harness.anthropic_cassette("synthesizer_text_turn", record_mode, monkeypatch, fault="text-once") as cass:
-        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        res = llm.synthesizer_pass(_req(run92003, tmp_path), rep)
         first = json.loads(cass.responses[0]["body"]["string"])
     assert first["stop_reason"] == "end_turn" and {b["type"] for b in first["content"]} == {"text"}
     assert res.status.status is Outcome.ok, res.status.format()
     assert res.no_tool_turns == 1 and res.llm_calls == 2 and res.prose
 
 
-def test_budget_stops_the_llm_path_cleanly(run91003, trace91003, tmp_path, monkeypatch, record_mode):
+def test_budget_stops_the_llm_path_cleanly(run92003, trace92003, tmp_path, monkeypatch, record_mode):
     """A budget smaller than one call: the first call runs (from the analyst cassette), then the
     pass stops with STATUS=partial and the deterministic claims are kept."""
     if record_mode != "none":
         pytest.skip("replays the first exchange of the trace_analyst cassette")
-    det = _trace_claims(trace91003)
-    ctx = {"manifest": run91003["manifest"], "findings": {"trace": {"ranks": [trace91003]}}}
+    det = _trace_claims(trace92003)
+    ctx = {"manifest": run92003["manifest"], "findings": {"trace": {"ranks": [trace92003]}}}
     with harness.anthropic_cassette("trace_analyst", record_mode, monkeypatch):
-        res = llm.analyst_pass("trace_analyst", _req(run91003, tmp_path, max_tokens_total=100), ctx, det)
+        res = llm.analyst_pass("trace_analyst", _req(run92003, tmp_path, max_tokens_total=100), ctx, det)
     assert res.status.status is Outcome.partial and "budget" in res.status.reason
     assert res.claims is None and res.llm_calls == 1
 
@@ -304,11 +319,11 @@ def test_cassettes_are_wire_format_and_hold_no_key(record_mode):
     assert {"text", "tool_use", "tool_result"} <= kinds
 
 
-def test_key_absent_from_logs(trace91003, run91003, tmp_path, monkeypatch, record_mode, caplog):
+def test_key_absent_from_logs(trace92003, run92003, tmp_path, monkeypatch, record_mode, caplog):
     caplog.set_level(logging.DEBUG)
-    rep = _report(trace91003)
+    rep = _report(trace92003)
     with harness.anthropic_cassette("synthesizer", record_mode, monkeypatch):
-        res = llm.synthesizer_pass(_req(run91003, tmp_path), rep)
+        res = llm.synthesizer_pass(_req(run92003, tmp_path), rep)
     import os
 
     key = os.environ["ANTHROPIC_API_KEY"]  # the fake key in replay, the real one while re-recording

@@ -1,4 +1,4 @@
-"""The LLM verifiers on the real 91003 run, replayed from cassettes: re-derivation tools only, a
+"""The LLM verifiers on the real 92003 run (``examples/perf-runs/92003``, ViT bf16 on one H200), replayed from cassettes: re-derivation tools only, a
 sub-window claim judged over its own window, the 1-node probe, and the forced final answer when the
 tool-call cap is reached. Plus the deterministic telemetry verifier on a sub-window claim, and the
 probe itself on the local SLURM cluster."""
@@ -19,11 +19,43 @@ from ai4s_graph.graph.agents import llm  # noqa: E402
 from ai4s_graph.state import Claim, Evidence, Tolerance, Verdict, VerifiedClaim  # noqa: E402
 from ai4s_graph.state.status import Outcome  # noqa: E402
 
-#: time-weighted raw-sample averages of job 91003 (telemetry/export.jsonl), computed once from the
-#: export: power over seconds 0-5 after the manifest's SLURM start (start-up: the GPU is not yet
-#: busy; two samples) and over the whole SLURM window, in W (the plain sample mean is 631.747)
-POWER_0_5_W = 122.3
-POWER_JOB_W = 632.041
+#: time-weighted raw-sample averages of job 92003's power (``DCGM_FI_DEV_POWER_USAGE`` in
+#: telemetry/export.jsonl), by the hand computation :func:`_hand_power_avg` below (checked in
+#: ``test_raw_subwindow_stat_known_answers``): over seconds 0-5 after the manifest's SLURM start
+#: (start-up: the GPU ramps from 116 W to 590 W over 20 samples) and over the whole 27.9 s SLURM
+#: window (113 samples), in W (the plain sample mean of the window is 518.615)
+POWER_0_5_W = 332.721
+POWER_JOB_W = 517.213
+#: 92003's steady step (s): the median of the 380 ``tic4-tic1`` times of train.log after its first
+#: epoch of 20 steps (checked by ``_hand_steady_step``)
+STEP_S = 0.0621
+
+
+def _hand_power_avg(run: Path, start_offset_s: float, end_offset_s: float | None) -> tuple[float, int]:
+    """Hand computation over the raw JSON: the power samples in the window ``[start, end]`` (whole
+    milliseconds, as the export stores them; offsets from the manifest's ``start_unix``), each
+    value held until the next sample and the last until ``end``, divided by the time from the first
+    sample in the window to ``end``. Returns (W, samples in the window)."""
+    m = json.loads((run / "manifest.json").read_text())
+    a = round((m["start_unix"] + start_offset_s) * 1000)
+    b = round((m["start_unix"] + end_offset_s) * 1000) if end_offset_s is not None else round(m["end_unix"] * 1000)
+    for line in (run / "telemetry" / "export.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        if d["metric"]["__name__"] == "DCGM_FI_DEV_POWER_USAGE":
+            pts = [(t, v) for t, v in zip(d["timestamps"], d["values"]) if a <= t <= b]
+            ends = [t for t, _ in pts[1:]] + [b]
+            return sum(v * (e - t) for (t, v), e in zip(pts, ends)) / (b - pts[0][0]), len(pts)
+    raise AssertionError("no DCGM_FI_DEV_POWER_USAGE series in the export")
+
+
+def _hand_steady_step(run: Path) -> float:
+    """The median of train.log's per-step ``tic4-tic1`` times after the first epoch (20 steps)."""
+    import re
+    import statistics
+
+    times = [float(x) for x in re.findall(r"tic4-tic1 in ([0-9.]+) seconds", (run / "train.log").read_text())]
+    assert len(times) == 400
+    return statistics.median(times[20:])
 
 
 @pytest.fixture
@@ -39,8 +71,8 @@ def _no_retry_wait(monkeypatch):
 
 
 @pytest.fixture
-def run91003(shared_data) -> dict:
-    run = shared_data / "perf-runs" / "91003"
+def run92003(perf_runs) -> dict:
+    run = perf_runs / "92003"
     man = json.loads((run / "manifest.json").read_text())
     man["artifacts"] = {"traces": ["traces/trace_rank0.json.gz"], "telemetry": ["telemetry/export.jsonl"],
                         "train_log": "train.log"}
@@ -49,7 +81,7 @@ def run91003(shared_data) -> dict:
 
 def _req(run: dict, out: Path) -> dict:
     return {"perf_run": str(run["dir"]), "out_dir": str(out), "llm": "anthropic", "llm_model": llm.DEFAULT_MODEL,
-            "jobid": "91003"}
+            "jobid": "92003"}
 
 
 def _tel_claim(cid: str, metric: str, stat: str, value: float, unit: str, **window) -> Claim:
@@ -65,45 +97,51 @@ def _vc(c: Claim, verdict: Verdict) -> dict:
                          method="deterministic").model_dump(mode="json")
 
 
-def test_raw_subwindow_stat_known_answers(shared_data):
+def test_raw_subwindow_stat_known_answers(perf_runs):
     from ai4s_graph.tools.telemetry import export, rawstats
     from ai4s_graph.tools.telemetry.subwindow import raw_subwindow_stat
 
-    s = export.load_export(shared_data / "perf-runs" / "91003" / "telemetry" / "export.jsonl")
-    m = json.loads((shared_data / "perf-runs" / "91003" / "manifest.json").read_text())
+    run = perf_runs / "92003"
+    hand_sub, n_sub = _hand_power_avg(run, 0.0, 5.0)
+    hand_full, n_full = _hand_power_avg(run, 0.0, None)
+    assert (n_sub, n_full) == (20, 113)
+    assert hand_sub == pytest.approx(POWER_0_5_W, abs=0.001) and hand_full == pytest.approx(POWER_JOB_W, abs=0.001)
+    s = export.load_export(run / "telemetry" / "export.jsonl")
+    m = json.loads((run / "manifest.json").read_text())
     base = (m["start_unix"], m["end_unix"])
-    sub, win = raw_subwindow_stat(s, "power", "91003", "avg", 0, 5, base)
-    full, _ = raw_subwindow_stat(s, "power", "91003", "avg", None, None, base)
-    assert win == (0.0, 5.0) and sub.value == pytest.approx(POWER_0_5_W, abs=0.01)
-    assert full.value == pytest.approx(rawstats.raw_job_stat(s, "power", "91003", "avg", window=base)) \
+    sub, win = raw_subwindow_stat(s, "power", "92003", "avg", 0, 5, base)
+    full, _ = raw_subwindow_stat(s, "power", "92003", "avg", None, None, base)
+    assert win == (0.0, 5.0) and sub.value == pytest.approx(POWER_0_5_W, abs=0.01) and sub.sample_count == 20
+    assert full.value == pytest.approx(rawstats.raw_job_stat(s, "power", "92003", "avg", window=base)) \
         == pytest.approx(POWER_JOB_W, abs=0.01)
 
 
-def test_deterministic_verifier_judges_a_subwindow_claim_over_its_window(run91003, tmp_path):
+def test_deterministic_verifier_judges_a_subwindow_claim_over_its_window(run92003, tmp_path):
     from ai4s_graph.graph.analysis.nodes import telemetry_verifier as TV
 
     from ai4s_graph.graph.analysis.configuration import RunRequest
     from ai4s_graph.state import Manifest
 
     c = _tel_claim("llm.telemetry.power_avg_warmup", "power", "avg", POWER_0_5_W, "W", start_offset_s=0, end_offset_s=5.0)
-    state = {"request": RunRequest(perf_run=str(run91003["dir"]), out_dir=str(tmp_path)),
-             "manifest": Manifest.model_validate(run91003["manifest"]), "findings": {}}
+    state = {"request": RunRequest(perf_run=str(run92003["dir"]), out_dir=str(tmp_path)),
+             "manifest": Manifest.model_validate(run92003["manifest"]), "findings": {}}
     (v,) = TV._verify_telemetry([c], state)
     v = v.model_dump(mode="json")
-    assert v["verdict"] == "confirmed"                  # against the full-window 632 W it would be refuted
+    assert v["verdict"] == "confirmed"                  # against the full-window 517 W it would be refuted
     assert v["rederived_value"] == pytest.approx(POWER_0_5_W, abs=0.01)
 
 
-def test_telemetry_verifier_rederives_over_the_claims_window_and_probes(run91003, tmp_path, monkeypatch, record_mode):
+def test_telemetry_verifier_rederives_over_the_claims_window_and_probes(run92003, tmp_path, monkeypatch, record_mode):
     warm = _tel_claim("llm.telemetry.power_avg_warmup", "power", "avg", POWER_0_5_W, "W", start_offset_s=0, end_offset_s=5.0)
     job = _tel_claim("om.tel.power.avg", "power", "avg", POWER_JOB_W, "W")
+    assert _hand_steady_step(run92003["dir"]) == pytest.approx(STEP_S, abs=1e-9)
     step = Claim(id="om.fom.steady_step_time_s", analyst="telemetry_analyst", statement="steady step", unit="s",
-                 metric="fom.steady_step_time_s", value=0.0564,
-                 evidence=[Evidence(tool="fom.parse_log", query="train.log", returned=0.0564)])
+                 metric="fom.steady_step_time_s", value=STEP_S,
+                 evidence=[Evidence(tool="fom.parse_log", query="train.log", returned=STEP_S)])
     verdicts = [_vc(warm, Verdict.inconclusive), _vc(job, Verdict.confirmed), _vc(step, Verdict.inconclusive)]
-    ctx = {"manifest": run91003["manifest"], "findings": {}}
+    ctx = {"manifest": run92003["manifest"], "findings": {}}
     with harness.anthropic_cassette("telemetry_verifier", record_mode, monkeypatch):
-        res = llm.verifier_pass("telemetry_verifier", _req(run91003, tmp_path), ctx, verdicts)
+        res = llm.verifier_pass("telemetry_verifier", _req(run92003, tmp_path), ctx, verdicts)
     assert res.status.status is Outcome.ok, res.status.format()
     assert {r["tool"] for r in res.evidence} <= {"telemetry.raw_samples", "trainlog.reread", "slurm.srun_probe"}
     by = {v["claim"]["id"]: v for v in res.verdicts}
@@ -122,7 +160,7 @@ def test_telemetry_verifier_rederives_over_the_claims_window_and_probes(run91003
         assert check_text(text, res.numbers, src) == [], text
 
 
-def test_tool_call_cap_forces_the_final_answer(run91003, tmp_path, monkeypatch, record_mode):
+def test_tool_call_cap_forces_the_final_answer(run92003, tmp_path, monkeypatch, record_mode):
     """Eleven telemetry claims need more re-derivations than the cap allows: after
     MAX_TOOL_CALLS calls the final tool is forced (tool_choice) and the answer still merges."""
     claims = [_tel_claim(f"om.tel.{m}.{s}", m, s, 1.0, u) for m, u in (("power", "W"), ("gpu_util", "%"),
@@ -130,7 +168,7 @@ def test_tool_call_cap_forces_the_final_answer(run91003, tmp_path, monkeypatch, 
               for s in ("avg", "max", "min", "p50")][:11]
     verdicts = [_vc(c, Verdict.inconclusive) for c in claims]
     with harness.anthropic_cassette("telemetry_verifier_cap", record_mode, monkeypatch) as cass:
-        res = llm.verifier_pass("telemetry_verifier", _req(run91003, tmp_path), {"manifest": run91003["manifest"]},
+        res = llm.verifier_pass("telemetry_verifier", _req(run92003, tmp_path), {"manifest": run92003["manifest"]},
                                 verdicts)
         last = json.loads(cass.requests[-1].body)
     assert res.status.status is Outcome.ok, res.status.format()
