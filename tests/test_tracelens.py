@@ -182,9 +182,8 @@ def test_kernel_counts_match_kernel_summary(perf_runs, tracelens_refs, analyzed,
     count and its µs sum to the recorded kernel time exactly. Our kernel time is the time after the
     stream clipping (a kernel that kineto records running past the start of the next event on its
     stream ends at that start; tools/trace/stream.py): TraceLens's sum exceeds it by exactly the clipped
-    excess, computed here by hand (0 on 92001/92004/93001/93005; 4.9 µs on 92002, 5.5 µs on 92003, 0.26 µs
-    on 93004 rank 1, of splitK
-    GEMMs overlapping their reduce kernel by ~0.15 µs)."""
+    excess, computed here by hand (0 on 92001/92004/93001/93005; 4.9 µs on 92002, 5.5 µs on 92003,
+    0.26 µs on 93004 rank 1: splitK GEMMs overlapping their reduce kernel by ~0.15 µs)."""
     rows = _csv(_ref_dir(tracelens_refs, ref) / "kernel_summary.csv")
     path = _trace(perf_runs, ref)
     raw = _raw(path)
