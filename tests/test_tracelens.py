@@ -510,8 +510,8 @@ def test_cli_timeline_error(tmp_path, cli_app):
 
 @pytest.mark.parametrize("ref", REFS, ids=REF_IDS)
 def test_ops_and_short_kernel_sheets_match_tracelens(perf_runs, tracelens_refs, tmp_path, ref):
-    """Our ops_summary.csv and short_kernels_summary.csv (grouped by input shapes) against TraceLens's
-    own, row for row: same columns in the same order, same keys, numbers within 1e-6 relative. On the
+    """Our ops_summary.csv, kernel_summary.csv (recorded durations, as TraceLens's) and
+    short_kernels_summary.csv (grouped by input shapes) against TraceLens's own, row for row: same columns in the same order, same keys, numbers within 1e-6 relative. On the
     9200x traces (no recorded shapes) both short-kernel sheets have no row, and TraceLens's header is
     its empty frame's (test_tracelens_short_kernels_sheet_of_a_trace_without_shapes)."""
     from ai4s_graph.tools.trace import tables, tracelens_sheets
@@ -522,6 +522,10 @@ def test_ops_and_short_kernel_sheets_match_tracelens(perf_runs, tracelens_refs, 
     for sheet, keys, nums in (
             ("ops_summary", ("name",), ("total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "Count",
                                         "Percentage (%)")),
+            ("kernel_summary", ("Parent op category", "Parent cpu_op", "Kernel name", "Kernel stream"),
+             ("Kernel duration (µs)_sum", "Kernel duration (µs)_count", "Kernel duration (µs)_mean",
+              "Kernel duration (µs)_min", "Kernel duration (µs)_max", "Percent of kernels time (%)",
+              "Percent of total time (%)")),
             ("short_kernels_summary", ("Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name"),
              ("Short Kernel duration (µs) sum", "Short Kernel count",
               "Short Kernel duration (µs) percent of total time"))):
