@@ -1,5 +1,6 @@
 """Per-rank results are cached by the trace's content hash: a re-run does not parse again, a
-changed trace misses."""
+changed trace misses. Inputs: the bundled 2-GPU run 93004 (DDP vit, rank 1 a straggler by construction:
+examples/perf-runs/93004/truth.json)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from ai4s_graph.tools.trace import slurm_array as SA
 from ai4s_graph.tools.trace import cache as TC
 
 
-def test_get_or_compute_counts_hits(shared_data, tmp_path):
-    src = shared_data / "traces" / "hta" / "sampled_rank-1.json.gz"
+def test_get_or_compute_counts_hits(perf_runs, tmp_path):
+    src = perf_runs / "93004" / "traces" / "trace_rank1.json.gz"
     assert TC.file_sha256(src) == hashlib.sha256(src.read_bytes()).hexdigest()
     cache = TC.TraceCache(tmp_path / "c")
     calls = []
@@ -33,9 +34,9 @@ def test_get_or_compute_counts_hits(shared_data, tmp_path):
     assert not hit3 and not hit4 and len(calls) == 3
 
 
-def test_analyze_rank_served_from_cache_and_modified_trace_misses(shared_data, tmp_path, monkeypatch):
+def test_analyze_rank_served_from_cache_and_modified_trace_misses(perf_runs, tmp_path, monkeypatch):
     trace = tmp_path / "rank0.json.gz"
-    shutil.copy(shared_data / "traces" / "hta" / "sampled_rank-0.json.gz", trace)
+    shutil.copy(perf_runs / "93004" / "traces" / "trace_rank0.json.gz", trace)
     cache_dir = str(tmp_path / "cache")
     scans = []
     real_scan = R.ts_mod.scan_trace
@@ -74,9 +75,12 @@ def test_default_cache_dir_under_state_dir(monkeypatch, tmp_path):
     assert TC.default_cache_dir().parts[-3:] == (".cache", "ai4s-graph", "traces")
 
 
-def test_analyze_ranks_warm_run_parses_nothing(shared_data, tmp_path, monkeypatch):
-    d = shared_data / "traces" / "hta"
-    files = {0: d / "sampled_rank-0.json.gz", 1: d / "sampled_rank-1.json.gz"}
+def test_analyze_ranks_warm_run_parses_nothing(perf_runs, tmp_path, monkeypatch):
+    import json
+
+    d = perf_runs / "93004" / "traces"
+    files = {0: d / "trace_rank0.json.gz", 1: d / "trace_rank1.json.gz"}
+    straggler = json.loads((perf_runs / "93004" / "truth.json").read_text())["rank"]  # built in: rank 1
     cold = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=1, cross_check=False)
     assert [r["from_cache"] for r in cold] == [False, False]
 
@@ -87,4 +91,7 @@ def test_analyze_ranks_warm_run_parses_nothing(shared_data, tmp_path, monkeypatc
     warm = R.analyze_ranks(files, cache_dir=str(tmp_path), workers=2, cross_check=False)
     assert [r["from_cache"] for r in warm] == [True, True]
     assert [r["rank"] for r in warm] == [0, 1]
-    assert C.build_report(warm).stragglers.hta_potential_stragglers == [1]
+    # the cross-rank report of the cached results is the cold one's, and names the built-in straggler
+    assert C.build_report(warm).model_dump() == C.build_report(cold).model_dump()
+    st = C.build_report(warm).stragglers
+    assert st.straggler_rank == st.claim.rank == straggler == 1

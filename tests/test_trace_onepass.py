@@ -22,8 +22,15 @@ from ai4s_graph.tools.trace.trailer import read_trailer, trailer_keys
 
 
 @pytest.fixture()
-def bert(shared_data):
-    return shared_data / "traces/tracelens-h100/gaunernst_bert-small-uncased__1016001.json.gz"
+def vit(perf_runs):
+    """93003 rank 0: DDP vit bf16 on an H200, record_shapes on (examples/perf-runs/README.md)."""
+    return perf_runs / "93003/traces/trace_rank0.json.gz"
+
+
+def _cpu_op_count(path, name):
+    """cpu_op events named ``name``, counted by hand over the raw JSON."""
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return sum(1 for e in ev if e.get("cat") == "cpu_op" and e.get("name") == name)
 
 
 def _names(path):
@@ -32,46 +39,49 @@ def _names(path):
     return c.counts
 
 
-def test_one_pass_gives_what_each_standalone_read_gives(bert, tmp_path):
-    res = trace_analyst.analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+def test_one_pass_gives_what_each_standalone_read_gives(vit, tmp_path):
+    res = trace_analyst.analyze_one(str(vit), 0, str(tmp_path / "cache"), "0")
     assert res["from_cache"] is False
     # the verifier's reader, fed by the engine's read, equals its own read of the file
-    alone = kineto.rederive_figures(bert)
+    alone = kineto.rederive_figures(vit)
     fed = dict(res["reader"])
     comm = fed.pop("comm")
     kus = fed.pop("kernel_us")  # the causes' GPU time by name (onepass.kernel_time_by_name), not a figure of the reader
     assert kus and all(v > 0 for v in kus.values())
     assert fed == alone
-    assert comm == crossrank_check.comm_kernels(bert)
+    assert comm == crossrank_check.comm_kernels(vit)
     # the causes' name counts and raw-text counts equal a separate streamed count
-    assert res["event_names"] == _names(bert)
-    assert res["event_names"]["aten::_scaled_dot_product_flash_attention"] == 4  # a fused SDPA, 4 layers
+    assert res["event_names"] == _names(vit)
+    # a fused (cuDNN) SDPA: 12 layers x 3 profiled steps, no math fallback
+    assert res["event_names"]["aten::_scaled_dot_product_cudnn_attention"] == 36
+    assert _cpu_op_count(vit, "aten::_scaled_dot_product_cudnn_attention") == 36
+    assert _cpu_op_count(vit, "aten::_scaled_dot_product_attention_math") == 0
     assert "aten::_scaled_dot_product_attention_math" not in res["event_names"]
-    assert res["raw_counts"] == onepass.raw_counts(str(bert), registry.raw_patterns())
+    assert res["raw_counts"] == onepass.raw_counts(str(vit), registry.raw_patterns())
     assert res["raw_counts"]["sdpa_math"] == 0
     # the roofline totals of the pass give the roofline of a separate read, by both links
     dev = res["device_name"]
-    assert dev.startswith("NVIDIA H100")
+    assert dev == "NVIDIA H200"
     for link, totals in (("external_id", res["roofline_totals"]), ("correlation", res["roofline_correlation"])):
-        assert roofline_of(totals, dev) == roofline(bert, link=link)
-    assert roofline(bert)["categories"]["GEMM"]["kernel_us"] > 0
+        assert roofline_of(totals, dev) == roofline(vit, link=link)
+    assert roofline(vit)["categories"]["GEMM"]["kernel_us"] > 0
 
     # second run: the engine's result comes from the cache; the others are fed by the same open file
-    again = trace_analyst.analyze_one(str(bert), 0, str(tmp_path / "cache"), "0")
+    again = trace_analyst.analyze_one(str(vit), 0, str(tmp_path / "cache"), "0")
     assert again["from_cache"] is True
     for k in ("reader", "event_names", "raw_counts", "roofline_totals", "roofline_correlation"):
         assert again[k] == res[k], k
 
 
-def test_a_failing_consumer_never_fails_the_engine(bert):
+def test_a_failing_consumer_never_fails_the_engine(vit):
     class Broken(kineto.KinetoLoader):
         def _feed(self, ev):
             if self.n == 10:
                 raise RuntimeError("boom")
             super()._feed(ev)
 
-    ld = Broken(bert)
-    scan = stream.scan_trace(bert, also=(ld.feed,))
+    ld = Broken(vit)
+    scan = stream.scan_trace(vit, also=(ld.feed,))
     assert scan.n_gpu_events > 0
     with pytest.raises(InputError, match="verifier's reader stopped.*RuntimeError: boom"):
         ld.finish(0)

@@ -10,8 +10,9 @@ the roofline sheets, short_kernels_summary by input shapes): :mod:`ai4s_graph.to
   reason otherwise): TraceLens's own report of the bundled 93003 rank-0 trace and ours, compared with
   ``TraceLens_compare_perf_reports_pytorch --sheets all`` in both orders; the roofline and ops sheets
   agree row for row.
-- Against TraceLens's reports in ../shared/data/traces/tracelens-h100 (ops_summary and
-  short_kernels_summary, where those sheets exist): see tests/test_tracelens.py.
+- Against TraceLens's reports of the bundled traces in tests/data/tracelens-ref (ops_summary and
+  short_kernels_summary, row for row): see tests/test_tracelens.py; of TraceLens's five H100 traces:
+  bench/tracelens_agreement.py.
 """
 
 from __future__ import annotations

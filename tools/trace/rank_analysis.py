@@ -32,7 +32,7 @@ from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 ANALYSIS_VERSION = f"rank-5.s{ts_mod.STREAM_VERSION}"
 #: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
 #: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
-SHEETS_VERSION = 1
+SHEETS_VERSION = 2  # 2: kernel_summary of recorded durations (tables.kernel_tables)
 
 
 

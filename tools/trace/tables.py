@@ -2,7 +2,7 @@
 (``generate_perf_report_pytorch(..., output_csvs_dir=D)``), so spreadsheets and TraceLens's compare
 tools read them: ``gpu_timeline.csv``, ``ops_summary_by_category.csv``, ``kernel_summary.csv``,
 ``short_kernels_summary.csv`` (column names and order as TraceLens writes them; checked against the
-reports in ``shared/data/traces/tracelens-h100``).
+reports in ``tests/data/tracelens-ref`` and bench/tracelens_agreement.py).
 
 The engine keeps no input shapes, so ``short_kernels_summary.csv``'s ``Input dims`` / ``Input strides``
 / ``Concrete Inputs`` columns are empty; its rows group by parent op and kernel name.
@@ -42,18 +42,22 @@ def kernel_tables(scan: TraceScan, keep: dict[str, Any], total_us: float,
     kernel_summary: every kernel event grouped by (parent op category, parent cpu_op, kernel name,
     stream), largest summed duration first; kernels without a launcher op have empty parent columns.
     short_kernels_summary: kernels shorter than ``short_kernel_us`` with a launcher op, grouped by
-    (parent cpu_op, kernel name)."""
+    (parent cpu_op, kernel name). Durations are as recorded (``scan.dur_raw``; TraceLens's
+    ``Kernel duration (µs)``), not clipped at the next event's start on the stream as the analysis's
+    timeline and kernel figures are: where kineto recorded overlaps on a stream (splitK GEMMs running
+    ~0.15 µs into their reduce kernel on the bundled 92003) the sheet still sums to TraceLens's."""
     launcher = keep["launcher"]
     cats = keep["categories"]
     ki = np.flatnonzero(scan.kind == KIND_KERNEL)
-    ktime = float(scan.dur[ki].sum())
+    dur = scan.dur_raw if scan.dur_raw is not None else scan.dur
+    ktime = float(dur[ki].sum())
     groups: dict[tuple, list[float]] = {}
     shorts: dict[tuple, list[float]] = {}
     for i in ki.tolist():
         op = int(launcher[i])
         op_name = scan.cpu_names[int(scan.op_name[op])] if op >= 0 else ""
         name = scan.names[int(scan.name_id[i])]
-        d = float(scan.dur[i])
+        d = float(dur[i])
         key = (cats[i], op_name, name, scan.stream_id(i))
         g = groups.get(key)
         if g is None:
