@@ -2,7 +2,7 @@
 # Set up ai4s-graph on a fresh Debian 12 machine (as root, or with sudo): the Debian packages the
 # tools drive (VictoriaMetrics for telemetry; SLURM with munge, slurmdbd and MariaDB for the local
 # cluster; fio and numactl for the node probe), PyTorch for the bundled workload, and this package
-# (editable) with its test extras.
+# (editable) with its test extras and the [hta] cross-check.
 #
 # Python: $PYTHON (default python3) when its pip may install packages (a pyenv/conda Python, as on
 # the project's CI machines); otherwise (Debian's own python3 is "externally managed") a virtual
@@ -33,7 +33,9 @@ fi
 # PyTorch for the workload (the project's machine image keeps a CPU 2.13.0 wheel on disk; elsewhere
 # pip takes PyPI's build). The analysis itself does not need torch.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0" || $PY -m pip install -q torch
-$PY -m pip install -q -e ".[test]"
+# The test extras, plus HolisticTraceAnalysis (the [hta] extra, from PyPI) so the suite's HTA
+# cross-check tests run; TraceLens installs from GitHub ([tracelens]) and its tests skip without it.
+$PY -m pip install -q -e ".[test,hta]"
 if [ "$use_venv" = 1 ]; then
   $SUDO ln -sf "$PWD/.venv/bin/ai4s-graph" /usr/local/bin/ai4s-graph
 fi
