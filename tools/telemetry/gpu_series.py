@@ -14,7 +14,7 @@ import numpy as np
 
 from .export import Series
 from .metrics import METRICS
-from .rawstats import EDGE_S, JOIN_MARGIN_S, _combined, _gpu_number, _pick_source, job_cards, raw_job_hosts
+from .rawstats import JOIN_MARGIN_S, in_window, _combined, _gpu_number, _pick_source, job_cards, raw_job_hosts
 
 MAX_POINTS = 2000
 """Samples kept per series (a 0.25 s sampler over 8 minutes; longer series keep every k-th sample,
@@ -53,7 +53,7 @@ def gpu_series(series_list: Sequence[Series], metrics: Sequence[str], jobid: str
                 continue
             first = next(iter(by_name.values()))
             ts, vs = _combined(by_name, src)
-            pts = [(float(t), float(v)) for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi and np.isfinite(v)]
+            pts = [(float(t), float(v)) for t, v in zip(ts, vs) if in_window(t, lo, hi) and np.isfinite(v)]
             if not pts:
                 continue
             idx = _gpu_number(first.metric)
