@@ -59,16 +59,6 @@ from .metrics import METRICS, QUANTILE, STATS, MetricDef, Source, _g, check_jobi
 
 #: Slack (s) at the window start: the PromQL range is ``(end - D, end]`` with whole milliseconds.
 EDGE_S = 0.001
-
-
-def in_window(t: float, lo: float, hi: float) -> bool:
-    """Whether a stored sample at ``t`` (unix s, whole milliseconds as the TSDB keeps them) is in the
-    job window ``[lo, hi]`` the way the PromQL statistic counts it: evaluated at ``hi`` rounded to the
-    millisecond (``promql.py`` queries at ``round(end, 3)``) over ``(end - D, end]`` (:data:`EDGE_S`
-    slack at the start). One rule for the claim, the verifier and the plot, so a window ending at
-    ``…713.756802`` keeps the sample at ``…713.757`` everywhere (issue 27 report 5 point 3: 180
-    samples in the claim, 179 in the report's plot)."""
-    return lo - EDGE_S <= t <= round(hi, 3)
 #: How far around the job window an ``rmsjob_info`` sample still names the job's hosts (s): one
 #: Prometheus look-back delta (5 min), longer than any exporter's scrape interval, so a job shorter
 #: than the scrape interval (one sample, or none inside its window) still finds its hosts.
@@ -226,7 +216,7 @@ def _cpu_stat(series_list: Sequence[Series], src: Source, hosts: set[str], windo
     for host, per_t in acc.items():
         lo, hi = windows[host]
         ts = sorted(per_t)
-        pts = [t for t in ts if in_window(t, lo, hi)]
+        pts = [t for t in ts if lo - EDGE_S <= t <= hi]
         if len(pts) < 2:
             continue
         if stat == "avg":
@@ -315,7 +305,7 @@ def raw_job_stat_detail(series_list: Sequence[Series], metric: str, jobid: str, 
             host = next(iter(by_name.values())).host
             lo, hi = windows[host]
             ts, vs = _combined(by_name, src)
-            pts = [(t, v) for t, v in zip(ts, vs) if in_window(t, lo, hi)]
+            pts = [(t, v) for t, v in zip(ts, vs) if lo - EDGE_S <= t <= hi]
             finite = [(t, v) for t, v in pts if np.isfinite(v)]
             nan_count += len(pts) - len(finite)
             if not finite:
