@@ -2,11 +2,13 @@
 ``ai4s-graph run``): figure of merit with its noise band, timeline rows, top kernels, collectives,
 telemetry and every claim; the optimizer's integrity guards decide whether the runs are
 comparable, and an unlike pair is never called a regression. Writes ``diff.md`` and
-``diff.json``; exit 0 = comparable, no regression beyond noise; 1 = regression, refused pair or
-bad input (see :mod:`ai4s_graph.tools.report.diff`); 2 = a write refused (a link where
-``diff.md``/``diff.json`` or their folder would go: nothing is written). ``--json`` prints one JSON
-summary on stdout instead of the text lines (:func:`summary`); ``-q`` prints only the STATUS line
-(and errors)."""
+``diff.json``. Exit codes (:data:`EXIT_CODES`, also in ``--help`` and the README): 0 = comparable,
+no regression beyond noise; 1 = a regression beyond noise or a refused (unlike) pair; 2 = a write
+refused or failed (a link where ``diff.md``/``diff.json`` or their folder would go, a full disk:
+nothing is replaced); 3 = bad input (a directory that is not an analysed run, a malformed
+``report.json``/``foms.json``/``manifest.json``, or one whose files are from different runs: issue 27
+report 5 point 9; nothing is written). ``--json`` prints one JSON summary on stdout instead of the
+text lines (:func:`summary`); ``-q`` prints only the STATUS line (and errors)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from ..state.publish import UnsafePathError
 from ..tools.errors import Ai4sError
 from . import options
 
+#: The exit codes of ``diff`` (issue 27 report 5 point 9: a malformed input has its own).
+EXIT_OK, EXIT_REGRESSION, EXIT_WRITE, EXIT_BAD_INPUT = 0, 1, 2, 3
+EXIT_CODES = (f"Exit codes: {EXIT_OK} = comparable, no regression beyond noise; {EXIT_REGRESSION} = a regression "
+              f"beyond noise or a refused (unlike) pair; {EXIT_WRITE} = diff.md/diff.json could not be written (a link "
+              f"there, a full disk: nothing replaced); {EXIT_BAD_INPUT} = bad input (not an analysed run, a malformed "
+              "or inconsistent report.json/foms.json/manifest.json: nothing written).")
+
 
 def diff(
     run_a: Path = typer.Argument(..., help="Analysed run A (the reference): an `ai4s-graph run --out` directory."),
@@ -31,26 +40,30 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout (schema_version 1)."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the STATUS line and errors."),
 ) -> None:
-    """Compare two analysed runs; exit 1 on a regression beyond noise or an unlike pair."""
+    """Compare two analysed runs (exit codes below)."""
     from ..tools.report import diff as D
 
     options.set_quiet(quiet)
     try:
-        a, b = D.load_side(run_a), D.load_side(run_b)
-        d = D.compare(a, b, noise_pct=noise_pct, top=top)
+        try:
+            a, b = D.load_side(run_a), D.load_side(run_b)
+            d = D.compare(a, b, noise_pct=noise_pct, top=top)
+        except OSError as e:  # an unreadable input file
+            raise D.InputError(f"cannot read the runs: {e}") from None
+        except Ai4sError as e:
+            raise D.InputError(str(e)) from None
         md, js = D.write_diff(d, out) if out is not None else D.write_diff(d, D.default_out(b, a), root=b.path)
     except (Ai4sError, OSError) as e:
-        refused = isinstance(e, UnsafePathError)  # a link where diff.md/diff.json would go: nothing written
+        bad_input = isinstance(e, D.InputError) and not isinstance(e, UnsafePathError)
         msg = str(e) if isinstance(e, (Ai4sError, UnsafePathError)) else f"cannot write the diff: {e}"
+        code = EXIT_BAD_INPUT if bad_input else EXIT_WRITE
         line = StatusLine.make("fail", msg).format()
         typer.echo(f"error: {msg}", err=True)
         if as_json:
-            options.echo_json("diff", line, verdict=None, exit_code=2 if refused else 1, error=msg)
+            options.echo_json("diff", line, verdict=None, exit_code=code, error=msg)
         else:
             typer.echo(line)
-        if refused:
-            raise typer.Exit(2)
-        raise typer.Exit(1)
+        raise typer.Exit(code)
     line = StatusLine.make(*D.status_reason(d))
     if as_json:
         options.echo_json("diff", line.format(), **summary(d, md, js))
@@ -78,4 +91,4 @@ def summary(d: dict, md: Path, js: Path) -> dict:
 
 def register(app: typer.Typer) -> None:
     """Add ``diff`` to the ``ai4s-graph`` app."""
-    app.command("diff")(diff)
+    app.command("diff", epilog=EXIT_CODES)(diff)

@@ -45,3 +45,14 @@ def echo_json(command: str, status: str, **fields: Any) -> None:
     # orjson writes NaN and infinities as null (JSON has neither)
     typer.echo(orjson.dumps({"schema_version": JSON_SCHEMA_VERSION, "command": command, "status": status, **fields},
                             default=str).decode())
+
+
+def echo_refusal(command: str, reason: str, exit_code: int) -> None:
+    """A refused invocation under ``--json`` (bad input): one JSON object on stdout instead of the
+    plain STATUS line (issue 27 report 5 point 4), :func:`echo_json`'s keys with ``status`` the
+    ``STATUS=fail; reason=...`` line, ``outcome`` ``"fail"``, ``reason`` (one line) and the command's
+    ``exit_code`` (unchanged by ``--json``). The caller still writes ``error: <reason>`` on stderr."""
+    from ..state.status import StatusLine, one_line
+
+    line = StatusLine.make("fail", reason).format()
+    echo_json(command, line, outcome="fail", reason=one_line(reason), exit_code=exit_code)

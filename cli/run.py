@@ -87,21 +87,25 @@ def _first_error(e: ValueError) -> str:
     return " ".join(str(e).split())
 
 
-def _refuse(msg: str, code: int = 2) -> None:
-    """A refused invocation: ``error: msg`` on stderr, one ``STATUS=fail`` line on stdout, exit
-    ``code`` (2: refused, nothing written)."""
+def _refuse(msg: str, code: int = 2, as_json: bool = False) -> None:
+    """A refused invocation: ``error: msg`` on stderr, one ``STATUS=fail`` line on stdout (with
+    ``--json``, one JSON object instead: :func:`~.options.echo_refusal`), exit ``code`` (2: refused,
+    nothing written)."""
     err_console.print(f"error: {one_line(msg)}")
-    print(StatusLine.make("fail", msg).format())
+    if as_json:
+        options.echo_refusal("run", msg, code)
+    else:
+        print(StatusLine.make("fail", msg).format())
     raise typer.Exit(code)
 
 
-def _path_option(value: str | None, flag: str) -> Path | None:
+def _path_option(value: str | None, flag: str, as_json: bool = False) -> Path | None:
     """A path option as given; an empty one (``--out ''``: the current directory by accident) is
     refused."""
     if value is None:
         return None
     if not value.strip():
-        _refuse(f"{flag} is empty: give a directory")
+        _refuse(f"{flag} is empty: give a directory", as_json=as_json)
     return Path(value)
 
 
@@ -181,6 +185,8 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
                              "use --fresh to run again")
             return values
         inputs = None if snap.next else {"request": req}
+        # from here nodes write into out_dir: its report is stale until this run publishes its own
+        report_write.mark_in_progress(req.out_dir, req.jobid, cfg["configurable"]["thread_id"])
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
@@ -291,17 +297,13 @@ def register(app: typer.Typer) -> None:
             err_console.print("warning: `run --model` is deprecated: it names the LLM, use --llm-model "
                               "(in `optimize`, --model is the workload)")
             llm_model = llm_model or model
-        perf_run, out = _path_option(perf_run_arg, "--perf-run"), _path_option(out_arg, "--out")
-        compare = _path_option(compare_arg, "--compare")
+        perf_run, out = _path_option(perf_run_arg, "--perf-run", as_json), _path_option(out_arg, "--out", as_json)
+        compare = _path_option(compare_arg, "--compare", as_json)
         if not submit and not job and not perf_run:
-            err_console.print("error: give --job (and --perf-run), or --submit")
-            print("STATUS=fail; reason=no job given")
-            raise typer.Exit(2)
+            _refuse("no job given: give --job (and --perf-run), or --submit", as_json=as_json)
         llm_mode = llm or ("anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "none")
         if llm_mode not in ("none", "anthropic"):
-            err_console.print(f"error: --llm must be none or anthropic, not {llm_mode!r}")
-            print("STATUS=fail; reason=bad --llm")
-            raise typer.Exit(2)
+            _refuse(f"bad --llm: it must be none or anthropic, not {llm_mode!r}", as_json=as_json)
         submit_params: dict[str, Any] = {}
         if submit:
             submit_params = {"template": workload, "model": app_model or workload, "nodes": nodes,
@@ -318,7 +320,7 @@ def register(app: typer.Typer) -> None:
                          baseline=str(baseline.resolve()) if baseline else None,
                          probe=probe, cross_check=tuple(cross_check), force=force)
         except ValueError as e:
-            _refuse(_first_error(e))
+            _refuse(_first_error(e), as_json=as_json)
 
         from ..graph.analysis.nodes.launcher import preflight
         from ..tools.report.outdir import check_out_dir, check_run_dir
@@ -329,7 +331,7 @@ def register(app: typer.Typer) -> None:
             check_out_dir(out_dir, inputs=(req.perf_run, req.compare), owner=job or (found.jobid if found else None),
                           force=force)
         except (Ai4sError, UnsafePathError) as e:
-            _refuse(str(e))
+            _refuse(str(e), as_json=as_json)
 
         progress = RankProgress()
         statuses: list[dict[str, str]] = []
@@ -375,7 +377,8 @@ def register(app: typer.Typer) -> None:
                                            "resume").format(), 1)
         except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
             err_console.print(f"error: {type(e).__name__}: {one_line(e, 300)}")
-            err_console.print("The finished nodes are checkpointed: re-run the same command to resume.")
+            err_console.print("The finished nodes are checkpointed: re-run the same command to resume. Until then the "
+                              "report in the output directory is marked stale (diff refuses the folder).")
             finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
         rep = final.get("report")
         if final.get("stop"):

@@ -10,8 +10,9 @@ on stderr when the pass takes more than ~2 s). ``--csv DIR`` also writes the eng
 TraceLens-shaped CSVs (gpu_timeline, ops_summary_by_category, kernel_summary,
 short_kernels_summary). Input-hygiene warnings (clipped overlaps, a non-steady-state window) go to
 stderr. On bad input (a missing, empty, truncated or malformed trace, an unknown backend) it writes
-one line ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to stdout, and exits 2 (1 when
-the CSVs cannot be written); never a traceback.
+one line ``error: <msg>`` to stderr, then ``STATUS=fail; reason=<msg>`` to stdout (with ``--json``, one
+JSON object instead: ``status``, ``outcome``, ``reason``, ``exit_code``), and exits 2 (1 when the CSVs
+cannot be written); never a traceback.
 """
 
 from __future__ import annotations
@@ -67,9 +68,14 @@ class _LazyProgress:
 EXIT_INPUT, EXIT_OTHER = 2, 1
 
 
-def _fail(msg: str, code: int = EXIT_INPUT) -> None:
+def _fail(msg: str, code: int = EXIT_INPUT, as_json: bool = False) -> None:
+    """``error: msg`` on stderr, then the STATUS line on stdout (with ``as_json``, the refusal as one
+    JSON object: :func:`~.options.echo_refusal`), and exit ``code``."""
     typer.echo(f"error: {msg}", err=True)
-    typer.echo(StatusLine.make("fail", msg).format())
+    if as_json:
+        options.echo_refusal("trace timeline", msg, code)
+    else:
+        typer.echo(StatusLine.make("fail", msg).format())
     raise typer.Exit(code=code)
 
 
@@ -96,7 +102,7 @@ def timeline(
     """GPU timeline of one trace, as TraceLens defines it (ms and % of total time)."""
     options.set_quiet(quiet)
     if backend not in BACKENDS:
-        _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}", as_json=as_json)
     bar = _LazyProgress(f"reading {trace.name}")
     try:
         if backend in ("auto", "stream"):
@@ -111,11 +117,11 @@ def timeline(
             analysis, kernel_rows = analyze_trace(trace, backend=backend, progress=bar), None
     except Ai4sError as e:
         bar.close()
-        _fail(str(e))
+        _fail(str(e), as_json=as_json)
         return
     except Exception as e:  # noqa: BLE001 - an event no rule foresaw: one line, never a traceback
         bar.close()
-        _fail(f"{trace.name}: malformed trace ({type(e).__name__}: {' '.join(str(e).split())[:160]})")
+        _fail(f"{trace.name}: malformed trace ({type(e).__name__}: {' '.join(str(e).split())[:160]})", as_json=as_json)
         return
     bar.close()
     if csv_dir is not None:
@@ -124,7 +130,7 @@ def timeline(
         try:
             tables.write_tables(csv_dir, analysis, kernel_rows)
         except OSError as e:
-            _fail(f"cannot write the CSVs: {e}", EXIT_OTHER)
+            _fail(f"cannot write the CSVs: {e}", EXIT_OTHER, as_json=as_json)
             return
     if as_json:  # the input notes (e.g. sub-µs clipped overlaps) travel in the JSON
         typer.echo(json.dumps({**analysis.timeline_json(with_totals=totals), "notes": list(analysis.warnings)}))

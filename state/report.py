@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -99,6 +99,9 @@ class LeverRecommendation(BaseModel):
     saving_ms_low: float | None = Field(None, description="estimated saving per step, low end (ms; None: not estimated)")
     saving_ms_high: float | None = Field(None, description="estimated saving per step, high end (ms)")
     step_ms: float | None = Field(None, description="the step time the saving is a share of (ms)")
+    step_basis: Literal["run", "profiled"] | None = Field(
+        None, description="which step step_ms is: 'run' the run's steady step outside the profiler (the log's), "
+                          "'profiled' the trace's profiled step")
 
 
 class Usage(BaseModel):

@@ -117,3 +117,37 @@ def test_run_json_progress_and_cross_check_opt_in(tmp_path):
     assert all("STATUS=" in ln for ln in lines) and "progress" not in q.stderr
     hta = [ln for ln in lines if ln.startswith("trace_rank") and "cross-checks: hta" in ln]
     assert len(hta) == 2, lines
+
+
+# ---- issue 27 report 5 point 4: with --json a refusal is a JSON object too, its exit code unchanged
+
+def _refusal(res, code: int, *needles: str) -> dict:
+    assert res.exit_code == code, res.output
+    out = json.loads(res.stdout)  # the whole of stdout is one JSON object, no plain STATUS line
+    assert out["outcome"] == "fail" and out["exit_code"] == code and out["status"].startswith("STATUS=fail; reason=")
+    for n in needles:
+        assert n in out["reason"], (n, out["reason"])
+    assert out["status"] == f"STATUS=fail; reason={out['reason']}"
+    return out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--job", "92001", "--perf-run", "/nonexistent/92001"], "no such directory"),
+    (["--job", "92001", "--perf-run", str(ROOT / "examples/perf-runs/92001"), "--out", ""], "--out is empty"),
+    ([], "no job given"),
+    (["--job", "92001", "--llm", "gpt"], "bad --llm"),
+])
+def test_run_json_refusal_is_json(app, args, needle):
+    res = CliRunner().invoke(app, ["run", *args, "--json"])
+    _refusal(res, 2, needle)
+    plain = CliRunner().invoke(app, ["run", *args])
+    assert plain.exit_code == 2 and plain.stdout.strip().startswith("STATUS=fail; reason=")
+
+
+def test_trace_timeline_json_refusal_is_json(app, tmp_path):
+    bad = tmp_path / "trace_rank0.json"
+    bad.write_text('{"traceEvents": [')  # truncated
+    _refusal(CliRunner().invoke(app, ["trace", "timeline", str(bad), "--json"]), 2, "trace_rank0.json")
+    _refusal(CliRunner().invoke(app, ["trace", "timeline", str(tmp_path / "none.json"), "--json"]), 2)
+    _refusal(CliRunner().invoke(app, ["trace", "timeline", str(NOTES_TRACE), "--json", "--backend", "nope"]), 2,
+             "unknown backend")

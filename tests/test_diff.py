@@ -92,4 +92,80 @@ def test_different_models_refused_and_missing_report_is_bad_input(tmp_path):
     assert d["refused"][1].startswith("no steady-state figure of merit in both runs (") and "no n_epochs" in d["refused"][1]
     cp2 = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(tmp_path / "1"), str(tmp_path / "nope")],
                          env=_env(), capture_output=True, text=True, timeout=120)
-    assert cp2.returncode == 1 and "not an analysed run" in cp2.stdout
+    assert cp2.returncode == 3 and "not an analysed run" in cp2.stdout  # bad input: its own exit code
+
+
+# ---- issue 27 report 5 points 8 and 9: bad input has its own exit code; a mixed folder is bad input
+
+def test_help_and_readme_give_the_exit_codes():
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", "--help"], env=_env(), capture_output=True,
+                        text=True, timeout=120)
+    text = " ".join(cp.stdout.replace("│", " ").split())
+    assert cp.returncode == 0 and "Exit codes: 0 = comparable" in text and "3 = bad input" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "3 = bad input" in readme and "1 = a regression beyond noise or a refused pair" in readme
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_malformed_or_inconsistent_input_exits_3(analysed, tmp_path, as_json):
+    flag = ["--json"] if as_json else []
+
+    def diff(a: Path, b: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(a), str(b), "--out",
+                               str(tmp_path / "d"), *flag], env=_env(), capture_output=True, text=True, timeout=300)
+
+    bad = _copy(analysed["after"], tmp_path / "bad")
+    (bad / "report.json").write_text('{"jobid": "902", "claims": [')  # truncated
+    mixed = _copy(analysed["after"], tmp_path / "mixed")
+    man = json.loads((mixed / "manifest.json").read_text())
+    (mixed / "manifest.json").write_text(json.dumps({**man, "jobid": "777"}))  # another run's manifest beside it
+    for b, needle in ((bad, "report.json"), (mixed, "report.json is job 902's, manifest.json job 777's")):
+        cp = diff(analysed["before"], b)
+        assert cp.returncode == 3, cp.stdout + cp.stderr
+        out = json.loads(cp.stdout)["status"] if as_json else cp.stdout.strip().splitlines()[-1]
+        assert out.startswith("STATUS=fail; reason=") and needle in out, out
+        if as_json:
+            assert json.loads(cp.stdout)["exit_code"] == 3
+    assert not (tmp_path / "d").exists()
+    # a regression is still 1 (the accepted pair the other way round), distinct from bad input
+    assert diff(analysed["after"], analysed["before"]).returncode == 1
+
+
+@pytest.mark.vm
+def test_a_run_that_stops_midway_leaves_a_folder_diff_refuses(tmp_path):
+    """Run 92001 into a folder, run it again (--fresh) with a node raising before the synthesizer: the
+    folder now holds the new manifest.json/foms.json beside the old report, marked; diff refuses it with
+    its reason (exit 3) until the resumed run publishes its report."""
+    env = {**_env(), "AI4S_STATE_DIR": str(tmp_path / "state")}
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "ai4s_graph.cli", "run", "--job", "92001", "--perf-run",
+            str(ROOT / "examples/perf-runs/92001"), "--out", str(out)]
+    marker = out / ".ai4s-graph" / "run-in-progress.json"
+    assert subprocess.run(args, env=env, capture_output=True, text=True, timeout=600).returncode == 0
+    assert not marker.exists()
+    before = (out / "report.json").stat().st_mtime_ns
+    cp = subprocess.run([*args, "--fresh"], env={**env, "AI4S_FAULT": "raise-before:synthesizer"},
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 1 and "marked stale" in cp.stderr
+    assert (out / "report.json").stat().st_mtime_ns == before  # the old report kept ...
+    assert (out / "manifest.json").stat().st_mtime_ns > before  # ... beside this run's manifest
+    assert json.loads(marker.read_text())["jobid"] == "92001"
+
+    def diff() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(out), str(out), "--out",
+                               str(tmp_path / "d")], env=env, capture_output=True, text=True, timeout=300)
+
+    d = diff()
+    assert d.returncode == 3 and "did not finish" in d.stdout.strip().splitlines()[-1], d.stdout + d.stderr
+    assert not (tmp_path / "d").exists()
+    resumed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0 and "resuming at synthesizer" in resumed.stdout
+    assert not marker.exists() and (out / "report.json").stat().st_mtime_ns > before
+    assert diff().returncode == 0  # a run compared with itself: comparable, no regression

@@ -63,7 +63,7 @@ def _by_hand(run: str) -> dict:
     steady_epochs = [sum(e) for e in epochs[1:]] if len(epochs) >= 2 else []
     man = json.loads((RUNS_DIR / run / "manifest.json").read_text())
     return {"steps": steady, "epochs": steady_epochs, "model": man["model"], "gbs": man["global_batch_size"],
-            "hbm": man.get("hbm_reserved_bytes")}
+            "hbm": man.get("hbm_reserved_bytes"), "precision": man.get("precision")}
 
 
 def _sem(values: list[float]) -> float:
@@ -78,7 +78,13 @@ def _expected(a: str, b: str) -> dict:
     va, vb = statistics.median(ha[kind]), statistics.median(hb[kind])
     better = 100 * (va - vb) / va  # lower time is better
     band = max(2.0, 2 * math.sqrt(_sem(ha[kind]) ** 2 + _sem(hb[kind]) ** 2))
-    like = ha["model"] == hb["model"] and ha["gbs"] == hb["gbs"] and abs(hb["hbm"] - ha["hbm"]) / ha["hbm"] <= 0.25
+    # memory: a move under 1 GiB passes whatever its percentage (the 92001/92004 precision pair moves
+    # 90 MiB, +57%); a larger one within 25% either way, or any amount in the direction a precision pair
+    # moves it (a wider dtype in B may grow it, a narrower one shrink it)
+    width = {"fp64": 8, "fp32": 4, "bf16": 2}
+    dm, wa, wb = hb["hbm"] - ha["hbm"], width[ha["precision"]], width[hb["precision"]]
+    mem_ok = (abs(dm) <= 2**30 or abs(dm) / ha["hbm"] <= 0.25 or (wb > wa and dm > 0) or (wb < wa and dm < 0))
+    like = ha["model"] == hb["model"] and ha["gbs"] == hb["gbs"] and mem_ok
     verdict = ("not-comparable" if not like else "within-noise" if abs(better) <= band else
                "improvement" if better > 0 else "regression")
     return {"fom": "epoch_time_s" if kind == "epochs" else "steady_step_time_s", "a": va, "b": vb,

@@ -37,7 +37,7 @@ def test_headline_names_the_straggler_its_share_and_the_lever(straggler):
     assert head[0] == "**compute-bound on rank 1, which the other ranks wait for (straggler)** (borderline)  "
     # rank 0 waits 6 of its 7 ms all-reduce each step (24 of 28 ms exposed over 4 steps) and its
     # profiled window is 39 ms (0 to 3 x 10 + 9 ms): 24 / 39 = 61.5% of its step is waiting
-    assert head[1].startswith("**Cause:** straggler — 61.5% of the waiting ranks' step (claim `tl.multi.straggler`)")
+    assert head[1].startswith("**Cause:** straggler — 61.5% of the waiting ranks' profiled step (claim `tl.multi.straggler`)")
     assert head[2] == "**First lever:** `balance_straggler_rank` — saving not estimated."
     assert lines[5] == ""    # the headline is three lines
 
@@ -71,7 +71,7 @@ def test_body_has_causes_and_top_kernels_and_the_claims_are_in_an_appendix(strag
     out, _ = straggler
     md = (out / "report.md").read_text()
     body, appendix = md.split("## Appendix: claims and verdicts")
-    assert "| straggler | 61.5% of the waiting ranks' step | `tl.multi.straggler` | confirmed by trace_verifier (C" in body
+    assert "| straggler | 61.5% of the waiting ranks' profiled step | `tl.multi.straggler` | confirmed by trace_verifier (C" in body
     assert "## Top kernels (rank 1)" in body   # rank 1's 4 GEMMs of 8 ms: 32 ms
     assert re.search(r"\| `[^`]+` \| 4 \| 32\.00 \| 8000\.0 \|", body)
     assert "### Evidence" not in md and "| id | claim |" not in body
@@ -96,11 +96,22 @@ def test_no_cause_named_is_said_plainly():
 def test_cause_share_and_lever_saving_by_hand():
     b = Bottleneck(klass=C.memory, scope="memory-bound", cause="memory-bound-elementwise",
                    causes=[NamedCause(id="memory-bound-elementwise", claim="triage.x", share=0.184, levers=["fuse"])])
-    lv = LeverRecommendation(name="fuse", why="w", saving_ms_low=41.8, saving_ms_high=46.64, step_ms=226.68)
+    lv = LeverRecommendation(name="fuse", why="w", saving_ms_low=41.8, saving_ms_high=46.64, step_ms=226.68,
+                             step_basis="profiled")
     h = ar.headline(_rep(bottleneck=b, levers=[lv]))
-    assert h[1] == "**Cause:** memory-bound elementwise — 18.4% of the step (claim `triage.x`)."
+    # no step accounting: the share is of the profiled step, unnumbered
+    assert h[1] == "**Cause:** memory-bound elementwise — 18.4% of the profiled step (claim `triage.x`)."
     # 41.8 / 226.68 = 18.4% -> 18; 46.64 / 226.68 = 20.6% -> 21
-    assert h[2] == "**First lever:** `fuse` — estimated saving 41.8–46.6 ms per step (18–21% of the 226.7 ms step)."
+    assert h[2] == ("**First lever:** `fuse` — estimated saving 41.8–46.6 ms per step (18–21% of the 226.7 ms "
+                    "profiled step).")
+    # issue 27 report 5 point 2: each base named. The cause's share is of the step accounting's mean
+    # profiled step (240.0 ms here), the lever's saving of the run's 180.0 ms steady step outside the profiler
+    run = lv.model_copy(update={"step_ms": 180.0, "step_basis": "run"})
+    h = ar.headline(_rep(bottleneck=b, levers=[run], step_budget=[{"rank": 0, "steps": 3, "step_ms": 240.0}]))
+    assert h[1] == "**Cause:** memory-bound elementwise — 18.4% of the 240.00 ms profiled step (claim `triage.x`)."
+    # 41.8 / 180 = 23.2% -> 23; 46.64 / 180 = 25.9% -> 26
+    assert h[2] == ("**First lever:** `fuse` — estimated saving 41.8–46.6 ms per step (23–26% of the run's 180.0 ms "
+                    "steady step).")
 
 
 def test_summary_drops_later_sentences_past_80_words():
@@ -121,7 +132,7 @@ def test_every_cause_id_renders(cid):
         "io-wait", "").replace("find-unused", "").replace("no-prefetch", "").replace("slow-link", "").replace(
         "worker-respawn", "").replace("python-outside", "")
     b = Bottleneck(klass=C.compute, cause=cid, causes=[NamedCause(id=cid, claim="c", share=0.25)])
-    assert ar.headline(_rep(bottleneck=b))[1] == f"**Cause:** {label} — 25.0% of the step (claim `c`)."
+    assert ar.headline(_rep(bottleneck=b))[1] == f"**Cause:** {label} — 25.0% of the profiled step (claim `c`)."
 
 
 @pytest.mark.parametrize("text,clean,ids", [

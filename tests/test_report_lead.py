@@ -85,7 +85,7 @@ def test_headline_and_summary_carry_the_lead_when_no_cause_is_named(tmp_path):
     assert len(s.split()) <= ar.SUMMARY_WORDS
     # a named cause takes the line; the lead is not shown
     named = _report(lead, cause="host-sync")
-    assert ar.headline(named)[1].startswith("**Cause:** host-sync — 50.0% of the step")
+    assert ar.headline(named)[1].startswith("**Cause:** host-sync — 50.0% of the profiled step")
 
 
 # ------------------------------------------------------------------------------ the benchmark

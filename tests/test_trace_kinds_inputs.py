@@ -101,8 +101,13 @@ def test_trace_timeline_never_prints_a_traceback(tmp_path, name, backend):
         assert res.exit_code == 2, res.output
         err = res.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: t.json"), err
-        out = res.stdout.strip().splitlines()  # one STATUS line (its reason may be shortened)
-        assert len(out) == 1 and out[0].startswith(f"STATUS=fail; reason={err[0][len('error: '):][:60]}")
+        out = res.stdout.strip().splitlines()  # one JSON object under --json (issue 27 report 5 point 4)
+        assert len(out) == 1
+        refusal = json.loads(out[0])
+        assert refusal["outcome"] == "fail" and refusal["exit_code"] == 2
+        # its STATUS line (the reason may be shortened) and the reason the stderr line gives
+        assert refusal["status"].startswith(f"STATUS=fail; reason={err[0][len('error: '):][:60]}")
+        assert err[0][len("error: "):].startswith(refusal["reason"][:60])
 
 
 def test_both_readers_agree_on_every_malformed_trace_they_read(tmp_path):

@@ -503,7 +503,12 @@ def test_cli_timeline_error(tmp_path, cli_app):
     res = CliRunner().invoke(cli_app, ["trace", "timeline", str(bad), "--json"])
     assert res.exit_code == 2  # a refused input (README: a refused invocation exits 2)
     assert res.stderr.strip() == "error: empty.json.gz: trace file is empty"
-    assert res.stdout.strip() == "STATUS=fail; reason=empty.json.gz: trace file is empty"
+    # under --json the refusal is one JSON object (issue 27 report 5 point 4)
+    out = json.loads(res.stdout)
+    assert out["status"] == "STATUS=fail; reason=empty.json.gz: trace file is empty"
+    assert (out["outcome"], out["reason"], out["exit_code"]) == ("fail", "empty.json.gz: trace file is empty", 2)
+    plain = CliRunner().invoke(cli_app, ["trace", "timeline", str(bad)])
+    assert plain.exit_code == 2 and plain.stdout.strip() == "STATUS=fail; reason=empty.json.gz: trace file is empty"
 
 
 # ---------------------------------------------------------------------------------------

@@ -220,16 +220,20 @@ def representativeness(rank_result: dict[str, Any], fom: dict[str, Any] | None,
                       .get("idle_time", {}).get("percent") if ratio > 1 else None)
             if idle_c is not None:
                 out["idle_pct_over_run_step"] = round(float(idle_c), 2)
+            # the run step's own count, named (issue 27 report 5 point 3): its median is over the steady steps
+            # less the profiled ones and PROFILER_EDGE_STEPS either side, not over the summary's steady steps
+            of_n = (f" (median of the {rs['n']} steady steps outside the profiled ones and {PROFILER_EDGE_STEPS} "
+                    "either side)" if rs and rs.get("n") else "")
             if ratio > 1:
                 notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} ms (median) vs "
-                             f"{float(log_s) * 1e3:.2f} ms, threshold {dg.REPR_STEP_RATIO:g}×): the profiler stretched "
+                             f"{float(log_s) * 1e3:.2f} ms{of_n}, threshold {dg.REPR_STEP_RATIO:g}×): the profiler stretched "
                              "them (its host overhead, e.g. record_shapes or with_stack)"
                              + (f"; over the run's step the GPU is idle {idle_c:.1f}% and the class "
                                 + ("holds" if after == before else f"is {after} (the window alone reads {before})")
                                 + (" — the verdict reads it so" if rs else "") if idle_c is not None else ""))
             else:
                 notes.append(f"the profiled steps last {ratio:.2f}× {what} ({float(t_ms):.2f} vs "
-                             f"{float(log_s) * 1e3:.2f} ms): the profiler caught faster steps than the run's typical one")
+                             f"{float(log_s) * 1e3:.2f} ms{of_n}): the profiler caught faster steps than the run's typical one")
         else:
             notes.append(f"the profiled steps last {ratio:.2f}× {what}: representative")
     burst = _bursty(rs)

@@ -108,6 +108,18 @@ def filter_levers(levers: list[LeverRecommendation], findings: dict[str, Any],
     return kept, dropped
 
 
+def drop_from_causes(b: Bottleneck, dropped: list[LeverRecommendation]) -> Bottleneck:
+    """``b`` with every named cause's levers (``b.causes[].levers``) less the ``dropped`` ones
+    (:func:`filter_levers`' second list), so the report's causes table offers no lever its "Left
+    out" list rules out (issue 27 report 5 point 1: the launch cause offered ``cuda_graphs`` that the
+    GNN catalog blocks). A cause left with no lever keeps its row (its lever column then says so).
+    Modified in place; returns ``b``."""
+    gone = {lv.name for lv in dropped}
+    for nc in b.causes:
+        nc.levers = [x for x in nc.levers if x not in gone]
+    return b
+
+
 def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
            verdicts: list[VerifiedClaim], b: Bottleneck | None = None, *,
            policy: LeverPolicy | None = None,
@@ -117,10 +129,13 @@ def choose(levers: list[LeverRecommendation], findings: dict[str, Any],
     levers, less those ``policy`` rules out (:func:`filter_levers`; appended to ``dropped`` when
     given), each ``why`` extended with its estimated saving on the first rank's trace (over the step the
     user runs, :func:`users_step`) and roofline;
-    the named causes' levers (``b.causes``, :func:`~.verdict.name_causes`) lead after the straggler's."""
+    the named causes' levers (``b.causes``, :func:`~.verdict.name_causes`) lead after the straggler's;
+    ``b.causes[].levers`` lose the dropped levers too (:func:`drop_from_causes`)."""
     levers, out_ = filter_levers(list(levers) + cause_levers(levers, findings, verdicts), findings, policy)
     if dropped is not None:
         dropped.extend(out_)
+    if b is not None:
+        drop_from_causes(b, out_)
     tf = findings.get("trace") or {}
     rank0 = users_step((tf.get("ranks") or [None])[0])
     models = {k: v for c in CAUSES for k, v in c.saving_models().items()}

@@ -37,8 +37,10 @@ def test_fires_when_kernels_are_shorter_than_their_launches(tmp_path):
     [f] = CAUSE.detect(x)
     assert f.causes == ("kernel-launch-overhead",) and f.share == pytest.approx(0.15, abs=1e-9)
     assert f.claim.metric == "steps.idle.launch.share" and f.claim.value == pytest.approx(0.15, abs=1e-9)
-    assert "300 kernel launches a step, the mean kernel (1.5 µs) shorter than its launch call (5.0 µs)" \
-        in f.claim.statement
+    assert "300 launch calls a step (kernels, async copies and fills), the mean kernel (1.5 µs) shorter than its " \
+        "launch call (5.0 µs)" in f.claim.statement
+    # the share printed as the report's tables print it: 1500 µs of the step's GPU idle in launch calls
+    assert "15.0% of the profiled step" in f.claim.statement
     assert [lv.name for lv in f.levers] == ["cuda_graphs"] and CAUSE.explains == "dispatch-bound"
     assert confirmed(f, r) == "confirmed"
 

@@ -100,7 +100,7 @@ def test_deep_report_json_in_diff(tmp_path):
     (a / "report.json").write_bytes(b'{"jobid": "1", "claims": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")
     cp = H.cli("diff", str(a), str(a), state=tmp_path / "st")
     H.assert_no_traceback(cp)
-    assert cp.returncode == 1 and "nested deeper than 64 levels" in H.status_lines(cp)[-1]
+    assert cp.returncode == 3 and "nested deeper than 64 levels" in H.status_lines(cp)[-1]  # bad input
 
 
 def test_deep_loop_json_on_resume(tmp_path):

@@ -41,6 +41,31 @@ FOM_DEFINITION_KEYS = ("primary_fom_name", "fom_kind", "format", "step_time_sour
 measures; a lever that changes one of them makes its FOM incomparable with the reference's."""
 
 
+MEMORY_FLOOR_BYTES = float(2**30)
+"""The smallest memory move (bytes) the ``memory`` guard judges by its relative tolerance: a footprint
+that moves less than 1 GiB passes whatever the percentage (issue 27 report 5 point 6: the precision
+pair 92001/92004, a 158 MiB GNN, moves 90 MiB = +57 % and was refused). The moves the guard is for
+are tens of GB (lesson 23's phantom batch: HBM 236 -> 98 GB; sdpa-math's fused backend 19.2 -> 3.8
+GB); the same-work DDP/FSDP runs of one ViT (93003-93005, 31-33 GB) move 0.1-1.1 GB. 1 GiB is 0.7 %
+of an H200's 141 GB and 0.4 % of an MI300X's 192 GB."""
+MEMORY_FLOOR_PCT = 1.0
+"""The same floor for ``hbm_reserved_pct`` (percentage points of the board): 1 pp is 1.4 GB on an
+H200, the order of :data:`MEMORY_FLOOR_BYTES`."""
+
+
+def memory_floor(key: str) -> float:
+    """The absolute move of memory figure ``key`` under which the ``memory`` guard passes whatever
+    the relative change: :data:`MEMORY_FLOOR_PCT` percentage points for a ``*_pct`` figure, else
+    :data:`MEMORY_FLOOR_BYTES` bytes."""
+    return MEMORY_FLOOR_PCT if key.endswith("_pct") else MEMORY_FLOOR_BYTES
+
+
+def _moved(key: str, delta: float) -> str:
+    if key.endswith("_pct"):
+        return f"{abs(delta):.2f} pp of the board"
+    return f"{abs(delta) / MIB:.0f} MiB"
+
+
 def _rel_pct(a: float, b: float) -> float:
     return 100.0 * abs(a - b) / abs(b) if b else (0.0 if a == b else math.inf)
 
@@ -111,10 +136,15 @@ def memory_check(key: str, value: float, reference: float, tol_pct: float,
     """The ``memory`` check of one figure ``key`` in the direction the lever declares (module doc):
     ``same``: within ``tol_pct`` relative either way (lesson 23); ``saves``: any fall passes, a rise
     beyond ``tol_pct`` fails; ``grows``: any rise passes (the capacity is :func:`capacity_check`'s),
-    a fall beyond ``tol_pct`` fails."""
+    a fall beyond ``tol_pct`` fails. A move smaller than :func:`memory_floor` passes in any direction:
+    a relative tolerance is the wrong kind of test on a small absolute footprint."""
     eff = MemoryEffect(effect)
     d = 100.0 * (value - reference) / abs(reference) if reference else (0.0 if value == reference else math.inf)
-    if eff is MemoryEffect.saves:
+    floor = memory_floor(key)
+    if abs(value - reference) <= floor:
+        ok, rule = True, (f"a move of {_moved(key, value - reference)}, under the floor of {_moved(key, floor)}: "
+                          "too small a footprint for a relative tolerance")
+    elif eff is MemoryEffect.saves:
         ok, rule = d <= tol_pct, f"a memory-saving lever may lower it; rise {max(d, 0.0):.1f}% vs <= {tol_pct:g}%"
     elif eff is MemoryEffect.grows:
         ok, rule = d >= -tol_pct, f"a memory-spending lever may raise it; fall {max(-d, 0.0):.1f}% vs <= {tol_pct:g}%"

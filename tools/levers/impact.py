@@ -77,6 +77,10 @@ class LeverImpact:
     saving_ms_high: float | None
     step_ms: float | None
     arithmetic: str
+    #: which step ``step_ms`` is: ``"run"`` the run's steady step outside the profiler (the rules'
+    #: lever choice passed a profiler-stretched trace, ``trace["profiled_step_ms"]``), else
+    #: ``"profiled"`` the trace's profiled step (issue 27 report 5 point 2: the report says which)
+    basis: str = "profiled"
 
     @property
     def mid(self) -> float:
@@ -85,9 +89,16 @@ class LeverImpact:
     def text(self) -> str:
         if self.saving_ms_high is None:
             return f"saving not estimated: {self.arithmetic}"
-        pct = f" ({100 * self.saving_ms_low / self.step_ms:.0f}–{100 * self.saving_ms_high / self.step_ms:.0f}% of the " \
-              f"{self.step_ms:.1f} ms step)" if self.step_ms else ""
+        pct = f" ({100 * self.saving_ms_low / self.step_ms:.0f}–{100 * self.saving_ms_high / self.step_ms:.0f}% of " \
+              f"{step_words(self.step_ms, self.basis)})" if self.step_ms else ""
         return f"could save {self.saving_ms_low:.2f}–{self.saving_ms_high:.2f} ms per step{pct}: {self.arithmetic}"
+
+
+def step_words(step_ms: float, basis: str | None) -> str:
+    """The step a saving is a share of, in words: ``the run's 17.4 ms steady step`` (``basis``
+    ``"run"``: the log's steady step outside the profiler) or ``the 24.7 ms profiled step``
+    (``"profiled"``, or None: a saving estimated without the rules' choice of step)."""
+    return f"the run's {step_ms:.1f} ms steady step" if basis == "run" else f"the {step_ms:.1f} ms profiled step"
 
 
 def launch_floor_us(device_name: str | None) -> tuple[float, str]:
@@ -207,10 +218,12 @@ def capped(e: LeverImpact, trace: dict[str, Any] | None = None) -> LeverImpact:
         lo, hi = min(lo, e.step_ms), e.step_ms
         why += f"; capped at the {e.step_ms:.2f} ms step"
     prof = (trace or {}).get("profiled_step_ms")
+    basis = "profiled"
     if prof and prof != e.step_ms:
+        basis = "run"
         why += (f"; the step is the run's {e.step_ms:.2f} ms outside the profiler (the profiled step, {prof:.2f} ms median, "
                 "is stretched by the profiler's host overhead)")
-    return LeverImpact(e.lever, lo, hi, e.step_ms, why)
+    return LeverImpact(e.lever, lo, hi, e.step_ms, why, basis)
 
 
 def rank_levers(levers: list[str], trace: dict[str, Any] | None, roofline: dict[str, Any] | None = None,
@@ -238,6 +251,7 @@ def annotate(recommendations: list[Any], trace: dict[str, Any] | None, roofline:
         why = f"{r.why}; {e.text()}"
         upd: dict[str, Any] = {"why": why}
         if hasattr(r, "saving_ms_low"):  # the numbers too, for the report's headline (issue 27)
-            upd.update(saving_ms_low=e.saving_ms_low, saving_ms_high=e.saving_ms_high, step_ms=e.step_ms)
+            upd.update(saving_ms_low=e.saving_ms_low, saving_ms_high=e.saving_ms_high, step_ms=e.step_ms,
+                       step_basis=e.basis if e.step_ms else None)
         out.append(r.model_copy(update=upd) if hasattr(r, "model_copy") else r)
     return out

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from ...state import Manifest, NamedCause, Report
 from .lead import short_text
+from ..levers.impact import step_words
 
 #: The executive summary's word limit (issue 27 "What" 2: "a short summary (<= 80 words)").
 SUMMARY_WORDS = 80
@@ -114,9 +115,21 @@ def step_share(rep: Report, c: NamedCause) -> tuple[float | None, str]:
         exposed = [r.get("exposed_comm_pct") for r in rep.ranks if r.get("rank") != b.straggler]
         exposed = [x for x in exposed if isinstance(x, (int, float))]
         if exposed:
-            return c.share * max(exposed) / 100.0, "of the waiting ranks' step"
+            return c.share * max(exposed) / 100.0, "of the waiting ranks' profiled step"
         return None, ""
-    return c.share, "of the step"
+    ms = profiled_step_ms(rep)
+    return c.share, (f"of the {ms:.2f} ms profiled step" if ms else "of the profiled step")
+
+
+def profiled_step_ms(rep: Report) -> float | None:
+    """The mean profiled step (ms) a named cause's share is of: the step accounting's mean wall
+    time of the critical rank (``step_budget[].step_ms``, the rank of ``bottleneck.critical_rank``,
+    else the first), the base of every ``steps.*.share`` claim (``graph/rules/step_budget.py``);
+    None without a step accounting (a cause's share is then "of the profiled step", unnumbered)."""
+    rows = [x for x in rep.step_budget if isinstance(x, dict) and x.get("step_ms")]
+    crit = rep.bottleneck.critical_rank
+    row = next((x for x in rows if crit is not None and x.get("rank") == crit), rows[0] if rows else None)
+    return float(row["step_ms"]) if row else None
 
 
 def _pct(x: float | None) -> str:
@@ -124,11 +137,14 @@ def _pct(x: float | None) -> str:
 
 
 def saving_text(lv: Any) -> str:
-    """``saves 41.8–46.6 ms per step (18–21% of the 226.7 ms step)`` or ``saving not estimated``."""
+    """``estimated saving 41.8–46.6 ms per step (18–21% of the run's 226.7 ms steady step)`` (or ``of
+    the 226.7 ms profiled step``: the lever's ``step_basis``, :func:`~ai4s_graph.tools.levers.impact.
+    step_words`) or ``saving not estimated``."""
     lo, hi, step = getattr(lv, "saving_ms_low", None), getattr(lv, "saving_ms_high", None), getattr(lv, "step_ms", None)
     if hi is None or lo is None:
         return "saving not estimated"
-    pct = f" ({100 * lo / step:.0f}–{100 * hi / step:.0f}% of the {step:.1f} ms step)" if step else ""
+    pct = f" ({100 * lo / step:.0f}–{100 * hi / step:.0f}% of {step_words(step, getattr(lv, 'step_basis', None))})" \
+        if step else ""
     return f"estimated saving {lo:.1f}–{hi:.1f} ms per step{pct}"
 
 
@@ -265,9 +281,11 @@ def executive_summary(rep: Report, manifest: Manifest, t: dict[str, Any] | None 
     return " ".join(out)
 
 
-def causes_rows(rep: Report, checks: dict[str, str]) -> list[dict[str, Any]]:
+def causes_rows(rep: Report, checks: dict[str, str], dropped: Iterable[Any] = ()) -> list[dict[str, Any]]:
     """One row per named cause: ``cause``, ``share`` (text), ``claim``, ``verified`` (the check id
-    of the claims appendix and the verdict), ``lever``."""
+    of the claims appendix and the verdict), ``lever``: the cause's levers the lever filter kept
+    (``bottleneck.causes[].levers``, :func:`~ai4s_graph.graph.rules.levers.drop_from_causes`), else
+    ``—`` naming those of ``dropped`` (the report's "Left out" levers) that came from its claim."""
     by_id = {v.claim.id: v for v in rep.claims}
     rows = []
     for c in rep.bottleneck.causes:
@@ -275,8 +293,13 @@ def causes_rows(rep: Report, checks: dict[str, str]) -> list[dict[str, Any]]:
         v = by_id.get(c.claim)
         how = f"{v.verdict.value} by {v.verifier} ({checks.get(v.method, '?')})" if v else "—"
         rows.append({"cause": cause_label(c.id), "share": f"{_pct(share)} {of}" if share is not None else _pct(None),
-                     "claim": c.claim, "verified": how, "lever": ", ".join(f"`{x}`" for x in c.levers) or "—"})
+                     "claim": c.claim, "verified": how, "lever": ", ".join(f"`{x}`" for x in c.levers) or _left_out(c, dropped)})
     return rows
+
+
+def _left_out(c: NamedCause, dropped: Iterable[Any]) -> str:
+    gone = [lv.name for lv in dropped if c.claim in (lv.claims or [])]
+    return "— (" + ", ".join(f"`{x}`" for x in gone) + " left out, see Recommended levers)" if gone else "—"
 
 
 def check_ids(rep: Report) -> dict[str, str]:

@@ -53,6 +53,7 @@ from ..errors import Ai4sError, InputError
 from ..jsonguard import load_file
 from ..levers.catalog import improvement_pct
 from ..levers.guards import integrity_guard, memory_from_telemetry
+from .write import in_progress
 
 #: sigma of a normal distribution = MAD x this (1 / Phi^-1(3/4); Rousseeuw & Croux 1993).
 MAD_TO_SIGMA = 1.4826
@@ -116,13 +117,21 @@ def _read(p: Path) -> dict[str, Any]:
 
 def load_side(path: str | Path) -> Side:
     """Read one analysed run. Raises :class:`InputError` when ``report.json`` is missing (run
-    ``ai4s-graph run`` on it first) or unreadable."""
+    ``ai4s-graph run`` on it first) or unreadable, or the folder is inconsistent: a run into it did
+    not publish its report (:func:`~.write.in_progress`), or ``report.json`` and ``manifest.json``
+    name different jobs."""
     d = Path(path)
     if not (d / "report.json").is_file():
         raise InputError(f"{d} is not an analysed run (no report.json): run `ai4s-graph run --perf-run ... --out {d}` first")
+    mark = in_progress(d)
+    if mark is not None:
+        raise InputError(f"{d} is inconsistent: a run of job {mark.get('jobid') or '?'} into it did not finish "
+                         "(manifest.json, foms.json newer than report.json); re-run it to finish")
     rep = _read(d / "report.json")
     foms = _read(d / "foms.json") if (d / "foms.json").is_file() else {}
     man = _read(d / "manifest.json") if (d / "manifest.json").is_file() else {}
+    if rep.get("jobid") is not None and man.get("jobid") is not None and str(rep["jobid"]) != str(man["jobid"]):
+        raise InputError(f"{d} is inconsistent: report.json is job {rep['jobid']}'s, manifest.json job {man['jobid']}'s")
     claims = {}
     perf = None
     for vc in rep.get("claims") or []:
@@ -209,9 +218,28 @@ def _guard_fom(s: Side) -> dict[str, Any]:
     return f
 
 
+#: Bytes per element of each precision a manifest names (``manifest.precision``), for the memory
+#: direction of a precision pair (IEEE 754 binary64/32/16, bfloat16, TF32 stored in 4 bytes, FP8).
+PRECISION_BYTES = {"fp64": 8, "float64": 8, "fp32": 4, "float32": 4, "tf32": 4, "bf16": 2, "bfloat16": 2,
+                   "fp16": 2, "float16": 2, "fp8": 1}
+
+
+def precision_memory(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The ``memory`` direction (:class:`~ai4s_graph.state.loop.MemoryEffect` value) of B against A
+    from their manifests' ``precision``: a wider dtype in B ``grows`` its memory on purpose, a narrower
+    one ``saves`` it (issue 27 report 5 point 6: the precision pair 92001 fp32 / 92004 fp64 was held
+    to "same memory"); ``same`` when the precisions are equal or either is unknown."""
+    pa = PRECISION_BYTES.get(str(a.get("precision") or "").lower())
+    pb = PRECISION_BYTES.get(str(b.get("precision") or "").lower())
+    if pa is None or pb is None or pa == pb:
+        return "same"
+    return "grows" if pb > pa else "saves"
+
+
 def comparability(a: Side, b: Side) -> tuple[bool, list[str], list[dict[str, Any]], dict[str, Any]]:
     """(comparable, reasons refused, guard checks, placement). Same model and nominal batch, and
-    the optimizer's integrity guards (B checked against A)."""
+    the optimizer's integrity guards (B checked against A; memory in the direction of a precision
+    pair, :func:`precision_memory`)."""
     reasons = []
     ma = a.manifest.get("workload_model") or a.manifest.get("model") or a.report.get("model")
     mb = b.manifest.get("workload_model") or b.manifest.get("model") or b.report.get("model")
@@ -222,7 +250,8 @@ def comparability(a: Side, b: Side) -> tuple[bool, list[str], list[dict[str, Any
     if ga != gb:
         reasons.append(f"different nominal batch ({ga} vs {gb}): a throughput or epoch-time delta is not like for like")
     g = integrity_guard({"fom": fb, "nodes_list": b.manifest.get("nodes_list") or []},
-                        {"fom": fa, "nodes_list": a.manifest.get("nodes_list") or []}, FomSpec())
+                        {"fom": fa, "nodes_list": a.manifest.get("nodes_list") or []}, FomSpec(),
+                        memory=precision_memory(a.manifest, b.manifest))
     reasons += [c.why for c in g.checks if not c.passed]
     na, nb = sorted(a.manifest.get("nodes_list") or []), sorted(b.manifest.get("nodes_list") or [])
     placement = {"a": na, "b": nb, "same": na == nb,

@@ -11,15 +11,26 @@ replace the report in the output directory only when both hold:
 * the report already there (if any) is the same job's, or the user passed ``--force``.
 
 Otherwise the new report goes to ``<out>/.ai4s-graph/not-published/`` and the caller says so.
+
+A run never leaves a mix unmarked (issue 27 report 5 point 8): the nodes write ``manifest.json``,
+``foms.json`` and the CSVs into the output directory as they finish, long before the report, so a
+run that stops mid-way would leave new files beside the old ``report.md``. :func:`mark_in_progress`
+writes ``.ai4s-graph/run-in-progress.json`` before the first node runs; only the report's own
+publication into the output directory (:func:`write_report`) removes it. While it is there the
+folder's report is stale and ``ai4s-graph diff`` refuses the folder (:func:`in_progress`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ...state.publish import ensure_dir, publish_many
+from ...state.publish import ensure_dir, folder_fd, publish, publish_many
 from ..errors import InputError
 from ..jsonguard import load_file
 
@@ -27,6 +38,44 @@ REPORT_JSON, REPORT_MD = "report.json", "report.md"
 #: Where a report that must not replace the one in the output directory is written instead.
 NOT_PUBLISHED = Path(".ai4s-graph") / "not-published"
 _MD_JOB = re.compile(r"^# ai4s-graph report — job (\S+)")
+#: The marker of a run into the output directory that has not published its report yet.
+IN_PROGRESS = Path(".ai4s-graph") / "run-in-progress.json"
+
+
+def mark_in_progress(out_dir: str | Path, jobid: str | None, thread: str | None = None) -> Path:
+    """Write :data:`IN_PROGRESS` in ``out_dir`` (``{"jobid", "thread", "started_unix"}``) before a
+    run writes anything there: until :func:`write_report` publishes this run's report into
+    ``out_dir``, the report there is stale. Returns the marker's path. Raises
+    :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError``."""
+    body = json.dumps({"jobid": jobid, "thread": thread, "started_unix": round(time.time(), 3)}) + "\n"
+    return publish(Path(out_dir) / IN_PROGRESS, body, root=out_dir)
+
+
+def clear_in_progress(out_dir: str | Path) -> None:
+    """Remove :data:`IN_PROGRESS` from ``out_dir`` (no marker: nothing to do); the folders on the
+    way are opened without following links (:func:`~ai4s_graph.state.publish.folder_fd`)."""
+    if not (Path(out_dir) / IN_PROGRESS.parent).is_dir():
+        return
+    fd, name = folder_fd(Path(out_dir) / IN_PROGRESS, out_dir, create=False)
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def in_progress(out_dir: str | Path) -> dict[str, Any] | None:
+    """The :data:`IN_PROGRESS` marker of ``out_dir`` (its JSON object; ``{}`` when unreadable), or
+    None when no unfinished run wrote there."""
+    p = Path(out_dir) / IN_PROGRESS
+    if not (p.is_file() or p.is_symlink()):
+        return None
+    try:
+        data = load_file(p)
+    except (InputError, OSError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def has_report(out_dir: str | Path) -> bool:
@@ -77,7 +126,10 @@ def write_report(out_dir: str | Path, dest: str | Path, report_json: str, report
     :func:`ai4s_graph.tools.report.plots.staged`) into ``dest`` (``out_dir`` or a folder under it)
     together and atomically, refusing links under ``out_dir``. Returns the report's two paths.
     Raises :class:`~ai4s_graph.state.publish.UnsafePathError` or ``OSError`` (then nothing is
-    replaced)."""
+    replaced). Published into ``out_dir`` itself, the run's :data:`IN_PROGRESS` marker goes: the
+    folder is one run's again (a report kept aside leaves it: the folder still mixes two runs)."""
     d = ensure_dir(dest, out_dir)
     done = publish_many([*extra, (d / REPORT_JSON, report_json), (d / REPORT_MD, report_md)], root=out_dir)
+    if Path(dest).resolve() == Path(out_dir).resolve():
+        clear_in_progress(out_dir)
     return done[-2], done[-1]

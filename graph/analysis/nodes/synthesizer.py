@@ -57,6 +57,13 @@ def levers_for(b: Bottleneck, manifest: Manifest, vendor: str | None,
     return ([first] if first else []) + recs, cat
 
 
+def status_verdict(b: Bottleneck) -> str:
+    """The verdict as the synthesizer's STATUS line gives it: the class, and the straggler rank when
+    the verdict names one (``compute-bound on rank 1 (straggler)``; issue 27 report 5 point 7: the
+    line dropped the straggler the verdict names)."""
+    return b.klass.value + (f" on rank {b.straggler} (straggler)" if b.straggler is not None else "")
+
+
 def _fmt(v: Any, unit: str = "") -> str:
     """A value with its unit for the report (bytes shown in GiB)."""
     if isinstance(v, bool) or v is None:
@@ -187,7 +194,7 @@ def render_markdown(rep: Report, manifest: Manifest, not_checked: list[str] = ()
     return render("report.md.j2", rep=rep, manifest=manifest,
                   rationale=ar.paragraph(ar.scrub(b.rationale, rules)), confidence=confidence_line(b),
                   supporting=", ".join(f"`{c}`" for c in b.supporting_claims) or "none",
-                  causes=ar.causes_rows(rep, checks), context=ctx_lines,
+                  causes=ar.causes_rows(rep, checks, dropped), context=ctx_lines,
                   budgets=[{"rank": x["rank"], "steps": x["steps"], "step_ms": x["step_ms"],
                             "critical": x["rank"] == crit and len(rep.step_budget) > 1,
                             "rows": report_budget.budget_rows(x), "path": ar.paragraph(report_budget.path_text(x))}
@@ -467,7 +474,7 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     lost = degrading(missing=rep.missing, not_checked=not_checked, input_notes=rep.input_notes)
     status = StatusLine.make(
         Outcome.partial if (lost and outcome is Outcome.ok) else outcome,
-        f"{b.klass.value}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
+        f"{status_verdict(b)}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
         + (f"; {len(lost)} missing input(s)" if lost else "") + reason_extra)
     rep.statuses[SYNTH] = status.format()
     md = render_markdown(rep, manifest, not_checked, dropped) + agent_notes_markdown(out_dir, rep)

@@ -323,7 +323,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     bad = [r for r in results if "error" in r]
     good = with_run_steps(state, [r for r in results if "error" not in r])
     missing = _rank_missing(good, bad, id_notes)
-    input_notes: list[str] = []
+    input_notes: list[str] = _rank_input_notes(good)
     claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)
     view = [{k: v for k, v in r.items() if k not in NOT_IN_FINDINGS} for r in good]  # the CSV folders: under "tables"
@@ -359,6 +359,16 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     d: Diagnosis = trace_class(primary)
     return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
                                               f"{d.klass.value}, {len(claims)} claims")
+
+
+def _rank_input_notes(good: list[RankResult]) -> list[str]:
+    """The input warnings :func:`_rank_missing` does not list (clips too small to change a claim,
+    :func:`_material_clip`), as notes on what was done to the inputs: every warning the
+    ``trace_rank`` STATUS line counts ("4 input warning(s)") is listed in report.md, under missing
+    or here (issue 27 report 5 point 5; ``overlap_warnings`` bounds them: 3 clip lines and a count per
+    rank). A note, never a lower STATUS (``state/report.py:NOTE_KINDS``)."""
+    return [f"trace_analyst: {Path(res['path']).name}: {w} (clipped time under {PCT_TOL.abs:g}% of the window: no claim changes)"
+            for res in good if not _material_clip(res) for w in res.get("warnings") or [] if is_clip_warning(w)]
 
 
 def _material_clip(res: RankResult) -> bool:

@@ -72,9 +72,14 @@ class KernelLaunchOverhead(StepCause):
         extra = [ev("trace.launch", f"{file_name(path)}: mean kernel and launch-call durations",
                     {"mean_kernel_us": round(mk, 3), "mean_launch_cpu_us": round(ml, 3),
                      "launches_per_step": launches, "gpu_idle_share": round(idle, 4)}, path=path, rank=rank)]
-        stmt = (f"{launches:.0f} kernel launches a step, the mean kernel ({mk:.1f} µs) shorter than its launch call "
-                f"({ml:.1f} µs): the GPU idles {idle:.0%} of the {wall / 1e3:.1f} ms step waiting on launches, "
-                f"{sh:.0%} of the step inside the launch calls themselves (seed 001 T15)")
+        total = share(b, "host", "launch")
+        # one figure, one rounding (issue 27 report 5 point 3): the shares as the report's tables print
+        # them (one decimal), the count named for what it counts (launch calls: kernels, async copies
+        # and fills, tools/trace/host_names.py:LAUNCH_APIS; the kernels alone are `kernels_per_step`)
+        stmt = (f"{launches:.0f} launch calls a step (kernels, async copies and fills), the mean kernel ({mk:.1f} µs) "
+                f"shorter than its launch call ({ml:.1f} µs): the GPU idles {idle:.1%} of the {wall / 1e3:.2f} ms "
+                f"profiled step waiting on launches, {sh:.1%} of the profiled step inside the launch calls while "
+                f"the GPU idles ({total:.1%} in launch calls in all) (seed 001 T15)")
         c = self.share_claim(x, b, "triage.steps.kernel_launch", stmt, extra)
         return [Finding(("kernel-launch-overhead",), c, (self.lever("cuda_graphs"),), share=sh)]
 
