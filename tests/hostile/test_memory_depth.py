@@ -195,7 +195,8 @@ def test_scanner_accepts_every_real_trace():
     """The other side: the real traces in the repository (the bundled runs of examples/perf-runs and
     the traces under tests/data) pass the bounds, and a full parse here finds them within the limits
     (on 2026-12-02, 23 files: deepest 7 levels, longest string 5050 bytes, a templated CUDA kernel
-    name, largest event 5429 bytes as json.dumps writes it), far below MAX_DEPTH / MAX_STRING_BYTES / MAX_ELEMENT_BYTES."""
+    name, largest event 5429 bytes as json.dumps writes it), far below MAX_DEPTH / MAX_STRING_BYTES /
+    MAX_ELEMENT_BYTES."""
     files = sorted((H.REPO / "examples").rglob("*.json.gz")) + sorted((H.REPO / "tests" / "data").rglob("*.json.gz"))
     assert len(files) >= 20
     deepest = longest = largest = 0
