@@ -1,5 +1,6 @@
-"""tools/plots.py on real inputs: TraceLens gpu_timeline CSVs, the 91003 telemetry export, and FOMs
-parsed from the real training logs."""
+"""tools/plots.py on real inputs: TraceLens's gpu_timeline CSVs of the bundled traces
+(tests/data/tracelens-ref), the 92003 telemetry export, and FOMs parsed from the bundled runs'
+training logs (examples/perf-runs)."""
 
 from __future__ import annotations
 
@@ -39,25 +40,25 @@ def timeline_from_csv(csv: Path) -> dict[str, dict[str, float]]:
     return {row.type: {"time_ms": float(row["time ms"]), "percent": float(row.percent)} for _, row in df.iterrows()}
 
 
-def tracelens_timelines(shared_data: Path) -> list[tuple[str, dict]]:
-    root = shared_data / "traces" / "tracelens-h100"
+def tracelens_timelines(root: Path) -> list[tuple[str, dict]]:
+    """``(<job>_rank<r>, timeline)`` for every reference under ``tests/data/tracelens-ref``."""
     return [(d.name.removesuffix("_perf_report_csvs"), timeline_from_csv(d / "gpu_timeline.csv"))
             for d in sorted(root.glob("*_csvs"))]
 
 
 # --------------------------------------------------------------------------- gpu breakdown
-def test_gpu_breakdown_single(tmp_path, shared_data):
-    name, tl = next(t for t in tracelens_timelines(shared_data) if t[0].startswith("google_owlv2"))
-    # the real numbers: 51.2% computation, 1.35% exposed memcpy, 47.4% idle
-    assert tl["computation_time"]["percent"] == pytest.approx(51.21, abs=0.01)
+def test_gpu_breakdown_single(tmp_path, tracelens_refs):
+    name, tl = next(t for t in tracelens_timelines(tracelens_refs) if t[0] == "92003_rank0")
+    # 92003 is the compute-bound run (examples/perf-runs/README.md: GPU busy ~81 %), no communication
+    assert tl["busy_time"]["percent"] > 80 and tl["exposed_comm_time"]["time_ms"] == 0.0
     out = plots.plot_gpu_breakdown(tl, tmp_path / "breakdown.png", title=name)
     assert out == tmp_path / "breakdown.png"
     assert_sane_png(out)
 
 
-def test_gpu_breakdown_per_rank(tmp_path, shared_data):
-    tls = tracelens_timelines(shared_data)
-    assert len(tls) == 5
+def test_gpu_breakdown_per_rank(tmp_path, tracelens_refs):
+    tls = tracelens_timelines(tracelens_refs)
+    assert len(tls) == 8  # the references listed in tests/data/tracelens-ref/README.md
     out_list = plots.plot_gpu_breakdown([tl for _, tl in tls], tmp_path / "ranks.png")
     w_list, _ = assert_sane_png(out_list)
     out_map = plots.plot_gpu_breakdown({n[:12]: tl for n, tl in tls}, tmp_path / "named.png")
@@ -66,7 +67,7 @@ def test_gpu_breakdown_per_rank(tmp_path, shared_data):
     no_pct = {k: {"time_ms": v["time_ms"]} for k, v in tls[0][1].items()}
     assert_sane_png(plots.plot_gpu_breakdown(no_pct, tmp_path / "nopct.png"))
     single_w, _ = png_size(plots.plot_gpu_breakdown(tls[0][1], tmp_path / "one.png"))
-    assert w_list > single_w  # five bars take more room than one
+    assert w_list > single_w  # eight bars take more room than one
 
 
 def test_gpu_breakdown_bad_input(tmp_path):
@@ -80,14 +81,15 @@ def test_gpu_breakdown_bad_input(tmp_path):
 
 
 # --------------------------------------------------------------------------- telemetry
-def telemetry_91003(shared_data: Path) -> tuple[dict, tuple[float, float]]:
+def telemetry_92003(perf_runs: Path) -> tuple[dict, tuple[float, float]]:
+    """92003's telemetry export as ``({metric: [(unix s, value)]}, rmsjob_info window)``."""
     series: dict[str, list[tuple[float, float]]] = {}
     window = None
-    for line in (shared_data / "perf-runs/91003/telemetry/export.jsonl").read_text().splitlines():
+    for line in (perf_runs / "92003/telemetry/export.jsonl").read_text().splitlines():
         rec = json.loads(line)
         name = rec["metric"]["__name__"]
         pts = [(t / 1000.0, v) for t, v in zip(rec["timestamps"], rec["values"])]
-        if name == "rmsjob_info":  # Omnistat's job marker: value 1 while job 91003 ran
+        if name == "rmsjob_info":  # Omnistat's job marker: value 1 while job 92003 ran
             on = [t for t, v in pts if v == 1]
             window = (min(on), max(on))
         else:
@@ -95,15 +97,17 @@ def telemetry_91003(shared_data: Path) -> tuple[dict, tuple[float, float]]:
     return series, window
 
 
-def test_telemetry_91003(tmp_path, shared_data):
-    series, window = telemetry_91003(shared_data)
-    man = json.loads((shared_data / "perf-runs/91003/manifest.json").read_text())
-    assert man["start_unix"] <= window[0] < window[1] <= man["end_unix"] + 1
+def test_telemetry_92003(tmp_path, perf_runs):
+    series, window = telemetry_92003(perf_runs)
+    man = json.loads((perf_runs / "92003/manifest.json").read_text())
+    # the workload's sampler marks the whole process (rmsjob_info = 1 from its start); the manifest's
+    # start_unix/end_unix bound the training loop inside it (workloads/train.py: t_start, t_end)
+    assert window[0] <= man["start_unix"] < man["end_unix"] <= window[1] + 1
     units = {"DCGM_FI_DEV_GPU_UTIL": "%", "DCGM_FI_DEV_POWER_USAGE": "W", "DCGM_FI_DEV_SM_CLOCK": "MHz",
              "DCGM_FI_DEV_FB_USED": "MiB", "DCGM_FI_DEV_FB_FREE": "MiB", "DCGM_FI_DEV_GPU_TEMP": "C",
              "DCGM_FI_DEV_MEM_COPY_UTIL": "%"}
     out = plots.plot_telemetry(series, units, (man["start_unix"], man["end_unix"]), tmp_path / "tel.png",
-                               title="job 91003")
+                               title="job 92003")
     _, h_all = assert_sane_png(out)
     two = {k: series[k] for k in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")}
     _, h_two = assert_sane_png(plots.plot_telemetry(two, units, window, tmp_path / "tel2.png"))
@@ -113,8 +117,8 @@ def test_telemetry_91003(tmp_path, shared_data):
     assert_sane_png(plots.plot_telemetry(ms, units, None, tmp_path / "tel3.png"))
 
 
-def test_telemetry_bad_input(tmp_path, shared_data):
-    series, window = telemetry_91003(shared_data)
+def test_telemetry_bad_input(tmp_path, perf_runs):
+    series, window = telemetry_92003(perf_runs)
     cases = [
         ({}, window),
         ({"DCGM_FI_DEV_GPU_UTIL": []}, window),
@@ -129,16 +133,17 @@ def test_telemetry_bad_input(tmp_path, shared_data):
 
 
 # --------------------------------------------------------------------------- FOM iterations
-def test_fom_iterations(tmp_path, shared_data):
-    # real FOMs: the three real runs' epoch times as if they were loop iterations
-    foms = {j: fom.parse_log(shared_data / "perf-runs" / j / "train.log", fom_kind="latency")
-            for j in ("91001", "91002", "91003")}
+def test_fom_iterations(tmp_path, perf_runs):
+    # real FOMs: the bundled runs' epoch times as if they were loop iterations (92004 is 92001 in fp64)
+    foms = {j: fom.parse_log(perf_runs / j / "train.log", fom_kind="latency")
+            for j in ("92001", "92004", "92003")}
+    assert all(f.epoch_time_s and f.epoch_time_s > 0 for f in foms.values())
     records = [
-        {"iteration": 0, "lever": "baseline", "fom": foms["91001"].epoch_time_s, "decision": "baseline"},
-        {"iteration": 1, "lever": "precision_fp64", "fom": foms["91002"].epoch_time_s, "decision": "reverted"},
+        {"iteration": 0, "lever": "baseline", "fom": foms["92001"].epoch_time_s, "decision": "baseline"},
+        {"iteration": 1, "lever": "precision_fp64", "fom": foms["92004"].epoch_time_s, "decision": "reverted"},
         {"iteration": 2, "lever": "torch_compile", "fom": None, "decision": "failed"},
-        {"iteration": 3, "lever": "vit_swap", "fom": foms["91003"].epoch_time_s, "decision": "revert"},
-        {"iteration": 4, "lever": "rccl_high_priority", "fom": foms["91001"].epoch_time_s * 0.987,
+        {"iteration": 3, "lever": "vit_swap", "fom": foms["92003"].epoch_time_s, "decision": "revert"},
+        {"iteration": 4, "lever": "rccl_high_priority", "fom": foms["92001"].epoch_time_s * 0.987,
          "decision": "accepted"},
     ]
     out = plots.plot_fom_iterations(records, "epoch_time_s", tmp_path / "loop.png", higher_is_better=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -14,18 +15,20 @@ from ai4s_graph.state import Report
 pytestmark = pytest.mark.slurm
 
 
-def _two_rank_run(shared_data, root):
+def _two_rank_run(perf_runs, root):
+    """93001's two rank traces (DDP, exposed all-reduce) under a trace-only run of job 5150."""
     run = root / "run"
     (run / "traces").mkdir(parents=True)
     for r in (0, 1):
-        shutil.copy(shared_data / f"traces/hta/sampled_rank-{r}.json.gz", run / f"traces/trace_rank{r}.json.gz")
+        shutil.copy(perf_runs / f"93001/traces/trace_rank{r}.json.gz", run / f"traces/trace_rank{r}.json.gz")
     (run / "manifest.json").write_text(json.dumps({"jobid": "5150", "state": "COMPLETED",
-                                                   "nodes_list": ["n1", "n2"], "model": "hta-sample"}))
+                                                   "nodes_list": ["n1", "n2"], "model": "wide"}))
     return run
 
 
-def test_slurm_array_gives_the_same_rank_figures_as_local_workers(local_cluster, shared_data, tmp_path):
-    run = _two_rank_run(shared_data, tmp_path)
+def test_slurm_array_gives_the_same_rank_figures_as_local_workers(local_cluster, perf_runs, tracelens_refs,
+                                                                  tmp_path):
+    run = _two_rank_run(perf_runs, tmp_path)
     r1 = CliRunner().invoke(app, ["run", "--job", "5150", "--perf-run", str(run), "--out", str(tmp_path / "local")])
     r2 = CliRunner().invoke(app, ["run", "--job", "5150", "--perf-run", str(run), "--out", str(tmp_path / "array"),
                                   "--slurm-array", "--wait-timeout", "120"])
@@ -41,3 +44,8 @@ def test_slurm_array_gives_the_same_rank_figures_as_local_workers(local_cluster,
     for cid in ("tl.r0.idle_time", "tl.r1.idle_time", "tl.r0.computation_time", "tl.r1.exposed_comm_time"):
         assert av[cid] == pytest.approx(lv[cid], abs=1e-6)
     assert array.bottleneck.klass == local.bottleneck.klass
+    # and both are the ranks' own figures: idle % as TraceLens's gpu_timeline of each rank's file
+    for r in (0, 1):
+        with open(tracelens_refs / f"93001_rank{r}_perf_report_csvs" / "gpu_timeline.csv") as fh:
+            idle = next(float(row["percent"]) for row in csv.DictReader(fh) if row["type"] == "idle_time")
+        assert av[f"tl.r{r}.idle_time"] == pytest.approx(idle, abs=0.01)

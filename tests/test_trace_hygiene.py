@@ -2,7 +2,9 @@
 the runtime and driver APIs on CUDA and HIP), graph kernels not recorded, overlapping kernels on one
 stream, rank identity, a profiled window that is not a steady state. Every case is a tiny kineto
 trace built here with a known answer, checked on BOTH paths: the engine (stream) and the verifier's
-full-load reader (kineto); the handed cases in ../shared/data/cases are checked too."""
+full-load reader (kineto); traces of the kinds of the handed cases (partial ac2g flow, an overflowing
+``dur``, graph launches without kernels) are rebuilt here from their specs, and the bundled real runs
+92001 / 92003 (examples/perf-runs) are read on both paths."""
 
 from __future__ import annotations
 
@@ -85,13 +87,46 @@ def _pct(a, row: str) -> float:
     return round(a.timeline[row].percent, 2)
 
 
+def partial_ac2g_case(path: Path) -> Path:
+    """The kind of the handed ``partial-ac2g`` case: 2 kernels in one 1 ms step; the second launch
+    (``hipDrvLaunchKernelEx``) writes only the finishing half of its ac2g flow. Right answer: both
+    linked, total 0.600 ms (100 -> 700 µs), busy 0.500 ms, idle 16.67 %."""
+    t = Trace()
+    t.step(1, 0.0, 1000.0)
+    t.launch(10, [(100, 100, "gemm_kernel_A")])
+    t.launch(40, [(300, 400, "elementwise_kernel_B")], api="hipDrvLaunchKernelEx", flow="f", op="aten::add")
+    return t.write(path)
+
+
+def overflow_dur_case(path: Path) -> Path:
+    """The kind of the handed ``overflow-dur`` case: kernel A's ``dur`` (1 s) runs past the starts of
+    B and C on the same stream. Right answer: A clipped at B's start (100 -> 300 µs), total 0.5 ms,
+    busy 0.4 ms, idle 20 %, one warning naming the pair."""
+    t = Trace()
+    t.step(1, 0.0, 1000.0)
+    t.launch(5, [(100, 1_000_000, "gemm_A")])
+    t.launch(20, [(300, 100, "elementwise_B")], op="aten::add")
+    t.launch(40, [(500, 100, "elementwise_C")], op="aten::add")
+    return t.write(path)
+
+
+def hipgraph_no_kernels_case(path: Path) -> Path:
+    """The kind of the handed ``hipgraph-no-kernels`` case: 8 steps of 1 ms, each with one
+    ``hipGraphLaunch`` (flow start written) and no GPU event at all."""
+    t = Trace()
+    for i in range(8):
+        t.step(i + 1, i * 1000.0, 1000.0)
+        t.launch(i * 1000.0 + 5, [], api="hipGraphLaunch", flow="s", op="vllm::decode_step")
+    return t.write(path)
+
+
 # ----------------------------------------------------------------------------- linking
 
 
 @pytest.mark.parametrize("how", PATHS)
-def test_partial_ac2g_case(shared_data, how):
-    """Handed case: the second launch writes only the finishing half of its ac2g flow."""
-    a = _analyze(shared_data / "cases" / "partial-ac2g" / "traces" / "trace_rank0.json", how)
+def test_partial_ac2g_case(tmp_path, how):
+    """The second launch writes only the finishing half of its ac2g flow."""
+    a = _analyze(partial_ac2g_case(tmp_path / "traces" / "trace_rank0.json"), how)
     assert a.timeline["total_time"].time_ms == pytest.approx(0.6)
     assert a.timeline["busy_time"].time_ms == pytest.approx(0.5)
     assert _pct(a, "idle_time") == 16.67 and a.kernel_count == 2
@@ -146,8 +181,8 @@ def test_every_kernel_a_graph_launch_replays_is_linked(tmp_path, how, api, cat):
 
 
 @pytest.mark.parametrize("how", PATHS)
-def test_hipgraph_no_kernels_case(shared_data, how):
-    p = shared_data / "cases" / "hipgraph-no-kernels" / "traces" / "trace_rank0.json"
+def test_hipgraph_no_kernels_case(tmp_path, how):
+    p = hipgraph_no_kernels_case(tmp_path / "traces" / "trace_rank0.json")
     with pytest.raises(GraphKernelsNotRecordedError) as ei:
         _analyze(p, how)
     msg = str(ei.value)
@@ -179,8 +214,8 @@ def test_cpu_only_trace_is_not_a_graph_case(tmp_path, how):
 
 
 @pytest.mark.parametrize("how", PATHS)
-def test_overflow_dur_case(shared_data, how):
-    a = _analyze(shared_data / "cases" / "overflow-dur" / "traces" / "trace_rank0.json", how)
+def test_overflow_dur_case(tmp_path, how):
+    a = _analyze(overflow_dur_case(tmp_path / "traces" / "trace_rank0.json"), how)
     assert a.timeline["total_time"].time_ms == pytest.approx(0.5)
     assert a.timeline["busy_time"].time_ms == pytest.approx(0.4)
     assert _pct(a, "idle_time") == 20.0
@@ -262,7 +297,7 @@ def test_rank_identity_kinds(tmp_path):
     assert any("host_b.json.gz and host_a.json both say rank 1" in n for n in notes)
     assert any("mi300x_trace.json" in n and "file order" in n for n in notes)
     assert ranks.rank_from_name("trace_MI300X_gpu7.json") is None
-    assert ranks.rank_from_name("sampled_rank-12.json.gz") == 12
+    assert ranks.rank_from_name("worker_rank-12.json.gz") == 12
     assert ranks.rank_from_name("RANK_4.pt.trace.json") == 4
     assert ranks.rank_from_name("myrank5.json") is None
     assert [p.name for p in ranks.find_rank_traces(tmp_path)] == [
@@ -272,10 +307,10 @@ def test_rank_identity_kinds(tmp_path):
 # ----------------------------------------------------------------------------- cross-checks are notes
 
 
-def test_a_failing_cross_check_is_a_note(tmp_path, shared_data):
+def test_a_failing_cross_check_is_a_note(tmp_path):
     """A cross-check that raises (here HTA on a trace whose GPU events carry no correlation link)
     becomes a note; the engine's analysis stands."""
-    p = shared_data / "cases" / "overflow-dur" / "traces" / "trace_rank0.json"
+    p = overflow_dur_case(tmp_path / "traces" / "trace_rank0.json")
     a = engine.analyze(p)
     checks = backends.cross_checks(p, a, tools=("hta", "tracelens"))
     by = {c["tool"]: c for c in checks}
@@ -287,9 +322,9 @@ def test_a_failing_cross_check_is_a_note(tmp_path, shared_data):
         assert by["hta"]["status"] in ("differs", "failed")
 
 
-def test_kineto_independent_path_streams_and_agrees_with_engine_on_real_runs(shared_data):
-    for run in ("91001", "91003"):
-        p = shared_data / "perf-runs" / run / "traces" / "trace_rank0.json.gz"
+def test_kineto_independent_path_streams_and_agrees_with_engine_on_real_runs(perf_runs):
+    for run in ("92001", "92003"):
+        p = perf_runs / run / "traces" / "trace_rank0.json.gz"
         e, k = engine.analyze(p), _analyze(p, "kineto")
         for row in e.timeline:
             assert e.timeline[row].time_ms == pytest.approx(k.timeline[row].time_ms, abs=1e-4), (run, row)
@@ -299,9 +334,9 @@ def test_kineto_independent_path_streams_and_agrees_with_engine_on_real_runs(sha
         assert {r.category: r.count for r in e.ops_by_category} == {r.category: r.count for r in k.ops_by_category}
 
 
-def test_progress_callback_reaches_the_file_size(shared_data):
+def test_progress_callback_reaches_the_file_size(perf_runs):
     """The CLI's progress bar is fed by the engine's pass: bytes read of the file on disk, ending at its size."""
-    p = shared_data / "perf-runs" / "91001" / "traces" / "trace_rank0.json.gz"
+    p = perf_runs / "92001" / "traces" / "trace_rank0.json.gz"
     calls: list[tuple[int, int]] = []
     engine.analyze(p, progress=lambda done, total: calls.append((done, total)))
     size = p.stat().st_size
