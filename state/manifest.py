@@ -65,6 +65,17 @@ class Manifest(BaseModel):
             raise ValueError("empty job id")
         return s
 
+    @field_validator("global_batch_size", mode="before")
+    @classmethod
+    def _batch(cls, v: Any) -> int | None:
+        """Samples per optimizer step over all ranks: a positive integer or null (a zero or negative
+        batch makes every throughput zero or negative; a bool or a fraction is no count)."""
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+            raise ValueError(f"must be a positive integer (samples per optimizer step), got {v!r}")
+        return int(v)
+
     @field_validator("nodes_list", mode="before")
     @classmethod
     def _nodes(cls, v: Any) -> list[str]:

@@ -159,9 +159,11 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
         fig, params = registry.figure_of(c.metric)
         if c.metric == CLASS_METRIC:
             d = run_step_of(st, d)
-        value = fig.rederive(Reader(rank=d), c, **params).value if fig is not None and fig.rederive else None
-        if value is None:
-            out.append(_judge(c, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
+        rd = fig.rederive(Reader(rank=d), c, **params) if fig is not None and fig.rederive else None
+        value = rd.value if rd is not None else None
+        if value is None:  # the figure's own reason (e.g. no launch events) when it gave one
+            out.append(_judge(c, None, Tolerance(), METHOD,
+                              note=(rd.note if rd is not None and rd.note else f"no re-derivation of {c.metric} here")))
             continue
         if isinstance(value, float):
             value = round(value, 4)
