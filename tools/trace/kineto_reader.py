@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
+from ..files import check_input_file
 from ..jsonguard import GuardedReader
 from .guard import named_malformed_events
 from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,  # noqa: F401 (re-exported)
@@ -117,10 +118,7 @@ def _stream_events(p: Path):
     list. The iterator raises :class:`InputError` (one line) on a truncated or malformed file."""
     from .stream import read_header  # header keys only (before traceEvents)
 
-    if not p.is_file():
-        raise InputError(f"{p.name}: trace file not found ({p})")
-    if p.stat().st_size == 0:
-        raise InputError(f"{p.name}: trace file is empty")
+    check_input_file(p)  # missing, a directory, /dev/null, a FIFO or empty: said in one line
     head = read_header(p, ("distributedInfo",))
     rank = _rank_of(head)
 
@@ -138,7 +136,9 @@ def _stream_events(p: Path):
                     yield ev
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
             msg = " ".join(str(e).split())[:120] or type(e).__name__
-            raise InputError(f"{p.name}: truncated or not valid JSON ({msg})") from e
+            from .guard import locate_invalid_json  # the error path only: names the event and field
+            where = locate_invalid_json(p, msg) if isinstance(e, ijson.JSONError) else None
+            raise InputError(where or f"{p.name}: truncated or not valid JSON ({msg})") from e
         if n == 0:
             raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
 

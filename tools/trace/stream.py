@@ -60,6 +60,7 @@ import numpy as np
 from msgspec import UNSET
 
 from ..errors import InputError, NoGpuEventsError
+from ..files import check_input_file
 from ..jsonguard import GuardedReader
 from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
@@ -97,10 +98,7 @@ _COLLECTIVE_ATTRS = tuple((k, fastscan.ARG_ATTRS[k]) for k in COLLECTIVE_ARG_KEY
 
 def _check_path(path: str | os.PathLike) -> Path:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p.name}: trace file not found ({p})")
-    if p.stat().st_size == 0:
-        raise InputError(f"{p.name}: trace file is empty")
+    check_input_file(p)  # missing, a directory, /dev/null, a FIFO or empty: said in one line
     return p
 
 
@@ -180,7 +178,9 @@ def iter_event_batches(path: str | os.PathLike,
             yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
+        from .guard import locate_invalid_json  # the error path only: a second read names the event and field
+        where = locate_invalid_json(p, msg) if not isinstance(err, (zlib.error, EOFError)) else None
+        raise InputError(where or f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
