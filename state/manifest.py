@@ -29,6 +29,8 @@ class Artifacts(BaseModel):
     telemetry: list[str] = Field(default_factory=list, description="VictoriaMetrics JSON-lines exports")
     node_health_probe: str | None = None
     foms: str | None = None
+    fingerprints: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="size and sha256 of each artifact when it was adopted, by relative path")
 
 
 class Manifest(BaseModel):

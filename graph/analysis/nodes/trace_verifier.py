@@ -30,7 +30,7 @@ from ....tools.errors import Ai4sError, InputError
 from ....tools.perfmodel.roofline import roofline, roofline_of
 from ....tools.trace import crossrank_check, onepass
 from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
-from ....tools.trace.ranks import assign_identity
+from ....tools.trace.ranks import assign_identity, mark_foreign
 
 VERIFIER = "trace_verifier"
 METHOD = REDERIVE_METHOD
@@ -135,6 +135,7 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
     st = state or {}
     ranked, _ = assign_identity([str(p) for p in trace_paths(st)] if st.get("manifest") is not None else [],
                                 list(rank_results))
+    ranked = mark_foreign(ranked, st.get("manifest"))  # another run's trace: left out, as the analyst did
     good = [r for r in ranked if "error" not in r]
     out = []
     for c in claims:
