@@ -24,8 +24,8 @@ from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,
                          canonical_category, no_gpu_events_message)
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
-from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id,
-                      graph_not_recorded_message, input_notes)
+from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds,
+                      far_outside_note, graph_not_recorded_message, input_notes)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -521,10 +521,24 @@ class KinetoLoader:
             if ri >= 0:
                 g.launch_ts = r_ts[ri]
                 g.launcher = runtime_cpu_op[ri]
+        far_note = None
+        if len(gpu) > 1:  # GPU events far outside the profiled steps: left out, said (hygiene.far_outside_bounds)
+            lr = [i for i, c in enumerate(self.r_corr) if c != NO_ID]  # launches: runtime calls with an id
+            work = sum(g.dur for g in gpu)
+            b = far_outside_bounds([(t, d) for t, d, _n in self.steps], min((r_ts[i] for i in lr), default=None),
+                                   max((self.r_end[i] for i in lr), default=None), work)
+            if b is not None:
+                far = [g for g in gpu if g.ts + g.dur < b[0] or g.ts > b[1]]
+                if far and len(far) < len(gpu):
+                    g0 = far[0]
+                    off = (g0.ts - (b[1] - work)) / 1e6 if g0.ts > b[1] else (g0.ts + g0.dur - (b[0] + work)) / 1e6
+                    far_note = far_outside_note(len(far), g0.name, off, work)
+                    drop = set(map(id, far))
+                    gpu = self.gpu = [g for g in gpu if id(g) not in drop]
         overlaps, zero_inside = _clip_streams(gpu)
         # A trace where nothing links (no runtime events) counts every GPU event.
         linked_only = any(linked)
-        notes = self.notes()
+        notes = self.notes() + ([far_note] if far_note else [])
         if not linked_only and (len(self.r_ts) or len(self.flow_ids)):
             notes.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
 

@@ -101,13 +101,17 @@ def check_batch_size(global_batch_size: Any, where: str = "global_batch_size") -
 
 def order_problem(steps: list[Step]) -> tuple[int, str | None]:
     """Step lines out of log order: ``(count, note)``, the count of step lines whose ``(epoch,
-    index)`` is not after the previous step line's, and a one-line note naming the first (None when
-    the log is in order). A training loop logs its steps in the order it runs them, so a decrease or
+    index)`` is not after the previous step line's, or that open a new epoch by going back to an
+    index other than the log's lowest (an epoch restarts at its first batch), and a one-line note
+    naming the first (None when the log is in order). A training loop logs its steps in the order it runs them, so a decrease or
     a repeat means a shuffled, concatenated or restarted log; the warm-up rule and the epochs, which
     read the log's order, then describe another run's order."""
     bad, first = 0, None
+    low = min((s.index for s in steps), default=0)
     for a, b in zip(steps, steps[1:]):
-        if (b.epoch, b.index) <= (a.epoch, a.index):
+        # a decrease is only a new epoch when it goes back to the log's first index (the "Batch N"
+        # parser opens an epoch at every decrease: a shuffled log's would begin anywhere)
+        if (b.epoch, b.index) <= (a.epoch, a.index) or (b.epoch != a.epoch and b.index < a.index and b.index != low):
             bad += 1
             if first is None:
                 first = (a, b)
