@@ -75,7 +75,7 @@ class Manifest(BaseModel):
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
-            raise ValueError(f"must be a positive integer (samples per optimizer step), got {v!r}")
+            raise ValueError(f"got {v!r}, not a positive integer (samples per optimizer step)")
         return int(v)
 
     @field_validator("nodes_list", mode="before")

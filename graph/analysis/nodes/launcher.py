@@ -115,6 +115,7 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
         except ValueError as e:  # not JSON, or a field of the wrong type (pydantic ValidationError)
             first = str(e).splitlines()
             detail = " ".join(first[1:3]) if len(first) > 1 and "validation error" in first[0] else first[0]
+            detail = detail.replace("Value error, ", "")  # pydantic's prefix of a validator's own message
             raise InputError(f"malformed {mpath}: {' '.join(detail.split())[:160]}") from None
         if req.jobid and manifest.jobid != str(req.jobid):
             raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid!r} in {run_dir}")
