@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,27 +66,27 @@ def check_input_file(path: str | Path, kind: str = "trace file") -> Path:
     return p
 
 
-def fingerprint(path: str | Path) -> dict[str, int | str]:
-    """``{"size": bytes, "sha256": hex}`` of one file, read in 1 MiB pieces (constant memory;
-    ~1 GB/s). Raises ``OSError`` when it cannot be read."""
-    import hashlib
-
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as fh:
-        while True:
-            b = fh.read(1 << 20)
-            if not b:
-                break
-            n += len(b)
-            h.update(b)
-    return {"size": n, "sha256": h.hexdigest()}
+def fingerprint(path: str | Path, *, sha256: bool = False) -> dict[str, int | str]:
+    """``{"size": bytes, "mtime_ns": int}`` of one file from ``stat`` (the file is not opened: a
+    run reads each trace once, ``tests/test_layers.py``), with ``sha256`` (hex, read in 1 MiB
+    pieces) when asked. Raises ``OSError`` when it cannot be read."""
+    st = os.stat(path)
+    out: dict[str, int | str] = {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
+    if sha256:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for b in iter(lambda: fh.read(1 << 20), b""):
+                h.update(b)
+        out["sha256"] = h.hexdigest()
+    return out
 
 
 def fingerprint_artifacts(run_dir: str | Path, rel_paths: list[str]) -> dict[str, dict[str, int | str]]:
-    """:func:`fingerprint` of each artifact (paths relative to ``run_dir``) that is a regular file,
-    keyed by its relative path: what adoption records in ``manifest.json`` (``artifacts.fingerprints``)
-    so that a file replaced at the same path later is noticed (:func:`changed_artifacts`)."""
+    """:func:`fingerprint` (size and modification time) of each artifact (paths relative to
+    ``run_dir``) that is a regular file, keyed by its relative path: what adoption records in
+    ``manifest.json`` (``artifacts.fingerprints``) so that a file replaced at the same path later is
+    noticed (:func:`changed_artifacts`, :func:`changed_since_adoption`). A replacement of the same
+    size that keeps the old modification time (``cp -p``, ``touch -r``) is not seen."""
     out: dict[str, dict[str, int | str]] = {}
     for rel in rel_paths:
         p = Path(run_dir) / rel
@@ -96,37 +98,51 @@ def fingerprint_artifacts(run_dir: str | Path, rel_paths: list[str]) -> dict[str
     return out
 
 
+_KEYS = ("size", "mtime_ns", "sha256")
+
+
 def _fp_text(fp: dict) -> str:
-    return f"{fp.get('size')} bytes, sha256 {str(fp.get('sha256'))[:12]}"
+    import datetime as _dt
+
+    parts = [f"{fp.get('size')} bytes"]
+    if isinstance(fp.get("mtime_ns"), int):
+        t = _dt.datetime.fromtimestamp(fp["mtime_ns"] / 1e9, _dt.timezone.utc)
+        parts.append(f"modified {t.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} UTC")
+    if fp.get("sha256"):
+        parts.append(f"sha256 {str(fp['sha256'])[:12]}")
+    return ", ".join(parts)
+
+
+def _differs(old: dict, new: dict) -> bool:
+    """Whether two fingerprints disagree on any key both hold (size, modification time, sha256)."""
+    return any(old.get(k) is not None and new.get(k) is not None and old[k] != new[k] for k in _KEYS)
 
 
 def changed_artifacts(recorded: Any, now: dict[str, dict[str, int | str]], when: str) -> list[str]:
-    """One line per artifact whose size or sha256 differs from what ``recorded`` (an earlier
-    ``artifacts.fingerprints``: ``{relative path: {"size", "sha256"}}``) says, or that ``recorded``
-    names and is gone; ``when`` says where the record comes from (``"the last adoption
+    """One line per artifact whose fingerprint differs from what ``recorded`` (an earlier
+    ``artifacts.fingerprints``: ``{relative path: {"size", "mtime_ns"[, "sha256"]}}``) says, or that
+    ``recorded`` names and is gone; ``when`` says where the record comes from (``"the last adoption
     (<out>/manifest.json)"``). A record that is not such a mapping gives no line."""
     if not isinstance(recorded, dict):
         return []
     out = []
     for rel, old in sorted(recorded.items()):
-        if not isinstance(old, dict) or not old.get("sha256"):
+        if not isinstance(old, dict) or old.get("size") is None:
             continue
         new = now.get(rel)
         if new is None:
             out.append(f"{rel}: recorded at {when} ({_fp_text(old)}) and now missing or not a regular file")
-        elif (new.get("size"), new.get("sha256")) != (old.get("size"), old.get("sha256")):
+        elif _differs(old, new):
             out.append(f"{rel}: a different file than at {when} ({_fp_text(old)} then, {_fp_text(new)} now): "
                        "replaced at the same path; the analysis reads the file as it is now")
     return out
 
 
-def changed_since_adoption(rel: str | None, recorded: Any, sha256_read: Any) -> str | None:
-    """One line when the sha256 of the bytes a reader read (``sha256_read``) is not the one
-    adoption recorded for artifact ``rel`` (``recorded``: ``{"size", "sha256"}``): the file was
-    replaced while the command ran; None when they agree or either is unknown."""
-    if not rel or not isinstance(recorded, dict) or not recorded.get("sha256") or not isinstance(sha256_read, str):
+def changed_since_adoption(rel: str | None, recorded: Any, now: Any) -> str | None:
+    """One line when artifact ``rel``'s fingerprint ``now`` (after its read) is not the one adoption
+    recorded (``recorded``): the file was replaced while the command ran; None when they agree or
+    either is unknown."""
+    if not rel or not isinstance(recorded, dict) or not isinstance(now, dict) or not _differs(recorded, now):
         return None
-    if sha256_read == recorded["sha256"]:
-        return None
-    return (f"{rel}: replaced after adoption (sha256 {str(recorded['sha256'])[:12]} at adoption, {sha256_read[:12]} "
-            "when read): the figures describe the file as read, not the one adopted")
+    return (f"{rel}: replaced after adoption ({_fp_text(recorded)} at adoption, {_fp_text(now)} after its read): "
+            "the figures may describe another file than the one adopted")

@@ -8,7 +8,7 @@ was built or from a computation over its raw JSON in the test, never from the en
   GPU idle near 100 %: its ``total_time`` spans the first GPU event to the last);
 - a shuffled ``train.log``: its out-of-order step lines counted, ``STATUS=partial``;
 - a trace without launch calls: kernels per step not confirmed (``not checked: no launch events``);
-- an artifact replaced at the same path between two runs: said, with both sizes and hashes.
+- an artifact replaced at the same path between two runs: said, with both sizes and times.
 """
 
 from __future__ import annotations
@@ -219,17 +219,24 @@ def test_kernels_per_step_is_not_confirmed_without_launch_events(tmp_path):
 # ---------------------------------------------------------------------------- replaced artifacts
 
 def test_fingerprints_say_which_file_changed(tmp_path):
+    import os
+
     a = tmp_path / "t.json"
     a.write_bytes(b'{"traceEvents": []}')
+    os.utime(a, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
     before = {"t.json": fingerprint(a)}
-    assert before["t.json"]["size"] == 19
+    assert before["t.json"] == {"size": 19, "mtime_ns": 1_700_000_000_000_000_000}
     assert changed_artifacts(before, {"t.json": fingerprint(a)}, "x") == []
-    a.write_bytes(b'{"traceEvents": [1]}')
+    a.write_bytes(b'{"traceEvents": [1]}')  # another file at the same path: 20 bytes, a new mtime
     lines = changed_artifacts(before, {"t.json": fingerprint(a)}, "the last adoption")
-    assert len(lines) == 1 and "19 bytes" in lines[0] and "20 bytes" in lines[0] and "replaced" in lines[0]
+    assert len(lines) == 1 and "19 bytes, modified 2023-11-14 22:13:20.000 UTC then" in lines[0]
+    assert "20 bytes" in lines[0] and "replaced at the same path" in lines[0]
     assert "now missing" in changed_artifacts(before, {}, "x")[0]
-    assert changed_since_adoption("t.json", before["t.json"], before["t.json"]["sha256"]) is None
-    assert "replaced after adoption" in changed_since_adoption("t.json", before["t.json"], "0" * 64)
+    assert changed_since_adoption("t.json", before["t.json"], before["t.json"]) is None
+    assert "replaced after adoption" in changed_since_adoption("t.json", before["t.json"], fingerprint(a))
+    h = fingerprint(a, sha256=True)["sha256"]  # the hash, when asked, is sha256 of the bytes
+    import hashlib
+    assert h == hashlib.sha256(b'{"traceEvents": [1]}').hexdigest()
 
 
 def test_a_trace_replaced_between_two_runs_is_said(tmp_path):

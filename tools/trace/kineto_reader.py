@@ -136,7 +136,7 @@ def _stream_events(p: Path):
                     yield ev
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
             msg = " ".join(str(e).split())[:120] or type(e).__name__
-            from .guard import locate_invalid_json  # the error path only: names the event and field
+            from .jsonpos import locate_invalid_json  # the error path only: names the event and field
             where = locate_invalid_json(p, msg) if isinstance(e, ijson.JSONError) else None
             raise InputError(where or f"{p.name}: truncated or not valid JSON ({msg})") from e
         if n == 0:
@@ -531,8 +531,8 @@ class KinetoLoader:
                 far = [g for g in gpu if g.ts + g.dur < b[0] or g.ts > b[1]]
                 if far and len(far) < len(gpu):
                     g0 = far[0]
-                    off = (g0.ts - (b[1] - work)) / 1e6 if g0.ts > b[1] else (g0.ts + g0.dur - (b[0] + work)) / 1e6
-                    far_note = far_outside_note(len(far), g0.name, off, work)
+                    off = (g0.ts - b[3]) / 1e6 if g0.ts > b[1] else (g0.ts + g0.dur - b[2]) / 1e6
+                    far_note = far_outside_note(len(far), g0.name, off, b[1] - b[3])
                     drop = set(map(id, far))
                     gpu = self.gpu = [g for g in gpu if id(g) not in drop]
         overlaps, zero_inside = _clip_streams(gpu)

@@ -179,7 +179,7 @@ def iter_event_batches(path: str | os.PathLike,
             yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        from .guard import locate_invalid_json  # the error path only: a second read names the event and field
+        from .jsonpos import locate_invalid_json  # the error path only: a second read names the event and field
         where = locate_invalid_json(p, msg) if not isinstance(err, (zlib.error, EOFError)) else None
         raise InputError(where or f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
 
@@ -492,9 +492,8 @@ def drop_far_outside(scan: TraceScan) -> int:
     if n == 0 or n == far.size:
         return 0
     i = int(np.flatnonzero(far)[0])
-    w = float(scan.dur_raw.sum())  # the offset is said from the reference span itself (the bounds less w)
-    off = (scan.ts[i] - (b[1] - w)) / 1e6 if scan.ts[i] > b[1] else (end[i] - (b[0] + w)) / 1e6
-    scan.notes.append(far_outside_note(n, scan.names[scan.name_id[i]], off, w))
+    off = (scan.ts[i] - b[3]) / 1e6 if scan.ts[i] > b[1] else (end[i] - b[2]) / 1e6  # from the reference span
+    scan.notes.append(far_outside_note(n, scan.names[scan.name_id[i]], off, b[1] - b[3]))
     keep = ~far
     new_index = np.cumsum(keep) - 1
     for f in _GPU_FIELDS:

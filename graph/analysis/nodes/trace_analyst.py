@@ -34,7 +34,7 @@ from ...runtime import node
 from ....state import Claim, Evidence, Outcome, StatusLine
 from ....state.claimkit import PCT_TOL, claim
 from ....tools.errors import Ai4sError, InputError, NoGpuEventsError
-from ....tools.files import changed_since_adoption
+from ....tools.files import changed_since_adoption, fingerprint
 from ....tools.perfmodel.roofline import roofline_of
 from ....tools.slurm.scriptparse import env_from_script
 from ....tools.trace import collectives, onepass, tables as trace_tables, workers
@@ -326,12 +326,16 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     good = with_run_steps(state, [r for r in results if "error" not in r])
     missing = _rank_missing(good, bad, id_notes)
     m = state.get("manifest")
-    if m is not None:  # a trace replaced between adoption and its read: the hash of the read says so
+    if m is not None:  # a trace replaced between adoption and now (after its read): its stat says so
         base = run_dir(state)
         by_path = {str(base / rel): (rel, fp) for rel, fp in (m.artifacts.fingerprints or {}).items()}
         for res in good:
             rel, fp = by_path.get(str(res.get("path")), (None, None))
-            line = changed_since_adoption(rel, fp, (res.get("stream") or {}).get("sha256"))
+            try:
+                now = fingerprint(res["path"]) if rel else None
+            except OSError:
+                now = {"size": -1}
+            line = changed_since_adoption(rel, fp, now)
             if line:
                 missing.append(f"trace_analyst: {line}")
     input_notes: list[str] = []
