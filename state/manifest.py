@@ -74,7 +74,10 @@ class Manifest(BaseModel):
         batch makes every throughput zero or negative; a bool or a fraction is no count)."""
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+        if isinstance(v, str) and v.strip().isdigit():  # "16", as pydantic's int took it before
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()) \
+                or v < 1:  # is_integer: False for inf and nan
             raise ValueError(f"got {v!r}, not a positive integer (samples per optimizer step)")
         return int(v)
 
