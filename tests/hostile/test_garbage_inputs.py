@@ -176,12 +176,12 @@ def _log(order: list[int]) -> str:
 def test_step_lines_out_of_order_are_counted(tmp_path):
     p = tmp_path / "train.log"
     p.write_text(_log(list(range(10))))
-    assert fom.parse_log(p).steps_out_of_order == 0
+    assert fom.steps_out_of_order(fom.parse_log(p)) == 0
     p.write_text(_log(list(range(10)) * 2))   # two epochs, each from Batch 0: in order
-    assert fom.parse_log(p).steps_out_of_order == 0
+    assert fom.steps_out_of_order(fom.parse_log(p)) == 0
     p.write_text(_log([0, 1, 2, 5, 4, 3, 6, 7, 8, 9]))  # 4 after 5 and 3 after 4: two lines
     r = fom.parse_log(p)
-    assert r.steps_out_of_order == 2
+    assert fom.steps_out_of_order(r) == 2
     assert any(n.startswith("2 of 10 step lines are out of order") for n in r.notes)
 
 

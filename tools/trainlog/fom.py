@@ -99,6 +99,20 @@ def check_batch_size(global_batch_size: Any, where: str = "global_batch_size") -
     return global_batch_size
 
 
+#: The words of :func:`order_problem`'s note (what the telemetry analyst looks for among the notes).
+OUT_OF_ORDER = "step lines are out of order"
+
+
+def steps_out_of_order(result: Any) -> int:
+    """How many step lines of a parsed log were out of order (the count in its
+    :data:`OUT_OF_ORDER` note; 0 without one). ``result``: a :class:`FomResult` or its dict."""
+    notes = result.get("notes") if isinstance(result, dict) else getattr(result, "notes", None)
+    for n in notes or []:
+        if OUT_OF_ORDER in n:
+            return int(n.split(" ", 1)[0])
+    return 0
+
+
 def order_problem(steps: list[Step]) -> tuple[int, str | None]:
     """Step lines out of log order: ``(count, note)``, the count of step lines whose ``(epoch,
     index)`` is not after the previous step line's, or that open a new epoch by going back to an
@@ -118,7 +132,7 @@ def order_problem(steps: list[Step]) -> tuple[int, str | None]:
     if not bad:
         return 0, None
     a, b = first  # type: ignore[misc]
-    return bad, (f"{bad} of {len(steps)} step lines are out of order (epoch {b.epoch} step {b.index} follows epoch "
+    return bad, (f"{bad} of {len(steps)} {OUT_OF_ORDER} (epoch {b.epoch} step {b.index} follows epoch "
                  f"{a.epoch} step {a.index}): the log is not in the order the run made its steps (shuffled, "
                  "concatenated or restarted); warm-up and epochs read from it are unreliable")
 
@@ -305,7 +319,7 @@ def _summarise(
     the primary FOM (each in its function above; the notes keep that order)."""
     notes = list(parsed.notes)
     steps = parsed.steps
-    n_disorder, disorder = order_problem(steps)
+    _n, disorder = order_problem(steps)
     if disorder:
         notes.append(disorder)
     tqdm = parsed.fmt == "hydragnn_tqdm"
@@ -329,7 +343,7 @@ def _summarise(
         step_time_p10_s=_pct(st, 10) if st else None, step_time_p90_s=_pct(st, 90) if st else None,
         step_time_mean_s=_mean(st) if st else None, epoch_times_s=epoch_times,
         epoch_time_s=epoch_time, epoch_time_method=method, global_batch_size=global_batch_size,
-        **thr, **losses, **primary, notes=notes, steps_out_of_order=n_disorder, step_times_s=[float(t) for t in st],
+        **thr, **losses, **primary, notes=notes, step_times_s=[float(t) for t in st],
     )
 
 
