@@ -29,6 +29,8 @@ class Artifacts(BaseModel):
     telemetry: list[str] = Field(default_factory=list, description="VictoriaMetrics JSON-lines exports")
     node_health_probe: str | None = None
     foms: str | None = None
+    fingerprints: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="size and sha256 of each artifact when it was adopted, by relative path")
 
 
 class Manifest(BaseModel):
@@ -64,6 +66,20 @@ class Manifest(BaseModel):
         if not s:
             raise ValueError("empty job id")
         return s
+
+    @field_validator("global_batch_size", mode="before")
+    @classmethod
+    def _batch(cls, v: Any) -> int | None:
+        """Samples per optimizer step over all ranks: a positive integer or null (a zero or negative
+        batch makes every throughput zero or negative; a bool or a fraction is no count)."""
+        if v is None:
+            return None
+        if isinstance(v, str) and v.strip().isdigit():  # "16", as pydantic's int took it before
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()) \
+                or v < 1:  # is_integer: False for inf and nan
+            raise ValueError(f"got {v!r}, not a positive integer (samples per optimizer step)")
+        return int(v)
 
     @field_validator("nodes_list", mode="before")
     @classmethod

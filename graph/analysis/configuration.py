@@ -108,6 +108,12 @@ def llm_request(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def llm_manifest(state: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The manifest as the LLM agents read it (``manifest.json``'s JSON shape), or None."""
+    """The manifest as the LLM agents read it (``manifest.json``'s JSON shape, without the
+    artifacts' adoption fingerprints: sizes and modification times say nothing of the job and
+    change with every copy of the run), or None."""
     m = state.get("manifest")
-    return m.model_dump(mode="json", by_alias=True) if m is not None else None
+    if m is None:
+        return None
+    d = m.model_dump(mode="json", by_alias=True)
+    (d.get("artifacts") or {}).pop("fingerprints", None)
+    return d

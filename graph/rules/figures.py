@@ -299,6 +299,24 @@ def _rank_rederive(fn: Callable[..., Any]) -> Callable[..., Rederived]:
     return rederive
 
 
+#: What the verifier says of a launch figure when its reader saw no launch call in the trace.
+NO_LAUNCH_EVENTS = ("not checked: no launch events (cudaLaunchKernel / hipLaunchKernel or a variant) in the trace, "
+                    "so kernels per launching step cannot be re-derived from launches")
+
+
+def _launched_per_step(r: Reader, claim: Claim | None = None, **_kw: Any) -> Rederived:
+    """Kernels launched per profiled step, re-derived only from launch evidence: the verifier
+    reader's kernel count over its steps when it saw at least one launch call
+    (``launch.launch_calls``); with none the claim is not confirmed from the kernels alone
+    (``Rederived(None)``: inconclusive, :data:`NO_LAUNCH_EVENTS`)."""
+    f = r.rank
+    if f is None or not f.get("n_steps"):
+        return Rederived(None)
+    if not int((f.get("launch") or {}).get("launch_calls") or 0):
+        return Rederived(None, note=NO_LAUNCH_EVENTS)
+    return Rederived(float(f["kernel_count"]) / float(f["n_steps"]))
+
+
 def _timeline(row: str, supports_: tuple[str, ...], doc: str) -> Figure:
     return Figure(f"gpu_timeline.{row}.percent", "%", doc, "rank", PCT_TOL, supports_,
                   _rank_make(lambda f: timeline_pct(f, row), 4), _rank_rederive(lambda f: timeline_pct(f, row)))
@@ -319,7 +337,7 @@ RANK_FIGURES: tuple[Figure, ...] = (
            PCT_TOL, (C.dispatch.value,), _rank_make(short_kernel_pct, 3), _rank_rederive(short_kernel_pct)),
     Figure("kernels.kernels_per_step", "kernels/step", "kernels launched per profiled step", "rank", REL_TOL,
            (C.dispatch.value,), _rank_make(kernels_per_step, 3),
-           _rank_rederive(lambda f: float(f["kernel_count"]) / float(f["n_steps"]) if f.get("n_steps") else None)),
+           _launched_per_step),
     Figure("ops_by_category.{category}.percent", "%", "share of GPU kernel time of one op category", "rank",
            Tolerance(abs=2.0), (C.compute.value, C.memory.value),
            _rank_make(category_pct, 3), _rank_rederive(category_pct)),

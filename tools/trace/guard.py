@@ -94,3 +94,4 @@ def named_malformed_events(path: str | os.PathLike[str]) -> Iterator[None]:
         if why is None:
             raise
         raise InputError(why) from e
+

@@ -45,6 +45,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import InputError, NoGpuEventsError
+from ..files import check_input_file
 from ..jsonguard import check_bytes
 from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
                          categorize_op)
@@ -71,10 +72,7 @@ def read_trace_json(path: str | Path) -> dict:
     Raises :class:`InputError` (one line: file name + what is wrong) for a missing, empty,
     truncated/corrupt gzip, non-JSON file, or JSON without a ``traceEvents`` list."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p.name}: trace file not found ({p})")
-    if p.stat().st_size == 0:
-        raise InputError(f"{p.name}: trace file is empty")
+    check_input_file(p)  # missing, a directory, /dev/null, a FIFO or empty: said in one line
     try:
         with open(p, "rb") as fh:
             magic = fh.read(2)

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
+from ..files import check_input_file
 from ..jsonguard import GuardedReader
 from .guard import named_malformed_events
 from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,  # noqa: F401 (re-exported)
                          canonical_category, no_gpu_events_message)
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
-from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id,
-                      graph_not_recorded_message, input_notes)
+from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds,
+                      far_outside_note, graph_not_recorded_message, input_notes)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -117,10 +118,7 @@ def _stream_events(p: Path):
     list. The iterator raises :class:`InputError` (one line) on a truncated or malformed file."""
     from .stream import read_header  # header keys only (before traceEvents)
 
-    if not p.is_file():
-        raise InputError(f"{p.name}: trace file not found ({p})")
-    if p.stat().st_size == 0:
-        raise InputError(f"{p.name}: trace file is empty")
+    check_input_file(p)  # missing, a directory, /dev/null, a FIFO or empty: said in one line
     head = read_header(p, ("distributedInfo",))
     rank = _rank_of(head)
 
@@ -138,7 +136,9 @@ def _stream_events(p: Path):
                     yield ev
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
             msg = " ".join(str(e).split())[:120] or type(e).__name__
-            raise InputError(f"{p.name}: truncated or not valid JSON ({msg})") from e
+            from .jsonpos import locate_invalid_json  # the error path only: names the event and field
+            where = locate_invalid_json(p, msg) if isinstance(e, ijson.JSONError) else None
+            raise InputError(where or f"{p.name}: truncated or not valid JSON ({msg})") from e
         if n == 0:
             raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
 
@@ -521,10 +521,24 @@ class KinetoLoader:
             if ri >= 0:
                 g.launch_ts = r_ts[ri]
                 g.launcher = runtime_cpu_op[ri]
+        far_note = None
+        if len(gpu) > 1:  # GPU events far outside the profiled steps: left out, said (hygiene.far_outside_bounds)
+            lr = [i for i, c in enumerate(self.r_corr) if c != NO_ID]  # launches: runtime calls with an id
+            work = sum(g.dur for g in gpu)
+            b = far_outside_bounds([(t, d) for t, d, _n in self.steps], min((r_ts[i] for i in lr), default=None),
+                                   max((self.r_end[i] for i in lr), default=None), work)
+            if b is not None:
+                far = [g for g in gpu if g.ts + g.dur < b[0] or g.ts > b[1]]
+                if far and len(far) < len(gpu):
+                    g0 = far[0]
+                    off = (g0.ts - b[3]) / 1e6 if g0.ts > b[1] else (g0.ts + g0.dur - b[2]) / 1e6
+                    far_note = far_outside_note(len(far), g0.name, off, b[1] - b[3])
+                    drop = set(map(id, far))
+                    gpu = self.gpu = [g for g in gpu if id(g) not in drop]
         overlaps, zero_inside = _clip_streams(gpu)
         # A trace where nothing links (no runtime events) counts every GPU event.
         linked_only = any(linked)
-        notes = self.notes()
+        notes = self.notes() + ([far_note] if far_note else [])
         if not linked_only and (len(self.r_ts) or len(self.flow_ids)):
             notes.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
 

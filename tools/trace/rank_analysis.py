@@ -29,7 +29,7 @@ from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-5.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-6.s{ts_mod.STREAM_VERSION}"
 #: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
 #: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
 SHEETS_VERSION = 2  # 2: kernel_summary of recorded durations (tables.kernel_tables)
@@ -112,6 +112,8 @@ def rank_record(scan: ts_mod.TraceScan, rank: int) -> dict[str, Any]:
     return {
         "device_name": str(props[0].get("name", "")) if props and isinstance(props[0], dict) else "",
         "base_time_ns": scan.header.get("baseTimeNanoseconds"),
+        # first GPU start and last GPU end (trace µs): when the trace ran (ranks.foreign_traces)
+        "gpu_span_us": [float(scan.ts.min()), float((scan.ts + scan.dur_raw).max())] if len(scan.ts) else None,
         "rank": int(rank),
         "path": scan.path,
         "analysis_version": ANALYSIS_VERSION,

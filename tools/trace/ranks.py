@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import Ai4sError, InputError
 from .stream import read_header
@@ -152,3 +153,93 @@ def assign_identity(paths: list[str], results: list[dict]) -> tuple[list[dict], 
             r["stream"] = dict(r["stream"], rank=f.rank, label=f.label)
         out.append(r)
     return sorted(out, key=lambda r: r.get("rank", 0)), notes
+
+
+#: Seconds a rank trace's GPU events may lie outside its job's window and still be the job's:
+#: SLURM's Start and End are whole seconds (``sacct``; up to 1 s off each way) and the nodes of one
+#: job keep NTP time, milliseconds apart. The bundled runs' traces start 0.4-12 s after their job's
+#: start and end 0.1-49 s before its end; a trace of the run before (93003 beside 93004) lies 20 s
+#: outside, so the slack cannot be much larger without accepting the neighbouring job.
+FOREIGN_SLACK_S = 2.0
+#: Unix seconds a trace timestamp may take when a trace writes absolute times without
+#: ``baseTimeNanoseconds`` (older kineto): 2001-09-09 to 2096-10-02 (1e9 .. 4e9 s).
+UNIX_RANGE_S = (1e9, 4e9)
+
+
+def trace_unix_span(rec: dict) -> tuple[float, float] | None:
+    """When a rank's GPU events ran, in unix seconds ``(first start, last end)``, from its record
+    (``gpu_span_us``, trace µs, plus ``base_time_ns``: kineto writes ``ts`` relative to
+    ``baseTimeNanoseconds``); without a base, the timestamps themselves when they read as unix
+    µs (:data:`UNIX_RANGE_S`); else None (relative clocks say nothing of when)."""
+    span = rec.get("gpu_span_us")
+    if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, (int, float)) for v in span)):
+        return None
+    base = rec.get("base_time_ns")
+    off = float(base) / 1e9 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
+    t0, t1 = off + float(span[0]) / 1e6, off + float(span[1]) / 1e6
+    lo, hi = UNIX_RANGE_S
+    return (t0, t1) if lo <= t0 <= hi else None
+
+
+def _utc(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def foreign_traces(results: list[dict], *, jobid: str | None = None, start: float | None = None,
+                   end: float | None = None, world_size: int | None = None) -> dict[str, str]:
+    """Rank traces that belong to another run: ``{path: one-line reason}`` for each rank result
+    (dicts with ``path`` and ``stream``, the rank's record) whose GPU events lie outside the job's
+    window ``[start, end]`` (unix s) by more than :data:`FOREIGN_SLACK_S` (:func:`trace_unix_span`),
+    or whose ``distributedInfo.world_size`` differs from the job's ``world_size`` (the manifest's,
+    else the one most of the traces give). Results without the facts a test needs pass that test
+    (a relative clock, no window, no world size). A trace carries no SLURM job id (kineto writes
+    none), so when and how wide it ran is the evidence."""
+    out: dict[str, str] = {}
+    sizes = [((r.get("stream") or {}).get("world_size")) for r in results]
+    sizes = [int(w) for w in sizes if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0]
+    job_ws = world_size if world_size else (max(set(sizes), key=sizes.count) if sizes else None)
+    src = "the manifest's" if world_size else "the other traces'"
+    job = f"job {jobid}" if jobid else "the job"
+    for r in results:
+        rec = r.get("stream") or {}
+        name = Path(str(r.get("path"))).name
+        ws = rec.get("world_size")
+        if job_ws and isinstance(ws, (int, float)) and not isinstance(ws, bool) and int(ws) != job_ws:
+            out[str(r.get("path"))] = (f"{name}: a trace of another run, left out of the analysis: its "
+                                       f"distributedInfo.world_size {int(ws)} is not {job}'s world size {job_ws} ({src})")
+            continue
+        span = trace_unix_span(rec)
+        if span is None or start is None or end is None:
+            continue
+        t0, t1 = span
+        if t1 < start - FOREIGN_SLACK_S or t0 > end + FOREIGN_SLACK_S:
+            off = start - t1 if t1 < start else t0 - end
+            side = "before" if t1 < start else "after"
+            out[str(r.get("path"))] = (f"{name}: a trace of another run, left out of the analysis: its GPU events ran "
+                                       f"{off:.1f} s {side} {job}'s window ({_utc(t0)} to {_utc(t1)}, the job "
+                                       f"{_utc(start)} to {_utc(end)}; slack {FOREIGN_SLACK_S:g} s)")
+    return out
+
+
+def mark_foreign(results: list[dict], manifest: Any = None) -> list[dict]:
+    """The rank results with each trace of another run (:func:`foreign_traces` against
+    ``manifest``: its job id, ``start``/``end`` and ``world_size`` or ``ranks`` field) turned into
+    a failed rank (``error`` = the reason, ``foreign`` True): left out of every figure, and said
+    where failed ranks are (``STATUS=partial``). Results unchanged without a manifest."""
+    if manifest is None:
+        return results
+    ws = None
+    extra = getattr(manifest, "model_extra", None) or {}
+    for k in ("world_size", "ranks"):
+        v = extra.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            ws = v
+            break
+    good = [r for r in results if "error" not in r]
+    bad = foreign_traces(good, jobid=getattr(manifest, "jobid", None), start=getattr(manifest, "start", None),
+                         end=getattr(manifest, "end", None), world_size=ws)
+    if not bad:
+        return results
+    return [dict(r, error=bad[str(r.get("path"))], foreign=True) if str(r.get("path")) in bad else r for r in results]

@@ -60,8 +60,10 @@ import numpy as np
 from msgspec import UNSET
 
 from ..errors import InputError, NoGpuEventsError
+from ..files import check_input_file
 from ..jsonguard import GuardedReader
-from .hygiene import STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, graph_not_recorded_message, input_notes
+from .hygiene import (STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds, far_outside_note,
+                      graph_not_recorded_message, input_notes)
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from . import fastscan
 from .fastscan import NO_ARGS, EngineArgs, EngineEvent, engine_events, event_dict
@@ -84,7 +86,7 @@ except Exception:  # pragma: no cover - depends on the wheel
 _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, EOFError, ValueError)
 
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
-STREAM_VERSION = "4"
+STREAM_VERSION = "5"
 
 _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 _DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
@@ -97,10 +99,7 @@ _COLLECTIVE_ATTRS = tuple((k, fastscan.ARG_ATTRS[k]) for k in COLLECTIVE_ARG_KEY
 
 def _check_path(path: str | os.PathLike) -> Path:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p.name}: trace file not found ({p})")
-    if p.stat().st_size == 0:
-        raise InputError(f"{p.name}: trace file is empty")
+    check_input_file(p)  # missing, a directory, /dev/null, a FIFO or empty: said in one line
     return p
 
 
@@ -180,7 +179,9 @@ def iter_event_batches(path: str | os.PathLike,
             yield from fastscan.event_lists(fh, raw, size, progress, trailer, fields)
     except (*_JSON_ERRORS, zlib.error) as err:
         msg = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise InputError(f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
+        from .jsonpos import locate_invalid_json  # the error path only: a second read names the event and field
+        where = locate_invalid_json(p, msg) if not isinstance(err, (zlib.error, EOFError)) else None
+        raise InputError(where or f"{p.name}: trace is truncated or not valid JSON ({msg})") from err
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
@@ -463,8 +464,44 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                 other[c] = other.get(c, 0) + cat_counts.get(r, 0)
         dropped = bad_num + bad_dur + instants + pairs.gpu_lost(GPU_CATS)
         raise NoGpuEventsError(no_gpu_events_message(p.name, other, dropped) + "".join(f"; {x}" for x in scan.notes))
+    drop_far_outside(scan)
     clip_stream_overlaps(scan)
     return scan
+
+
+#: The scan's fields indexed by GPU event (what :func:`drop_far_outside` filters together).
+_GPU_FIELDS = ("ts", "dur", "dur_raw", "name_id", "kind", "device", "stream", "corr")
+
+
+def drop_far_outside(scan: TraceScan) -> int:
+    """Drop, in place, the GPU events wholly outside :func:`.hygiene.far_outside_bounds` of the
+    scan (its ProfilerSteps, else its launches, widened by all its GPU work) and say so in
+    ``scan.notes`` (:func:`.hygiene.far_outside_note`); never all of them. Returns how many."""
+    if scan.n_gpu_events < 2:
+        return 0
+    lts, lend = scan.launch_ts, scan.launch_end
+    b = far_outside_bounds([(t, d) for _n, t, d in scan.steps],
+                           float(lts.min()) if lts is not None and lts.size else None,
+                           float(lend.max()) if lend is not None and lend.size else None,
+                           float(scan.dur_raw.sum()))
+    if b is None:
+        return 0
+    end = scan.ts + scan.dur_raw
+    far = (end < b[0]) | (scan.ts > b[1])
+    n = int(far.sum())
+    if n == 0 or n == far.size:
+        return 0
+    i = int(np.flatnonzero(far)[0])
+    off = (scan.ts[i] - b[3]) / 1e6 if scan.ts[i] > b[1] else (end[i] - b[2]) / 1e6  # from the reference span
+    scan.notes.append(far_outside_note(n, scan.names[scan.name_id[i]], off, b[1] - b[3]))
+    keep = ~far
+    new_index = np.cumsum(keep) - 1
+    for f in _GPU_FIELDS:
+        a = getattr(scan, f)
+        if a is not None:
+            setattr(scan, f, a[keep].copy() if f == "dur" else a[keep])
+    scan.comm_args = {int(new_index[k]): v for k, v in scan.comm_args.items() if keep[k]}
+    return n
 
 
 def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,

@@ -196,12 +196,35 @@ def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 3] + "..."
 
 
+def duplicate_pairs(scan: TraceScan) -> list[tuple[int, int, float]]:
+    """The clipped pairs of :func:`clip_stream_overlaps` (``scan.overlaps``) that are exact
+    duplicates: the successor has the same name, correlation id, start and recorded length as the
+    clipped event on the same (device, stream). A GPU executes one stream in order, so two records
+    of one kernel at one instant are one execution written twice (a merged or re-exported trace),
+    not an overlap."""
+    out = []
+    for i, j, excess in scan.overlaps:
+        if (scan.ts[i] == scan.ts[j] and scan.dur_raw[i] == scan.dur_raw[j] and scan.name_id[i] == scan.name_id[j]
+                and scan.corr[i] == scan.corr[j]):
+            out.append((i, j, excess))
+    return out
+
+
 def overlap_warnings(scan: TraceScan, limit: int = 3) -> list[str]:
     """The scan's notes (:attr:`.scan.TraceScan.notes`), the zero-length events left unclipping
-    (:func:`.hygiene.input_notes`), then one warning line per clipped event (the ``limit`` largest
-    excesses, then a count)."""
+    (:func:`.hygiene.input_notes`), the exact duplicates counted in one line
+    (:func:`duplicate_pairs`: not called overlaps), then one warning line per other clipped event
+    (the ``limit`` largest excesses, then a count)."""
     out = list(scan.notes) + input_notes(zero_inside=scan.zero_inside)
-    rows = sorted(scan.overlaps, key=lambda x: -x[2])
+    dups = duplicate_pairs(scan)
+    if dups:
+        i = dups[0][0]
+        out.append(f"{len(dups)} exact duplicate GPU event(s) (the same name, stream, correlation id, ts and dur as "
+                   f"another event; the first '{_short(scan.names[scan.name_id[i]])}' at ts {scan.ts[i]:.3f} us): a "
+                   "merged or twice-written trace; each is counted again in the kernel counts, not in the times "
+                   "(its time is its twin's)")
+    seen = {(i, j) for i, j, _ in dups}
+    rows = sorted((r for r in scan.overlaps if (r[0], r[1]) not in seen), key=lambda x: -x[2])
     for i, j, excess in rows[:limit]:
         out.append(f"GPU event '{_short(scan.names[scan.name_id[i]])}' (stream {scan.stream_id(i)}, ts {scan.ts[i]:.3f} us) "
                    f"runs {excess:.3f} us past the start of '{_short(scan.names[scan.name_id[j]])}' (ts {scan.ts[j]:.3f} us) "

@@ -78,11 +78,63 @@ def parse_log(
 
     ``text``: the log's text when the caller already read it (:func:`.logtext.read_log`: the one
     read of the log per run). Returns a :class:`FomResult` (seconds, samples/s). Raises
-    :class:`InputError` (one line) for a missing or empty log, or a log with no recognisable step line.
+    :class:`InputError` (one line) for a missing or empty log, a log with no recognisable step line,
+    or a ``global_batch_size`` that is not a positive integer (:func:`check_batch_size`).
     """
     p = Path(path)
+    check_batch_size(global_batch_size)
     parsed = read_steps(p, rank, fmt, text)
     return _summarise(p, parsed, global_batch_size, rank, warmup_steps, fom_kind)
+
+
+def check_batch_size(global_batch_size: Any, where: str = "global_batch_size") -> int | None:
+    """``global_batch_size`` when it is None or a positive integer (samples per optimizer step: a
+    count, so at least 1); else :class:`InputError` naming the field (``where``) and the value: a
+    zero or negative batch gives a zero or negative throughput, a bool or a float is no count."""
+    if global_batch_size is None:
+        return None
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
+        raise InputError(f"{where} must be a positive integer (samples per optimizer step), got "
+                         f"{global_batch_size!r}: refused")
+    return global_batch_size
+
+
+#: The words of :func:`order_problem`'s note (what the telemetry analyst looks for among the notes).
+OUT_OF_ORDER = "step lines are out of order"
+
+
+def steps_out_of_order(result: Any) -> int:
+    """How many step lines of a parsed log were out of order (the count in its
+    :data:`OUT_OF_ORDER` note; 0 without one). ``result``: a :class:`FomResult` or its dict."""
+    notes = result.get("notes") if isinstance(result, dict) else getattr(result, "notes", None)
+    for n in notes or []:
+        if OUT_OF_ORDER in n:
+            return int(n.split(" ", 1)[0])
+    return 0
+
+
+def order_problem(steps: list[Step]) -> tuple[int, str | None]:
+    """Step lines out of log order: ``(count, note)``, the count of step lines whose ``(epoch,
+    index)`` is not after the previous step line's, or that open a new epoch by going back to an
+    index other than the log's lowest (an epoch restarts at its first batch), and a one-line note
+    naming the first (None when the log is in order). A training loop logs its steps in the order it runs them, so a decrease or
+    a repeat means a shuffled, concatenated or restarted log; the warm-up rule and the epochs, which
+    read the log's order, then describe another run's order."""
+    bad, first = 0, None
+    low = min((s.index for s in steps), default=0)
+    for a, b in zip(steps, steps[1:]):
+        # a decrease is only a new epoch when it goes back to the log's first index (the "Batch N"
+        # parser opens an epoch at every decrease: a shuffled log's would begin anywhere)
+        if (b.epoch, b.index) <= (a.epoch, a.index) or (b.epoch != a.epoch and b.index < a.index and b.index != low):
+            bad += 1
+            if first is None:
+                first = (a, b)
+    if not bad:
+        return 0, None
+    a, b = first  # type: ignore[misc]
+    return bad, (f"{bad} of {len(steps)} {OUT_OF_ORDER} (epoch {b.epoch} step {b.index} follows epoch "
+                 f"{a.epoch} step {a.index}): the log is not in the order the run made its steps (shuffled, "
+                 "concatenated or restarted); warm-up and epochs read from it are unreliable")
 
 
 @dataclass
@@ -267,6 +319,9 @@ def _summarise(
     the primary FOM (each in its function above; the notes keep that order)."""
     notes = list(parsed.notes)
     steps = parsed.steps
+    _n, disorder = order_problem(steps)
+    if disorder:
+        notes.append(disorder)
     tqdm = parsed.fmt == "hydragnn_tqdm"
     timed = [s for s in steps if s.time_s is not None and math.isfinite(s.time_s)]
     epochs_in_order, per_epoch, bpe = _epochs(steps)

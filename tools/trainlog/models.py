@@ -29,7 +29,9 @@ class FomResult(BaseModel):
     epoch losses. Epoch losses are means of the FINITE loss values; ``n_nonfinite_losses`` of the
     ``n_losses`` logged values are NaN/inf (the first at ``first_nonfinite_loss``) and
     ``loss_diverged`` is True when there is any (a NaN loss is a diverged run, whatever the
-    other values do), ``None`` when the log has no loss values. ``primary_fom`` is ``epoch_time_s`` for latency-bound GNN work (lesson 5) and a
+    other values do), ``None`` when the log has no loss values. Step lines out of log order (a
+    shuffled, concatenated or restarted log) are counted in one of ``notes``
+    (:func:`.fom.order_problem`, :data:`.fom.OUT_OF_ORDER`). ``primary_fom`` is ``epoch_time_s`` for latency-bound GNN work (lesson 5) and a
     throughput for throughput-bound work (lesson 31); ``fom_higher_is_better`` says which way is
     better."""
 

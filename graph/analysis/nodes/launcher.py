@@ -15,6 +15,7 @@ from ..schema import AnalysisState
 from ...runtime import node
 from ....state import Manifest, Outcome, StatusLine
 from ....tools.errors import InputError
+from ....tools.files import changed_artifacts, fingerprint_artifacts
 from ....tools.report.write import has_report
 from ....tools.slurm.jobs import discover_artifacts, perf_run_dir
 
@@ -114,6 +115,7 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
         except ValueError as e:  # not JSON, or a field of the wrong type (pydantic ValidationError)
             first = str(e).splitlines()
             detail = " ".join(first[1:3]) if len(first) > 1 and "validation error" in first[0] else first[0]
+            detail = detail.replace("Value error, ", "")  # pydantic's prefix of a validator's own message
             raise InputError(f"malformed {mpath}: {' '.join(detail.split())[:160]}") from None
         if req.jobid and manifest.jobid != str(req.jobid):
             raise InputError(f"--job {req.jobid} does not match manifest.json jobid {manifest.jobid!r} in {run_dir}")
@@ -124,8 +126,13 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
         manifest = _manifest_from_slurm(req.jobid) or Manifest(jobid=req.jobid)
         missing.append(f"launcher: {run_dir} had no manifest.json; built one from "
                        + ("sacct" if manifest.state != "UNKNOWN" else "the files alone (state UNKNOWN)"))
+    recorded = manifest.artifacts.fingerprints if mpath.exists() else {}
     found = discover_artifacts(run_dir)
+    rels = [p for p in [found.train_log, *found.traces, *found.telemetry, found.node_health_probe] if p]
+    found.fingerprints = fingerprint_artifacts(run_dir, rels)  # recorded at adoption: a later swap is noticed
     manifest.artifacts = found
+    missing += [f"launcher: {line}" for line in changed_artifacts(recorded, found.fingerprints, f"{mpath}'s record")]
+    missing += [f"launcher: {line}" for line in _changed_since_last_adoption(req, run_dir, manifest.jobid, found)]
     if not found.traces:
         missing.append(f"launcher: no rank traces under {run_dir}/traces/")
     if not found.telemetry:
@@ -133,6 +140,24 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
     if not found.train_log:
         missing.append(f"launcher: no train.log in {run_dir}")
     return manifest, missing
+
+
+def _changed_since_last_adoption(req: RunRequest, run_dir: Path, jobid: str, found: Any) -> list[str]:
+    """Artifacts of this job that differ from the fingerprints the previous adoption wrote into
+    ``<out>/manifest.json`` (same job id; not the run's own manifest, which is never rewritten):
+    a trace or log replaced at the same path between two runs of the command."""
+    out = Path(req.out_dir)
+    prev = out / "manifest.json"
+    if not prev.is_file() or out.resolve() == run_dir.resolve():
+        return []
+    try:
+        data = json.loads(prev.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict) or str(data.get("jobid")) != str(jobid):
+        return []
+    rec = (data.get("artifacts") or {}).get("fingerprints") if isinstance(data.get("artifacts"), dict) else None
+    return changed_artifacts(rec, found.fingerprints, f"the last adoption ({prev})")
 
 
 def _manifest_from_slurm(jobid: str) -> Manifest | None:

@@ -438,6 +438,9 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
         if cut:  # a cut line may have held a step: said, and the node is partial
             missing.append(f"{ANALYST}: training log: {cut[0]}")
             outcomes.append(Outcome.partial)
+        if fom.steps_out_of_order(findings["fom"]):  # a shuffled / concatenated log: said, partial
+            missing += [f"{ANALYST}: training log: {n}" for n in notes if fom.OUT_OF_ORDER in n]
+            outcomes.append(Outcome.partial)
         if findings["fom"].get("loss_diverged"):
             f = findings["fom"]
             missing.append(f"{ANALYST}: training log: training diverged: {f['n_nonfinite_losses']} of {f['n_losses']} "

@@ -22,7 +22,7 @@ from typing import Any
 
 from langgraph.types import Send
 
-from ..configuration import llm_manifest, llm_request, trace_paths
+from ..configuration import llm_manifest, llm_request, run_dir, trace_paths
 from ..inputs import job_script
 from ..schema import AnalysisState, RankResult, RankTask
 from .rank_worker import VERIFIER_KEYS, analyze_one, as_rank_result
@@ -34,6 +34,7 @@ from ...runtime import node
 from ....state import Claim, Evidence, Outcome, StatusLine
 from ....state.claimkit import PCT_TOL, claim
 from ....tools.errors import Ai4sError, InputError, NoGpuEventsError
+from ....tools.files import changed_since_adoption, fingerprint
 from ....tools.perfmodel.roofline import roofline_of
 from ....tools.slurm.scriptparse import env_from_script
 from ....tools.trace import collectives, onepass, tables as trace_tables, workers
@@ -143,7 +144,8 @@ def identify(state: AnalysisState, results: list[RankResult]) -> tuple[list[Rank
     """The rank results with their final identity (:func:`ai4s_graph.tools.trace.ranks.assign_identity`
     over the manifest's traces, each file's ``distributedInfo.rank`` as its analysis pass read it),
     sorted by rank, and the identity notes. Nothing is read here."""
-    return rank_identity.assign_identity([str(p) for p in trace_paths(state)], results)
+    ranked, notes = rank_identity.assign_identity([str(p) for p in trace_paths(state)], results)
+    return rank_identity.mark_foreign(ranked, state.get("manifest")), notes
 
 
 def _ev(res: RankResult, query: str, returned: Any) -> Evidence:
@@ -323,6 +325,19 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     bad = [r for r in results if "error" in r]
     good = with_run_steps(state, [r for r in results if "error" not in r])
     missing = _rank_missing(good, bad, id_notes)
+    m = state.get("manifest")
+    if m is not None:  # a trace replaced between adoption and now (after its read): its stat says so
+        base = run_dir(state)
+        by_path = {str(base / rel): (rel, fp) for rel, fp in (m.artifacts.fingerprints or {}).items()}
+        for res in good:
+            rel, fp = by_path.get(str(res.get("path")), (None, None))
+            try:
+                now = fingerprint(res["path"]) if rel else None
+            except OSError:
+                now = {"size": -1}
+            line = changed_since_adoption(rel, fp, now)
+            if line:
+                missing.append(f"trace_analyst: {line}")
     input_notes: list[str] = _rank_input_notes(good)
     claims: list[Claim] = [c for res in good for c in claims_for_rank(res)]
     tables = _write_tables(state, good)

@@ -30,7 +30,7 @@ from ....tools.errors import Ai4sError, InputError
 from ....tools.perfmodel.roofline import roofline, roofline_of
 from ....tools.trace import crossrank_check, onepass
 from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
-from ....tools.trace.ranks import assign_identity
+from ....tools.trace.ranks import assign_identity, mark_foreign
 
 VERIFIER = "trace_verifier"
 METHOD = REDERIVE_METHOD
@@ -135,6 +135,7 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
     st = state or {}
     ranked, _ = assign_identity([str(p) for p in trace_paths(st)] if st.get("manifest") is not None else [],
                                 list(rank_results))
+    ranked = mark_foreign(ranked, st.get("manifest"))  # another run's trace: left out, as the analyst did
     good = [r for r in ranked if "error" not in r]
     out = []
     for c in claims:
@@ -159,9 +160,11 @@ def verify_trace_claims(claims: list[Claim], rank_results: list[RankResult],
         fig, params = registry.figure_of(c.metric)
         if c.metric == CLASS_METRIC:
             d = run_step_of(st, d)
-        value = fig.rederive(Reader(rank=d), c, **params).value if fig is not None and fig.rederive else None
-        if value is None:
-            out.append(_judge(c, None, Tolerance(), METHOD, note=f"no re-derivation of {c.metric} here"))
+        rd = fig.rederive(Reader(rank=d), c, **params) if fig is not None and fig.rederive else None
+        value = rd.value if rd is not None else None
+        if value is None:  # the figure's own reason (e.g. no launch events) when it gave one
+            out.append(_judge(c, None, Tolerance(), METHOD,
+                              note=(rd.note if rd is not None and rd.note else f"no re-derivation of {c.metric} here")))
             continue
         if isinstance(value, float):
             value = round(value, 4)

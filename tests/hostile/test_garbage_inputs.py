@@ -1,0 +1,256 @@
+"""Kind: garbage that used to get a confident answer (the adversarial trial of main, 2026-12-02).
+Every input is a bundled run damaged by code here; every expected value comes from how the input
+was built or from a computation over its raw JSON in the test, never from the engine's output.
+
+- a rank trace of another run (93003's rank 1 copied in as 93004's): left out, ``STATUS=partial``;
+- ``global_batch_size`` 0 or negative in ``manifest.json``: refused in one line naming the field;
+- one kernel moved 1000 s away: left out of both readers' figures and said (TraceLens would read
+  GPU idle near 100 %: its ``total_time`` spans the first GPU event to the last);
+- a shuffled ``train.log``: its out-of-order step lines counted, ``STATUS=partial``;
+- a trace without launch calls: kernels per step not confirmed (``not checked: no launch events``);
+- an artifact replaced at the same path between two runs: said, with both sizes and times.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostile_harness as H  # noqa: E402
+
+from ai4s_graph.state import Manifest  # noqa: E402
+from ai4s_graph.tools.errors import InputError  # noqa: E402
+from ai4s_graph.tools.files import changed_artifacts, changed_since_adoption, fingerprint  # noqa: E402
+from ai4s_graph.tools.trace import engine, kineto, ranks  # noqa: E402
+from ai4s_graph.tools.trainlog import fom  # noqa: E402
+
+EXAMPLES = H.REPO / "examples" / "perf-runs"
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _trace(p: Path) -> dict:
+    return json.loads(gzip.decompress(p.read_bytes()))
+
+
+def _gpu_span_unix(d: dict) -> tuple[float, float]:
+    """First GPU start and last GPU end in unix seconds, by hand from the raw JSON
+    (kineto: ``ts`` µs relative to ``baseTimeNanoseconds``)."""
+    g = [(e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"] if e.get("cat") in GPU_CATS]
+    base = d["baseTimeNanoseconds"] / 1e9
+    return base + min(a for a, _ in g) / 1e6, base + max(b for _, b in g) / 1e6
+
+
+# ----------------------------------------------------------------------------------- foreign rank
+
+def _rec(path: str, t0: float, t1: float, ws: int | None = 2) -> dict:
+    """A rank result as the analyst holds it: GPU span in trace µs over a base of 1.79e9 s."""
+    base = 1_790_000_000.0
+    return {"path": path, "stream": {"gpu_span_us": [(t0 - base) * 1e6, (t1 - base) * 1e6],
+                                     "base_time_ns": int(base * 1e9), "world_size": ws}}
+
+
+def test_a_trace_outside_the_job_window_is_foreign_and_one_inside_the_slack_is_not():
+    start, end = 1_796_000_000.0, 1_796_000_010.0
+    slack = ranks.FOREIGN_SLACK_S
+    res = [_rec("a/trace_rank0.json", start + 1, start + 2),                    # inside
+           _rec("a/trace_rank1.json", start - slack + 0.1 - 1, start - slack + 0.1),  # ends just inside the slack
+           _rec("a/trace_rank2.json", start - 30, start - slack - 0.1),          # ends 0.1 s past the slack
+           _rec("a/trace_rank3.json", end + slack + 0.1, end + 5)]               # starts past the end
+    bad = ranks.foreign_traces(res, jobid="7", start=start, end=end, world_size=2)
+    assert sorted(bad) == ["a/trace_rank2.json", "a/trace_rank3.json"]
+    assert f"{slack + 0.1:.1f} s before job 7's window" in bad["a/trace_rank2.json"]
+    assert f"{slack + 0.1:.1f} s after job 7's window" in bad["a/trace_rank3.json"]
+    assert all("\n" not in v and "another run" in v for v in bad.values())
+
+
+def test_a_trace_of_another_world_size_is_foreign():
+    res = [_rec("r0.json", 10, 11), _rec("r1.json", 10, 11), _rec("r2.json", 10, 11, ws=8)]
+    bad = ranks.foreign_traces(res)  # no manifest: the world size most traces give (2)
+    assert list(bad) == ["r2.json"] and "world_size 8 is not the job's world size 2" in bad["r2.json"]
+    assert ranks.foreign_traces(res[:2], world_size=2) == {}
+    # a relative clock (no base, small ts) and no window say nothing of when
+    assert ranks.trace_unix_span({"gpu_span_us": [5.0, 9.0]}) is None
+
+
+def test_another_runs_trace_as_rank_1_is_left_out(tmp_path):
+    """93003's rank-1 trace (a run 20 s earlier) in 93004's directory: rank 1 is left out, with
+    the offset computed here from its raw JSON and 93004's manifest; the run ends partial."""
+    run = H.copy_run(tmp_path / "run", EXAMPLES / "93004")
+    foreign = EXAMPLES / "93003" / "traces" / "trace_rank1.json.gz"
+    shutil.copy(foreign, run / "traces" / "trace_rank1.json.gz")
+    man = json.loads((run / "manifest.json").read_text())
+    _t0, t1 = _gpu_span_unix(_trace(foreign))
+    assert t1 < man["start_unix"] - ranks.FOREIGN_SLACK_S  # how the input was built
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "93004", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert H.status_lines(cp)[-1].startswith("STATUS=partial"), cp.stdout[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    said = [m for m in rep["missing"] if "trace_rank1.json.gz: a trace of another run" in m]
+    assert len(said) == 1 and f"{man['start_unix'] - t1:.1f} s before job 93004's window" in said[0]
+    ranks_claimed = {c["claim"]["id"].split(".")[1] for c in rep["claims"] if c["claim"]["id"].startswith("tl.r")}
+    assert ranks_claimed == {"r0"}  # no claim of the foreign rank
+
+
+# ----------------------------------------------------------------------------- global batch size
+
+@pytest.mark.parametrize("gbs", [-16, 0])
+def test_a_non_positive_global_batch_size_is_refused_naming_the_field(tmp_path, gbs):
+    run = H.copy_run(tmp_path / "run")
+    m = json.loads((run / "manifest.json").read_text())
+    m["global_batch_size"] = gbs
+    (run / "manifest.json").write_text(json.dumps(m))
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(tmp_path / "out"), state=tmp_path / "st")
+    H.assert_refused(cp, "global_batch_size", f"got {gbs}")
+    assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_the_fom_parser_refuses_a_non_positive_batch_too():
+    log = EXAMPLES / "92001" / "train.log"
+    for bad in (0, -16, True, 2.5):
+        with pytest.raises(InputError, match="global_batch_size must be a positive integer"):
+            fom.parse_log(log, global_batch_size=bad)
+    r = fom.parse_log(log, global_batch_size=16)
+    assert r.throughput_samples_per_s == pytest.approx(16 / r.steady_step_time_s)
+    with pytest.raises(ValueError, match="global_batch_size"):
+        Manifest.model_validate({"jobid": "1", "global_batch_size": -1})
+
+
+# ------------------------------------------------------------------------------ a moved kernel
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """92001's trace with its middle kernel moved +1000 s, and the same trace without that kernel."""
+    d = _trace(EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz")
+    ks = [i for i, e in enumerate(d["traceEvents"]) if e.get("cat") == "kernel"]
+    k = ks[len(ks) // 2]
+    moved, without = copy.deepcopy(d), copy.deepcopy(d)
+    moved["traceEvents"][k]["ts"] += 1e9
+    del without["traceEvents"][k]
+    tmp = tmp_path_factory.mktemp("moved")
+    a, b = tmp / "moved.json.gz", tmp / "without.json.gz"
+    a.write_bytes(gzip.compress(json.dumps(moved).encode(), 1))
+    b.write_bytes(gzip.compress(json.dumps(without).encode(), 1))
+    return a, b, moved
+
+
+def test_a_kernel_1000_s_away_is_left_out_and_said_by_both_readers(moved):
+    a, b, raw = moved
+    got, ref = engine.analyze(a), engine.analyze(b)
+    assert got.kernel_count == ref.kernel_count
+    for row in ("idle_time", "computation_time", "total_time"):
+        assert got.timeline[row].time_ms == pytest.approx(ref.timeline[row].time_ms, abs=1e-6)
+    notes = [w for w in got.warnings if "far outside the profiled steps" in w]
+    assert len(notes) == 1 and notes[0].startswith("1 GPU event(s)") and "1e+03 s after the end" in notes[0]
+    kv, kr = kineto.rederive_figures(a), kineto.rederive_figures(b)
+    assert kv["kernel_count"] == kr["kernel_count"]
+    assert kv["timeline"]["idle_time"]["percent"] == pytest.approx(kr["timeline"]["idle_time"]["percent"], abs=1e-6)
+    assert any("far outside the profiled steps" in n for n in kineto.load_events(a).notes)
+    # what TraceLens reads (GPUEventAnalyser: total_time = last GPU end - first GPU start over all
+    # GPU events), by hand over the raw JSON: the moved kernel stretches the window to ~1000 s
+    g = [(e["ts"], e["ts"] + e["dur"]) for e in raw["traceEvents"] if e.get("cat") in GPU_CATS]
+    total = max(y for _, y in g) - min(x for x, _ in g)
+    busy_upper = sum(y - x for x, y in g)
+    assert 1.0 - busy_upper / total > 0.9999  # TraceLens: GPU idle > 99.99 %
+
+
+def test_no_event_of_a_bundled_trace_is_far_outside():
+    for p in sorted(EXAMPLES.glob("*/traces/*.json.gz")):
+        assert not [w for w in engine.analyze(p).warnings if "far outside" in w], p
+
+
+# ------------------------------------------------------------------------------ a shuffled log
+
+def _log(order: list[int]) -> str:
+    return "".join(f"Batch {i}: loss {5 / (i + 1):.5f} time 0.0150 seconds samples 16\n" for i in order)
+
+
+def test_step_lines_out_of_order_are_counted(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_text(_log(list(range(10))))
+    assert fom.steps_out_of_order(fom.parse_log(p)) == 0
+    p.write_text(_log(list(range(10)) * 2))   # two epochs, each from Batch 0: in order
+    assert fom.steps_out_of_order(fom.parse_log(p)) == 0
+    p.write_text(_log([0, 1, 2, 5, 4, 3, 6, 7, 8, 9]))  # 4 after 5 and 3 after 4: two lines
+    r = fom.parse_log(p)
+    assert fom.steps_out_of_order(r) == 2
+    assert any(n.startswith("2 of 10 step lines are out of order") for n in r.notes)
+
+
+def test_a_shuffled_log_ends_partial(tmp_path):
+    import random
+
+    run = H.copy_run(tmp_path / "run")
+    lines = (run / "train.log").read_text().splitlines()
+    random.Random(1).shuffle(lines)
+    (run / "train.log").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    tel = [ln for ln in cp.stdout.splitlines() if ln.startswith("telemetry_analyst")]
+    assert tel and "STATUS=partial" in tel[0] and "step lines are out of order" in tel[0]
+    assert H.status_lines(cp)[-1].startswith("STATUS=partial")
+
+
+# ------------------------------------------------------------------------- no launch events
+
+def test_kernels_per_step_is_not_confirmed_without_launch_events(tmp_path):
+    run = H.copy_run(tmp_path / "run")
+    d = H.read_trace(run)
+    d["traceEvents"] = [e for e in d["traceEvents"] if "LaunchKernel" not in str(e.get("name"))]
+    H.write_trace(run, d)
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    rep = json.loads((out / "report.json").read_text())
+    kps = [c for c in rep["claims"] if c["claim"]["metric"] == "kernels.kernels_per_step"]
+    assert kps and all(c["verdict"] == "inconclusive" for c in kps)
+    assert all(c["note"].startswith("not checked: no launch events") for c in kps)
+
+
+# ---------------------------------------------------------------------------- replaced artifacts
+
+def test_fingerprints_say_which_file_changed(tmp_path):
+    import os
+
+    a = tmp_path / "t.json"
+    a.write_bytes(b'{"traceEvents": []}')
+    os.utime(a, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    before = {"t.json": fingerprint(a)}
+    assert before["t.json"] == {"size": 19, "mtime_ns": 1_700_000_000_000_000_000}
+    assert changed_artifacts(before, {"t.json": fingerprint(a)}, "x") == []
+    a.write_bytes(b'{"traceEvents": [1]}')  # another file at the same path: 20 bytes, a new mtime
+    lines = changed_artifacts(before, {"t.json": fingerprint(a)}, "the last adoption")
+    assert len(lines) == 1 and "19 bytes, modified 2023-11-14 22:13:20.000 UTC then" in lines[0]
+    assert "20 bytes" in lines[0] and "replaced at the same path" in lines[0]
+    assert "now missing" in changed_artifacts(before, {}, "x")[0]
+    assert changed_since_adoption("t.json", before["t.json"], before["t.json"]) is None
+    assert "replaced after adoption" in changed_since_adoption("t.json", before["t.json"], fingerprint(a))
+    h = fingerprint(a, sha256=True)["sha256"]  # the hash, when asked, is sha256 of the bytes
+    import hashlib
+    assert h == hashlib.sha256(b'{"traceEvents": [1]}').hexdigest()
+
+
+def test_a_trace_replaced_between_two_runs_is_said(tmp_path):
+    run, out, _ = H.good_report(tmp_path)
+    man = json.loads((out / "manifest.json").read_text())
+    rec = man["artifacts"]["fingerprints"]["traces/trace_rank0.json.gz"]
+    trace = run / "traces" / "trace_rank0.json.gz"
+    assert rec == fingerprint(trace)
+    d = H.read_trace(run)
+    d["traceEvents"] = d["traceEvents"][:-1]  # a different file at the same path
+    H.write_trace(run, d)
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    rep = json.loads((out / "report.json").read_text())
+    said = [m for m in rep["missing"] if m.startswith("launcher: traces/trace_rank0.json.gz: a different file")]
+    assert len(said) == 1 and f"{rec['size']} bytes" in said[0] and f"{trace.stat().st_size} bytes" in said[0]
+    assert H.status_lines(cp)[-1].startswith("STATUS=partial")

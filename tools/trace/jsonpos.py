@@ -1,0 +1,81 @@
+"""Where a trace stops being JSON, named in one line (the event, its field, a bare ``NaN``): the
+error path of the readers (:mod:`.stream`, :mod:`.kineto_reader`) after their parse failed. Kept
+apart from :mod:`.guard` (which reads through :mod:`.stream`) so that the readers import it without
+a cycle."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import Ai4sError
+
+#: A bare word where a JSON value belongs (``NaN``, ``Infinity``, ``-Infinity``, ``nan``,
+#: ``undefined``...): what Python's ``json.dump`` writes for a non-finite float (its default
+#: ``allow_nan=True``) and RFC 8259 forbids.
+_BARE_WORD = r'\s*:\s*(-?[A-Za-z_][A-Za-z0-9_]*)'
+
+
+class _Tail:
+    """A binary reader that keeps its last two pieces read (the text around a parse error)."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.prev, self.last = fh, b"", b""
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.fh.read(n)
+        if b:
+            self.prev, self.last = self.last, b
+        return b
+
+    def text(self) -> str:
+        return (self.prev + self.last).decode("utf-8", errors="replace")
+
+
+def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | None:
+    """Where a trace stops being JSON, in one line: the index of the event in ``traceEvents``, its
+    category and name as far as they were read, the field whose value did not parse and, when it is
+    a bare word such as ``NaN`` or ``Infinity``, that word (RFC 8259 has no such number; Python's
+    ``json.dump`` writes one for a non-finite float). None when the error lies outside
+    ``traceEvents`` or the file parses (the caller keeps its own message). Called only after a
+    reader's parse failed (a second read of the file, through the same JSON bounds); ``error``: the
+    parser's message, quoted when no bare word explains it."""
+    import re
+
+    try:
+        import ijson.backends.yajl2_c as ijson  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - the pure-Python backend
+        import ijson  # type: ignore[no-redef]
+    from pathlib import Path
+
+    from ..jsonguard import GuardedReader
+    from .rawfile import decoded, raw_of
+
+    p = Path(path)
+    idx, key, ev = -1, None, {}
+    try:
+        with raw_of(p, None) as raw:
+            tail = _Tail(decoded(raw))
+            for prefix, event, value in ijson.parse(GuardedReader(tail, p.name), use_float=True):
+                if prefix == "traceEvents.item":
+                    if event == "start_map":
+                        idx, key, ev = idx + 1, None, {}
+                    elif event == "map_key":
+                        key = value
+                elif prefix in ("traceEvents.item.name", "traceEvents.item.cat", "traceEvents.item.ts") and \
+                        event in ("string", "number"):
+                    ev[prefix.rsplit(".", 1)[1]] = value
+    except Ai4sError:
+        return None
+    except Exception as e:  # the parser's error: ijson.JSONError, or an I/O or gzip error
+        if idx < 0 or key is None:
+            return None
+        found = re.findall(re.escape(f'"{key}"') + _BARE_WORD, tail.text())
+        what = (f"is {found[-1]}, not a JSON number: not valid JSON (RFC 8259 has no NaN or Infinity; Python's "
+                "json.dump writes them for non-finite floats, kineto never does)") if found else \
+            f"does not parse: not valid JSON ({' '.join((error or str(e) or type(e).__name__).split())[:100]})"
+        label = ", ".join(f"{k} {ev[k]!r}" if k != "name" else f"name {str(ev[k])[:40]!r}"
+                          for k in ("cat", "name", "ts") if k in ev)
+        return (f"{p.name}: traceEvents[{idx}] field {key!r} {what}; the event: {label or 'no cat, name or ts read'}; "
+                "the rank is not analysed")
+    return None
