@@ -39,7 +39,8 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     ``json.dump`` writes one for a non-finite float). None when the error lies outside
     ``traceEvents`` or the file parses (the caller keeps its own message). Called only after a
     reader's parse failed (a second read of the file, through the same JSON bounds); ``error``: the
-    parser's message, quoted when no bare word explains it."""
+    parser's message, quoted when no bare word explains it; a parse that ran off the end of the data
+    (yajl's "premature EOF", pure-Python ijson's "Incomplete JSON content") is called truncated."""
     import re
 
     try:
@@ -70,12 +71,16 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     except Exception as e:  # the parser's error: ijson.JSONError, or an I/O or gzip error
         if idx < 0 or key is None:
             return None
+        label = ", ".join(f"{k} {ev[k]!r}" if k != "name" else f"name {str(ev[k])[:40]!r}"
+                          for k in ("cat", "name", "ts") if k in ev)
+        text = " ".join((error or str(e) or type(e).__name__).split())
+        if re.search(r"premature EOF|Incomplete JSON|unexpected end", text, re.IGNORECASE):  # yajl / pure-Python ijson
+            return (f"{p.name}: truncated: the JSON ends inside traceEvents[{idx}] (at field {key!r}; the event: "
+                    f"{label or 'no cat, name or ts read'}): the file was cut short; the rank is not analysed")
         found = re.findall(re.escape(f'"{key}"') + _BARE_WORD, tail.text())
         what = (f"is {found[-1]}, not a JSON number: not valid JSON (RFC 8259 has no NaN or Infinity; Python's "
                 "json.dump writes them for non-finite floats, kineto never does)") if found else \
             f"does not parse: not valid JSON ({' '.join((error or str(e) or type(e).__name__).split())[:100]})"
-        label = ", ".join(f"{k} {ev[k]!r}" if k != "name" else f"name {str(ev[k])[:40]!r}"
-                          for k in ("cat", "name", "ts") if k in ev)
         return (f"{p.name}: traceEvents[{idx}] field {key!r} {what}; the event: {label or 'no cat, name or ts read'}; "
                 "the rank is not analysed")
     return None

@@ -78,7 +78,8 @@ class TraceScan:
     Launches (CPU events with a correlation id): ``launch_corr``, ``launch_ts``, ``launch_end``,
     ``launch_name`` (into ``cpu_names``), ``launch_thread``, ``launch_order`` (event index).
     cpu_ops: ``op_ts``, ``op_end``, ``op_name`` (into ``cpu_names``), ``op_thread``, ``op_order``.
-    ``flow_ids``: ids of ``ac2g`` flow start halves (written on the launching CPU thread). ``steps``: ``(number, ts, dur)``.
+    ``flow_ids``: ids of ``ac2g`` flow start halves (written on the launching CPU thread). ``steps``: ``(number, ts, dur)``;
+    ``gpu_steps``: ``(ts, dur)`` of their ``gpu_user_annotation`` copies (HTA's step window reads them).
     ``dataloader``: ``(ts, dur)`` of CPU events whose name mentions DataLoader.
     ``comm_args``: GPU event index -> collective metadata, for communication kernels.
     ``overlaps``: ``(i, j, excess_us)``: event i ran ``excess_us`` past the start of j, next on its
@@ -110,6 +111,7 @@ class TraceScan:
     flow_ids: np.ndarray | None = None
     cpu_names: list[str] = field(default_factory=list)
     steps: list[tuple[int, float, float]] = field(default_factory=list)
+    gpu_steps: list[tuple[float, float]] = field(default_factory=list)
     dataloader: list[tuple[float, float]] = field(default_factory=list)
     comm_args: dict[int, dict[str, Any]] = field(default_factory=dict)
     header: dict[str, Any] = field(default_factory=dict)

@@ -264,6 +264,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     cpu_index: dict[str, int] = {}
     threads: dict[tuple, int] = {}
     steps: list[tuple[int, float, float]] = []
+    gpu_steps: list[tuple[float, float]] = []  # (ts, dur) of the gpu_user_annotation ProfilerStep copies
     dataloader: list[tuple[float, float]] = []
     comm_args: dict[int, dict[str, Any]] = {}
     comm_name_cache: dict[int, bool] = {}
@@ -423,6 +424,9 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                     continue
             elif cat is None or cat == "user_annotation":
                 mark = _name_mark(nm) if nm else None
+            elif cat == "gpu_user_annotation" and nm.startswith("ProfilerStep"):
+                gpu_steps.append((t, e - t))  # the GPU-side copy: only HTA's step window reads it
+                continue
             else:
                 continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
             if mark is None:
@@ -449,7 +453,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         op_ts=np.frombuffer(o_ts, dtype=np.float64), op_end=np.frombuffer(o_end, dtype=np.float64),
         op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
         op_order=np.frombuffer(o_ord, dtype=np.int32), flow_ids=np.frombuffer(flows, dtype=np.int64),
-        cpu_names=cpu_names, steps=steps, dataloader=dataloader, comm_args=comm_args,
+        cpu_names=cpu_names, steps=steps, gpu_steps=sorted(gpu_steps), dataloader=dataloader, comm_args=comm_args,
         header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
         device_names={c: v for v, c in dev_codes.items()},
         notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur, ill, bad_args),
@@ -569,7 +573,8 @@ def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
     ``profiler_steps``: events launched by a CPU-side event starting at or before the end of the
     last ProfilerStep (HTA with ``include_last_profiler_step=True``). ``drop_last_step``: launched
     before the start of the last ProfilerStep (HTA's default, which drops the possibly incomplete
-    last step). Without ProfilerStep annotations the two HTA windows fall back to ``linked``.
+    last step). As in HTA, the last ProfilerStep is the latest of the CPU annotations and their
+    ``gpu_user_annotation`` copies (which start later: the GPU reaches the step after the host). Without ProfilerStep annotations the two HTA windows fall back to ``linked``.
     Raises InputError on an unknown window name."""
     if window not in ("linked", "all", "profiler_steps", "drop_last_step"):
         raise InputError(f"unknown launch window {window!r}: use linked, all, profiler_steps or drop_last_step")
@@ -580,10 +585,15 @@ def window_mask(scan: TraceScan, window: LaunchWindow = "linked") -> np.ndarray:
         return np.ones(scan.n_gpu_events, dtype=bool)
     if window == "linked" or not scan.steps:
         return linked
+    # HTA's step bounds (hta/common/trace.py _filter_irrelevant_gpu_kernels): the latest start and end
+    # over every ProfilerStep event its CPUOperatorFilter keeps: every event without both a stream and
+    # a correlation id, so the gpu_user_annotation copies too, which start later than the CPU ones.
+    starts = [s[1] for s in scan.steps] + [g[0] for g in scan.gpu_steps]
+    ends = [s[1] + s[2] for s in scan.steps] + [g[0] + g[1] for g in scan.gpu_steps]
     if window == "profiler_steps":
-        ok = scan.launch_ts <= max(s[1] + s[2] for s in scan.steps)
+        ok = scan.launch_ts <= max(ends)
     else:
-        ok = scan.launch_ts < max(s[1] for s in scan.steps)
+        ok = scan.launch_ts < max(starts)
     return np.isin(scan.corr, scan.launch_corr[ok])
 
 
