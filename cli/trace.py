@@ -68,12 +68,12 @@ class _LazyProgress:
 EXIT_INPUT, EXIT_OTHER = 2, 1
 
 
-def _fail(msg: str, code: int = EXIT_INPUT, as_json: bool = False) -> None:
+def _fail(msg: str, code: int = EXIT_INPUT, as_json: bool = False, command: str = "trace timeline") -> None:
     """``error: msg`` on stderr, then the STATUS line on stdout (with ``as_json``, the refusal as one
     JSON object: :func:`~.options.echo_refusal`), and exit ``code``."""
     typer.echo(f"error: {msg}", err=True)
     if as_json:
-        options.echo_refusal("trace timeline", msg, code)
+        options.echo_refusal(command, msg, code)
     else:
         typer.echo(StatusLine.make("fail", msg).format())
     raise typer.Exit(code=code)
@@ -173,7 +173,7 @@ def steps(
     try:
         bd = step_breakdown(trace, top=top, keep_paths=path)
     except Ai4sError as e:
-        _fail(str(e))
+        _fail(str(e), as_json=as_json, command="trace steps")
         return
     if _warn_or_json(bd.warnings, bd if as_json else None):
         return
@@ -245,7 +245,7 @@ def comm(
         env = env_from_run(run_dir) if run_dir is not None else []
         rep = comm_report(paths, baseline=baseline, env=env)
     except Ai4sError as e:
-        _fail(str(e))
+        _fail(str(e), as_json=as_json, command="trace comm")
         return
     if _warn_or_json([f"rank {rc.rank}: {w}" for rc in rep.ranks for w in rc.warnings], rep if as_json else None):
         return

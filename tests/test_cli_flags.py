@@ -151,3 +151,16 @@ def test_trace_timeline_json_refusal_is_json(app, tmp_path):
     _refusal(CliRunner().invoke(app, ["trace", "timeline", str(tmp_path / "none.json"), "--json"]), 2)
     _refusal(CliRunner().invoke(app, ["trace", "timeline", str(NOTES_TRACE), "--json", "--backend", "nope"]), 2,
              "unknown backend")
+
+
+@pytest.mark.parametrize("sub", ["steps", "comm"])
+def test_trace_steps_and_comm_json_refusal_is_json(app, tmp_path, sub):
+    """``trace steps --json`` and ``trace comm --json`` refuse a truncated or missing trace with one
+    JSON object naming the command, exit 2, as ``trace timeline`` does."""
+    bad = tmp_path / "trace_rank0.json"
+    bad.write_text('{"traceEvents": [')  # truncated
+    out = _refusal(CliRunner().invoke(app, ["trace", sub, str(bad), "--json"]), 2, "trace_rank0.json")
+    assert out["command"] == f"trace {sub}"
+    _refusal(CliRunner().invoke(app, ["trace", sub, str(tmp_path / "none.json"), "--json"]), 2)
+    plain = CliRunner().invoke(app, ["trace", sub, str(bad)])
+    assert plain.exit_code == 2 and plain.stdout.strip().startswith("STATUS=fail; reason=")
