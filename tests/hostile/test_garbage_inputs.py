@@ -100,6 +100,29 @@ def test_another_runs_trace_as_rank_1_is_left_out(tmp_path):
     assert ranks_claimed == {"r0"}  # no claim of the foreign rank
 
 
+@pytest.mark.parametrize("how", ["deleted", "a directory"])
+def test_a_rank_trace_the_manifest_lists_but_the_run_lacks_makes_the_run_partial(tmp_path, how):
+    """93004 (2 ranks, manifest.json lists both traces) with rank 1's trace deleted, or a directory
+    in its place: the run is partial and says which listed trace it lacks (it was STATUS=ok,
+    compute-bound, with nothing missing)."""
+    run = H.copy_run(tmp_path / "run", EXAMPLES / "93004")
+    man = json.loads((run / "manifest.json").read_text())
+    assert "traces/trace_rank1.json.gz" in man["artifacts"]["traces"]  # how the input was built
+    t1 = run / "traces" / "trace_rank1.json.gz"
+    t1.unlink()
+    if how == "a directory":
+        t1.mkdir()
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "93004", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert H.status_lines(cp)[-1].startswith("STATUS=partial"), cp.stdout[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    word = "is a directory" if how == "a directory" else "does not exist"
+    said = [m for m in rep["missing"] if "traces/trace_rank1.json.gz: listed in manifest.json but" in m]
+    assert len(said) == 1 and word in said[0], rep["missing"]
+
+
 # ----------------------------------------------------------------------------- global batch size
 
 @pytest.mark.parametrize("gbs", [-16, 0])

@@ -127,7 +127,9 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
         missing.append(f"launcher: {run_dir} had no manifest.json; built one from "
                        + ("sacct" if manifest.state != "UNKNOWN" else "the files alone (state UNKNOWN)"))
     recorded = manifest.artifacts.fingerprints if mpath.exists() else {}
+    listed = list(manifest.artifacts.traces) if mpath.exists() else []
     found = discover_artifacts(run_dir)
+    missing += [f"launcher: {line}" for line in _listed_not_found(run_dir, listed, found.traces)]
     rels = [p for p in [found.train_log, *found.traces, *found.telemetry, found.node_health_probe] if p]
     found.fingerprints = fingerprint_artifacts(run_dir, rels)  # recorded at adoption: a later swap is noticed
     manifest.artifacts = found
@@ -140,6 +142,22 @@ def adopt(req: RunRequest) -> tuple[Manifest, list[str]]:
     if not found.train_log:
         missing.append(f"launcher: no train.log in {run_dir}")
     return manifest, missing
+
+
+def _listed_not_found(run_dir: Path, listed: list[str], found: list[str]) -> list[str]:
+    """One line per rank trace the run's own ``manifest.json`` lists that adoption did not find
+    (deleted, or a directory in its place, after the job wrote the manifest): that rank is missing
+    from every figure, so the run is partial, never ok (the adversarial trial: 93004 without its
+    rank-1 trace was called compute-bound with STATUS=ok)."""
+    have = {str(Path(f)) for f in found}
+    out = []
+    for rel in listed:
+        if str(Path(rel)) in have:
+            continue
+        p = run_dir / rel
+        what = "is a directory" if p.is_dir() else ("is not a trace file" if p.exists() else "does not exist")
+        out.append(f"{rel}: listed in manifest.json but {what}: that rank is not analysed")
+    return out
 
 
 def _changed_since_last_adoption(req: RunRequest, run_dir: Path, jobid: str, found: Any) -> list[str]:
