@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .publish import publish
 
@@ -31,6 +31,27 @@ class Artifacts(BaseModel):
     foms: str | None = None
     fingerprints: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="size and sha256 of each artifact when it was adopted, by relative path")
+
+
+def int64_problem(data: Any, where: str = "") -> str | None:
+    """The first integer in ``data`` (declared fields and extra ones alike, e.g. ``peak_rss_bytes``,
+    at any depth) that does not fit a signed 64-bit integer, as one line naming its field; None when
+    all fit. The graph's checkpoint (msgpack) holds nothing wider, and no count or byte size of a job
+    comes near 2^63 (the adversarial trial: a 2^64 ``peak_rss_bytes`` crashed every resume with
+    ``TypeError: not msgpack serializable``)."""
+    if isinstance(data, bool):
+        return None
+    if isinstance(data, int) and not -(2**63) <= data < 2**63:
+        text = str(data)
+        return (f"{where or 'value'}: {text[:24]}{'...' if len(text) > 24 else ''} does not fit a 64-bit integer "
+                "(no job count or byte size comes near 2^63)")
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for k, x in items:
+        found = int64_problem(x, f"{where}.{k}" if where and isinstance(k, str) else
+                              f"{where}[{k}]" if where else str(k))
+        if found:
+            return found
+    return None
 
 
 class Manifest(BaseModel):
@@ -58,6 +79,16 @@ class Manifest(BaseModel):
     hbm_reserved_bytes: int | None = None
     exit_code: str | None = None
     artifacts: Artifacts = Field(default_factory=Artifacts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _int64(cls, data: Any) -> Any:
+        """Every integer in the manifest fits a signed 64-bit integer (:func:`int64_problem`);
+        raises ValueError naming the field."""
+        problem = int64_problem(data)
+        if problem:
+            raise ValueError(problem)
+        return data
 
     @field_validator("jobid", mode="before")
     @classmethod
@@ -128,7 +159,8 @@ class Manifest(BaseModel):
     @classmethod
     def read(cls, path: Path) -> "Manifest":
         """Read a manifest. Raises ``ValueError`` with a one-line message when the file is
-        not JSON or lacks a job id, ``FileNotFoundError`` when it is missing."""
+        not JSON, lacks a job id or holds an integer wider than 64 bits (:func:`int64_problem`),
+        ``FileNotFoundError`` when it is missing."""
         path = Path(path)
         try:
             data = json.loads(path.read_text())
@@ -138,4 +170,7 @@ class Manifest(BaseModel):
             raise ValueError(f"{path}: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object")
+        problem = int64_problem(data)
+        if problem:
+            raise ValueError(f"{path}: {problem}")
         return cls.model_validate(data)

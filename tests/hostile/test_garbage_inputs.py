@@ -277,3 +277,23 @@ def test_a_trace_replaced_between_two_runs_is_said(tmp_path):
     said = [m for m in rep["missing"] if m.startswith("launcher: traces/trace_rank0.json.gz: a different file")]
     assert len(said) == 1 and f"{rec['size']} bytes" in said[0] and f"{trace.stat().st_size} bytes" in said[0]
     assert H.status_lines(cp)[-1].startswith("STATUS=partial")
+
+
+@pytest.mark.parametrize("field, value", [("peak_rss_bytes", 2**64), ("num_workers", -(2**63) - 1),
+                                          ("env", {"deep": [1, 10**30]})])
+def test_an_integer_wider_than_64_bits_in_the_manifest_is_refused_naming_it(tmp_path, field, value):
+    """A manifest integer that no 64-bit field holds (extra fields and nested ones too) is refused in
+    one line naming the field, exit 2, nothing written (it crashed every resume in the checkpoint's
+    msgpack and replaced ``--out/manifest.json``)."""
+    run = H.copy_run(tmp_path / "run", EXAMPLES / "92001")
+    man = json.loads((run / "manifest.json").read_text())
+    man[field] = value
+    (run / "manifest.json").write_text(json.dumps(man))
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    name = {"env": "env.deep[1]"}.get(field, field)
+    H.assert_refused(cp, f"{name}: ")
+    assert "does not fit a 64-bit integer" in cp.stderr  # the whole line (STATUS cuts a long one)
+    assert not out.exists()
+    with pytest.raises(ValueError, match="does not fit a 64-bit integer"):
+        Manifest.read(run / "manifest.json")

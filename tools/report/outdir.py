@@ -60,8 +60,9 @@ def check_run_dir(perf_run: str | os.PathLike[str]) -> Manifest | None:
     except ValueError as e:
         errs = getattr(e, "errors", None)
         first = errs()[0] if callable(errs) else {"loc": (), "msg": str(e)}
-        where = ".".join(str(x) for x in first.get("loc", ())) or "value"
-        raise InputError(f"malformed {mp}: {where}: {first['msg']}: refused, nothing written") from None
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        msg = str(first["msg"]).removeprefix("Value error, ")  # pydantic's prefix of a validator's own message
+        raise InputError(f"malformed {mp}: {where + ': ' if where else ''}{msg}: refused, nothing written") from None
 
 
 def _inside(p: Path, d: Path) -> bool:
