@@ -188,7 +188,7 @@ def test_bad_trace_is_one_line_and_keeps_an_earlier_file(tmp_path):
     out.write_bytes(b"earlier")
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "ts": 1'))
-    with pytest.raises(InputError, match="truncated or not valid JSON"):
+    with pytest.raises(InputError, match="truncated"):
         A.write_annotated_trace(bad, out)
     assert out.read_bytes() == b"earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated_trace.json.gz", "bad.json.gz"]  # no temp left

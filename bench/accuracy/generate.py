@@ -449,9 +449,16 @@ def verify_case(d: Path) -> dict:
                             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}, timeout=600, check=False)
     try:
         tl = json.loads(cp.stdout)
-        row["timeline"] = {k: round(tl[k]["percent"], 1) for k in ("busy_time", "idle_time", "exposed_memcpy_time")}
-    except (ValueError, KeyError, TypeError):
-        row["timeline"] = (cp.stdout.strip().splitlines() or cp.stderr.strip().splitlines() or ["?"])[-1][:160]
+    except ValueError:
+        tl = None
+    if isinstance(tl, dict) and tl.get("outcome") == "fail":  # a refusal under --json: its reason, whole
+        row["timeline"] = str(tl.get("reason"))
+    else:
+        try:
+            row["timeline"] = {k: round(tl[k]["percent"], 1) for k in ("busy_time", "idle_time", "exposed_memcpy_time")}
+        except (KeyError, TypeError):
+            row["timeline"] = (cp.stdout.strip().splitlines() or cp.stderr.strip().splitlines() or ["?"])[-1][:160]
+    if isinstance(row["timeline"], str):
         if "CPU-only" not in row["timeline"] or man.get("gpu"):
             row["problems"].append(f"trace timeline: {row['timeline']}")
     return row
