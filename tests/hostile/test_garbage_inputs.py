@@ -79,6 +79,17 @@ def test_a_trace_of_another_world_size_is_foreign():
     assert ranks.trace_unix_span({"gpu_span_us": [5.0, 9.0]}) is None
 
 
+def _partial_report(run: Path, tmp_path: Path, job: str = "93004") -> dict:
+    """``run --job <job>`` on ``run``: no traceback, exit 0, the last STATUS line partial; its
+    report.json."""
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", job, "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert H.status_lines(cp)[-1].startswith("STATUS=partial"), cp.stdout[-2000:]
+    return json.loads((out / "report.json").read_text())
+
+
 def test_another_runs_trace_as_rank_1_is_left_out(tmp_path):
     """93003's rank-1 trace (a run 20 s earlier) in 93004's directory: rank 1 is left out, with
     the offset computed here from its raw JSON and 93004's manifest; the run ends partial."""
@@ -88,12 +99,7 @@ def test_another_runs_trace_as_rank_1_is_left_out(tmp_path):
     man = json.loads((run / "manifest.json").read_text())
     _t0, t1 = _gpu_span_unix(_trace(foreign))
     assert t1 < man["start_unix"] - ranks.FOREIGN_SLACK_S  # how the input was built
-    out = tmp_path / "out"
-    cp = H.cli("run", "--job", "93004", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
-    H.assert_no_traceback(cp)
-    assert cp.returncode == 0, cp.stderr[-2000:]
-    assert H.status_lines(cp)[-1].startswith("STATUS=partial"), cp.stdout[-2000:]
-    rep = json.loads((out / "report.json").read_text())
+    rep = _partial_report(run, tmp_path)
     said = [m for m in rep["missing"] if "trace_rank1.json.gz: a trace of another run" in m]
     assert len(said) == 1 and f"{man['start_unix'] - t1:.1f} s before job 93004's window" in said[0]
     ranks_claimed = {c["claim"]["id"].split(".")[1] for c in rep["claims"] if c["claim"]["id"].startswith("tl.r")}
@@ -112,12 +118,7 @@ def test_a_rank_trace_the_manifest_lists_but_the_run_lacks_makes_the_run_partial
     t1.unlink()
     if how == "a directory":
         t1.mkdir()
-    out = tmp_path / "out"
-    cp = H.cli("run", "--job", "93004", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
-    H.assert_no_traceback(cp)
-    assert cp.returncode == 0, cp.stderr[-2000:]
-    assert H.status_lines(cp)[-1].startswith("STATUS=partial"), cp.stdout[-2000:]
-    rep = json.loads((out / "report.json").read_text())
+    rep = _partial_report(run, tmp_path)
     word = "is a directory" if how == "a directory" else "does not exist"
     said = [m for m in rep["missing"] if "traces/trace_rank1.json.gz: listed in manifest.json but" in m]
     assert len(said) == 1 and word in said[0], rep["missing"]
