@@ -300,19 +300,20 @@ def _rank_rederive(fn: Callable[..., Any]) -> Callable[..., Rederived]:
 
 
 #: What the verifier says of a launch figure when its reader saw no launch call in the trace.
-NO_LAUNCH_EVENTS = ("not checked: no launch events (cudaLaunchKernel / hipLaunchKernel or a variant) in the trace, "
+NO_LAUNCH_EVENTS = ("not checked: no launch events (cudaLaunchKernel / hipLaunchKernel, a graph launch or a variant) in the trace, "
                     "so kernels per launching step cannot be re-derived from launches")
 
 
 def _launched_per_step(r: Reader, claim: Claim | None = None, **_kw: Any) -> Rederived:
     """Kernels launched per profiled step, re-derived only from launch evidence: the verifier
     reader's kernel count over its steps when it saw at least one launch call
-    (``launch.launch_calls``); with none the claim is not confirmed from the kernels alone
+    (``launch.launch_calls``, or a graph launch: ``launch.graph_launch_calls``); with none the claim is not confirmed from the kernels alone
     (``Rederived(None)``: inconclusive, :data:`NO_LAUNCH_EVENTS`)."""
     f = r.rank
     if f is None or not f.get("n_steps"):
         return Rederived(None)
-    if not int((f.get("launch") or {}).get("launch_calls") or 0):
+    launch = f.get("launch") or {}
+    if not int(launch.get("launch_calls") or 0) and not int(launch.get("graph_launch_calls") or 0):
         return Rederived(None, note=NO_LAUNCH_EVENTS)
     return Rederived(float(f["kernel_count"]) / float(f["n_steps"]))
 

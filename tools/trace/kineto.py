@@ -49,7 +49,7 @@ from ..files import check_input_file
 from ..jsonguard import check_bytes
 from .categories import (_COMM_RE, MAIN_TIMELINE_ROWS, OP_CATEGORIES, TIMELINE_ROWS,  # noqa: F401 (re-exported)
                          categorize_op)
-from .hygiene import gpu_activity_problem, window_flags
+from .hygiene import GRAPH_LAUNCH_RE, gpu_activity_problem, window_flags
 from .models import TimelineRow  # noqa: F401 (re-exported)
 from .intervals import merge_intervals, subtract_intervals, total_length  # noqa: F401 (re-exported)
 from .kineto_reader import (  # noqa: F401 (re-exported: the reader and its constants)
@@ -432,8 +432,9 @@ def step_stats(trace: KinetoTrace) -> dict:
 def launch_stats(trace: KinetoTrace) -> dict:
     """Figures for a launch/dispatch-bound diagnosis: ``mean_kernel_us``, ``median_gap_us``
     (start of a kernel minus end of the previous one on the GPU, negative overlaps clipped to
-    0), ``launch_calls`` (cudaLaunchKernel/hipLaunchKernel and their variants) and
-    ``mean_launch_cpu_us`` (their mean CPU duration). Gaps are taken within each GPU."""
+    0), ``launch_calls`` (cudaLaunchKernel/hipLaunchKernel and their variants),
+    ``mean_launch_cpu_us`` (their mean CPU duration) and ``graph_launch_calls`` (cudaGraphLaunch /
+    hipGraphLaunch and variants: :data:`.hygiene.GRAPH_LAUNCH_RE`). Gaps are taken within each GPU."""
     ks = sorted((g.ts, g.end, g.dur) for g in trace.gpu if g.cat == "kernel")
     per_dev: dict = defaultdict(list)  # gaps within each GPU (a file may hold several)
     for g in trace.gpu:
@@ -445,11 +446,13 @@ def launch_stats(trace: KinetoTrace) -> dict:
         dk.sort()
         gaps += [max(0.0, dk[i][0] - dk[i - 1][1]) for i in range(1, len(dk))]
     launches = [end - ts for ts, end, name, *_ in trace.runtime if name in LAUNCH_KERNEL_NAMES]
+    graph_calls = sum(1 for _ts, _end, name, *_ in trace.runtime if GRAPH_LAUNCH_RE.match(name))
     return {
         "mean_kernel_us": (sum(k[2] for k in ks) / len(ks)) if ks else 0.0,
         "median_gap_us": statistics.median(gaps) if gaps else 0.0,
         "launch_calls": len(launches),
         "mean_launch_cpu_us": (sum(launches) / len(launches)) if launches else 0.0,
+        "graph_launch_calls": graph_calls,
     }
 
 

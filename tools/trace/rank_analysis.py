@@ -29,7 +29,7 @@ from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
 
 #: Version of the per-rank result (part of the cache key): bump when analyze_rank's output changes.
-ANALYSIS_VERSION = f"rank-7.s{ts_mod.STREAM_VERSION}"
+ANALYSIS_VERSION = f"rank-8.s{ts_mod.STREAM_VERSION}"
 #: Version of the TraceLens sheets in ``tables`` (:mod:`.tracelens_sheets`), part of the cache key too
 #: (a parameter, so the record's ``analysis_version`` string, which the LLM agents see, stays put).
 SHEETS_VERSION = 2  # 2: kernel_summary of recorded durations (tables.kernel_tables)
