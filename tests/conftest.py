@@ -13,15 +13,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PERF_RUNS = REPO / "examples" / "perf-runs"
 TRACELENS_REFS = REPO / "tests" / "data" / "tracelens-ref"
-SHARED_DATA = Path(os.environ.get("AI4S_TEST_DATA", REPO.parent / "shared" / "data")).resolve()
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """``../shared/data``: perf-runs/9100{1,2,3}, traces/tracelens-h100, traces/hta."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real inputs not found at {SHARED_DATA} (set AI4S_TEST_DATA)")
-    return SHARED_DATA
 
 
 @pytest.fixture(scope="session")
