@@ -1,7 +1,8 @@
 """Traces: PyTorch profiler (kineto) JSON in, GPU timeline / kernels / collectives out.
 
 One engine computes every per-rank figure at every size: ``stream.py`` (the bounded-memory streaming
-scan) and ``engine.py`` (timeline, ops and kernels by category, kernel statistics, launch overhead,
+scan; its per-event loop ``scan_loop.py``, read in worker processes by ``scan_parallel.py`` for large
+traces) and ``engine.py`` (timeline, ops and kernels by category, kernel statistics, launch overhead,
 steps, hygiene findings), ``tables.py`` (TraceLens-shaped CSVs), ``rank_analysis.py`` (one rank, the
 unit of the fan-out and of the SLURM array), ``cache.py`` (content-hash cache). Input hygiene:
 ``ranks.py`` (rank identity), ``hygiene.py`` (graph launches, steady-state window). Across ranks:

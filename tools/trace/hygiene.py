@@ -30,6 +30,25 @@ GRAPH_RECORD_HINT = ("profile with ProfilerActivity.CUDA in `activities` and ini
                      "without graphs (vLLM: --enforce-eager)")
 
 
+def num(v: Any) -> float | None:
+    """A finite float from a JSON number or a numeric string (``"12.5"``); None for anything else
+    (bool, list, dict, NaN, inf, an int too large for a float)."""
+    t = type(v)
+    if t is float or t is int:
+        try:
+            f = float(v)
+        except OverflowError:
+            return None
+    elif t is str:
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+    else:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def as_id(v: Any, bound: int = 1 << 63) -> int | None:
     """A correlation / External id / flow id as a non-negative int below ``bound``: ints, integral
     floats and digit strings; None for anything else (bools, NaN, negatives, out of range, lists).

@@ -13,43 +13,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .categories import _COMM_RE, TIMELINE_ROWS
+from .categories import TIMELINE_ROWS
+from .codes import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401
+                    KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE)
 from .hygiene import GRAPH_LAUNCH_RE
-
-#: GPU event categories of kineto traces, as TraceLens and HTA read them.
-GPU_CATS: dict[str, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
-KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
-
-#: Class codes of the gpu_timeline (TraceLens semantics).
-CLS_COMP, CLS_COMM, CLS_MEMCPY = 0, 1, 2
-
-#: Communication kernels: TraceLens ``COMMUNICATION_KEYS`` (``nccl``, ``rccl``, substring, any case)
-#: plus its default custom collective ``cross_device_reduce`` (vLLM).
-COMM_RE = _COMM_RE  # the same rule as the single-trace path
-#: ROCm 7.1 legacy copy / fill kernels that TraceLens re-routes (memcpy / computation).
-ROCM_LEGACY_MEMCPY_RE = re.compile(
-    r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
-    r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$"
-)
-
-#: Kernel args that carry collective metadata (PyTorch >= 2.1 record_param_comms on the kernel).
-COLLECTIVE_ARG_KEYS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Description",
-    "Process Group Ranks",
-    "In split size",
-    "Out split size",
-)
 
 GPU_TIMELINE_ROWS = TIMELINE_ROWS  # TraceLens gpu_timeline.csv row names, in its order
 
-#: "No stream" in :attr:`TraceScan.stream` (the event carries no usable ``args.stream``).
-NO_STREAM = -1
 
 LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
 

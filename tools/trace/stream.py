@@ -15,6 +15,13 @@ never materialized. Of each event only what the analyses need is kept, in compac
   for communication kernels only, their collective metadata;
 * one copy of each distinct name.
 
+**The loop and the parallel pass.** The per-event loop is :class:`.scan_loop.ScanColumns`. A trace
+read with no other consumer (``trace timeline``, ``trace steps``, ``trace comm``), of at least
+:data:`.scan_parallel.MIN_JSON_BYTES` of JSON on a host with two CPUs or more, is read by
+:mod:`.scan_parallel`: the text cut into chunks here, each chunk decoded and looped over in a
+worker process, the chunks' columns joined in file order; the same scan, column for column, or a
+hand-back to the one pass (duration pairs, a chunk that does not decode, a worker that fails).
+
 **Memory bound.** Peak RSS = interpreter + imports + the arrays above (doubled while a growable
 buffer is reallocated) + ijson's 64 KiB read buffer. It grows with the number of GPU events, launches
 and cpu_ops (tens of bytes each), never with the JSON text (hundreds of bytes per event).
@@ -57,7 +64,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
-from msgspec import UNSET
 
 from ..errors import InputError, NoGpuEventsError
 from ..files import check_input_file
@@ -66,7 +72,7 @@ from .hygiene import (STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_out
                       graph_not_recorded_message, input_notes)
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from . import fastscan
-from .fastscan import NO_ARGS, EngineArgs, EngineEvent, engine_events, event_dict
+from .scan_loop import ScanColumns
 from .rawfile import HEADER_KEYS, ByteTap, Taps, decoded as _decoded, raw_of as _raw_of
 from .scan import (CLS_COMM, CLS_COMP, CLS_MEMCPY, COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS,  # noqa: F401 (re-exported)
                    GPU_TIMELINE_ROWS, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, NO_STREAM, ROCM_LEGACY_MEMCPY_RE,
@@ -88,12 +94,6 @@ _JSON_ERRORS = (_ijson_pkg.JSONError, _ijson_pkg.IncompleteJSONError, OSError, E
 #: Bumped whenever a result computed from a scan changes meaning (the trace cache keys on it).
 STREAM_VERSION = "5"
 
-_STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
-_DATALOADER_RE = re.compile(r"DataLoader", re.IGNORECASE)
-#: CPU-side categories that are never launches, even when they carry a correlation id.
-_CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
-#: (args key, :class:`.fastscan.EngineArgs` attribute) of the collective metadata, in COLLECTIVE_ARG_KEYS order.
-_COLLECTIVE_ATTRS = tuple((k, fastscan.ARG_ATTRS[k]) for k in COLLECTIVE_ARG_KEYS)
 
 
 
@@ -218,20 +218,20 @@ def trim_heap() -> None:
         pass
 
 
-_I32 = 1 << 31
+def _parallel_columns(p: Path, progress: Callable[[int, int], None] | None, also: tuple, taps: Taps,
+                      raw: BinaryIO | None) -> ScanColumns | None:
+    """The columns of the parallel pass (:func:`.scan_parallel.scan_columns`) when it applies: no
+    other consumer or byte tap (they read every event in one process), the fast parser, and a
+    trace large enough (:func:`.scan_parallel.workers_for`); None otherwise, or when the parallel
+    pass handed back (the one pass then reads the trace)."""
+    if also or taps or fastscan.parser_name() != "fast":
+        return None
+    from . import scan_parallel
 
-
-def _num(v: Any, bound: int = 1 << 63) -> int | None:
-    """An id or index as a non-negative int below ``bound`` (:func:`.hygiene.as_id`), else None."""
-    return as_id(v, bound)
-
-
-def _name_mark(nm: str) -> int | None:
-    """A CPU event name's role: its ProfilerStep number, -1 for a DataLoader event, else None."""
-    if nm.startswith("ProfilerStep"):
-        m = _STEP_RE.match(nm)
-        return int(m.group(1)) if m else None
-    return -1 if _DATALOADER_RE.search(nm) else None
+    w = scan_parallel.workers_for(p)
+    if w < 2:
+        return None
+    return scan_parallel.scan_columns(p, w, progress=progress, raw=raw)
 
 
 def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
@@ -250,212 +250,45 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     kinds the trace holds, :func:`.categories.no_gpu_events_message`)."""
     p = _check_path(path)
     header = read_header(p, HEADER_KEYS, raw=raw)
-    ts, dur = array("d"), array("d")
-    name_id, stream, device = array("i"), array("i"), array("i")
-    kind = array("b")
-    corr = array("q")
-    # event order: int32 (2^31 events would be a ~200 GB file)
-    l_corr, l_ts, l_end, l_name, l_thr, l_ord = array("q"), array("d"), array("d"), array("i"), array("i"), array("i")
-    o_ts, o_end, o_name, o_thr, o_ord = array("d"), array("d"), array("i"), array("i"), array("i")
-    flows = array("q")
-    names: list[str] = []
-    name_index: dict[str, int] = {}
-    cpu_names: list[str] = []
-    cpu_index: dict[str, int] = {}
-    threads: dict[tuple, int] = {}
-    steps: list[tuple[int, float, float]] = []
-    gpu_steps: list[tuple[float, float]] = []  # (ts, dur) of the gpu_user_annotation ProfilerStep copies
-    dataloader: list[tuple[float, float]] = []
-    comm_args: dict[int, dict[str, Any]] = {}
-    comm_name_cache: dict[int, bool] = {}
-    dev_codes: dict = {}  # non-numeric device / pid values -> codes -2, -3, ...
-    stream_codes: dict = {}  # args.stream value as written -> code 0, 1, ... (any width or type)
-    cat_counts: dict[Any, int] = {}
-    cat_of: dict[Any, tuple] = {}  # category as written -> (kineto's name: categories.canonical_category, GPU kind)
-    marks: list[int | None] = []  # per cpu name: ProfilerStep number, -1 DataLoader, None
-    o_ts_a, o_end_a, o_name_a, o_thr_a, o_ord_a = o_ts.append, o_end.append, o_name.append, o_thr.append, o_ord.append
-    pairs = DurationPairs()
-    n = 0
-    bad_dur = bad_num = instants = ill = bad_args = 0  # ill: not an object / unhashable category
-    trailer: dict[str, Any] = {}
-    for batch in iter_event_batches(p, progress, trailer, "all" if also else "struct",
-                                    taps=taps, raw=raw):  # parse entry (.fastscan)
-        if also:
-            for ev in batch:
-                for f in also:
-                    f(ev)
-        for ev in engine_events(batch):  # EngineEvent objects (.fastscan): the fields below as slots
-            n += 1
-            if type(ev) is not EngineEvent:
-                ill += 1
-                continue
-            cat_w = ev.cat  # the category as written
-            try:
-                cat, k = cat_of[cat_w]
-            except KeyError:
-                c_ = canonical_category(cat_w)
-                cat, k = cat_of[cat_w] = (c_, GPU_CATS.get(c_))  # type: ignore[arg-type]
-            except TypeError:  # an unhashable category is no category
-                cat_w = cat = k = None
-                ill += 1
-            cat_counts[cat_w] = cat_counts.get(cat_w, 0) + 1
-            ph = ev.ph
-            order = n
-            if ph != "X" and type(ph) is str:
-                if ph in PAIR_PHASES:  # Trace Event Format duration pairs (stream_fix.DurationPairs)
-                    joined = pairs.take(event_dict(ev), ph, n, cat)
-                    if joined is None:
-                        continue
-                    ev = engine_events([joined])[0]
-                    cat, order, ph = ev.cat, pairs.order, "X"
-                    k = GPU_CATS.get(cat)
-                elif ph in INSTANT_PHASES:
-                    instants += k is not None
-                    continue
-            if k is not None:
-                t = ev.ts
-                d = ev.dur
-                if type(t) is not float:
-                    t = num(t)
-                if type(d) is not float:
-                    d = num(d)
-                if t is None or d is None:  # no ts or dur, or not a finite number
-                    bad_num += 1
-                    continue
-                if d < 0.0:  # a negative duration (an export fault)
-                    bad_dur += 1
-                    continue
-                nm = ev.name
-                if type(nm) is not str:
-                    nm = "" if nm is None else str(nm)
-                i = name_index.get(nm)
-                if i is None:
-                    i = name_index[nm] = len(names)
-                    names.append(nm)
-                args = ev.args
-                if type(args) is not EngineArgs:
-                    bad_args += args is not None
-                    args = NO_ARGS
-                idx = len(ts)
-                ts.append(t)
-                dur.append(d)
-                name_id.append(i)
-                kind.append(k)
-                sv = args.stream
-                if sv is None or sv is UNSET:
-                    stream.append(NO_STREAM)
-                else:
-                    try:
-                        s = stream_codes.get(sv)
-                        if s is None:
-                            s = stream_codes[sv] = len(stream_codes)
-                    except TypeError:  # unhashable: no stream
-                        s = NO_STREAM
-                    stream.append(s)
-                dv = args.device
-                if dv is None or dv is UNSET:
-                    dv = ev.pid
-                d_ = _num(dv, _I32)
-                if d_ is None:  # a GPU named only by a string pid ("GPU 0"): its own code, below -1
-                    try:
-                        d_ = dev_codes.setdefault(dv, -2 - len(dev_codes)) if dv is not None else -1
-                    except TypeError:  # unhashable
-                        d_ = -1
-                device.append(d_)
-                c = _num(args.correlation)  # UNSET: None
-                corr.append(c if c is not None else -1)
-                if k == KIND_KERNEL:
-                    is_comm = comm_name_cache.get(i)
-                    if is_comm is None:
-                        is_comm = comm_name_cache[i] = bool(COMM_RE.search(nm))
-                    if is_comm:
-                        comm_args[idx] = {key: v for key, a in _COLLECTIVE_ATTRS if (v := getattr(args, a)) is not UNSET}
-                continue
-            if cat == "python_function":  # with_stack traces: the most numerous events, never needed here
-                continue
-            if cat == "ac2g":
-                fid = _num(ev.id)
-                if fid is not None and ph == "s":  # the start half sits on the launching CPU thread
-                    flows.append(fid)
-                continue
-            if ph != "X" and ph is not None:
-                continue
-            t = ev.ts
-            if type(t) is not float:
-                t = num(t)
-                if t is None:
-                    continue
-            d = ev.dur
-            e = t + (d if type(d) is float else (num(d) or 0.0))
-            nm = ev.name
-            if type(nm) is not str:
-                nm = "" if nm is None else str(nm)
-            args = ev.args
-            c = _num(args.correlation) if type(args) is EngineArgs and cat not in _CPU_SIDE_CATS else None
-            is_op = cat == "cpu_op"
-            if c is not None or is_op:
-                j = cpu_index.get(nm)
-                if j is None:
-                    j = cpu_index[nm] = len(cpu_names)
-                    cpu_names.append(nm)
-                    marks.append(_name_mark(nm))
-                key = (ev.pid, ev.tid)
-                try:
-                    th = threads.get(key)
-                except TypeError:  # an unhashable pid / tid: named by its text
-                    key = (repr(key[0]), repr(key[1]))
-                    th = threads.get(key)
-                if th is None:
-                    th = threads[key] = len(threads)
-                if is_op:
-                    o_ts_a(t)
-                    o_end_a(e)
-                    o_name_a(j)
-                    o_thr_a(th)
-                    o_ord_a(order)
-                    mark = marks[j]
-                else:
-                    l_corr.append(c)
-                    l_ts.append(t)
-                    l_end.append(e)
-                    l_name.append(j)
-                    l_thr.append(th)
-                    l_ord.append(order)
-                    continue
-            elif cat is None or cat == "user_annotation":
-                mark = _name_mark(nm) if nm else None
-            elif cat == "gpu_user_annotation" and nm.startswith("ProfilerStep"):
-                gpu_steps.append((t, e - t))  # the GPU-side copy: only HTA's step window reads it
-                continue
-            else:
-                continue  # ProfilerStep and DataLoader on the CPU side only (not GPU copies)
-            if mark is None:
-                continue
-            if mark >= 0:
-                steps.append((mark, t, e - t))
-            else:
-                dataloader.append((t, e - t))
+    cols = _parallel_columns(p, progress, also, taps, raw)
+    if cols is None:  # the one pass
+        cols = ScanColumns(DurationPairs())
+        trailer: dict[str, Any] = {}
+        for batch in iter_event_batches(p, progress, trailer, "all" if also else "struct",
+                                        taps=taps, raw=raw):  # parse entry (.fastscan)
+            if also:
+                for ev in batch:
+                    for f in also:
+                        f(ev)
+            cols.feed(batch)
+    else:
+        trailer = cols.trailer
+    pairs = cols.pairs if cols.pairs is not None else DurationPairs()
+    n, ts, cat_of, cat_counts = cols.n, cols.ts, cols.cat_of, cols.cat_counts
+    bad_dur, bad_num, instants, ill, bad_args = cols.bad_dur, cols.bad_num, cols.instants, cols.ill, cols.bad_args
+    steps, dur = cols.steps, cols.dur
     if n == 0:
         raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
     header.update({k: v for k, v in trailer.items() if k not in header})  # keys written after the events
     steps.sort(key=lambda s: s[1])
+    c = cols
     scan = TraceScan(
         path=str(p), n_events=n,
         ts=np.frombuffer(ts, dtype=np.float64), dur=np.frombuffer(dur, dtype=np.float64).copy(),
         dur_raw=np.frombuffer(dur, dtype=np.float64),
-        name_id=np.frombuffer(name_id, dtype=np.int32), kind=np.frombuffer(kind, dtype=np.int8),
-        device=np.frombuffer(device, dtype=np.int32),
-        stream=np.frombuffer(stream, dtype=np.int32), corr=np.frombuffer(corr, dtype=np.int64),
-        names=names, launch_corr=np.frombuffer(l_corr, dtype=np.int64),
-        launch_ts=np.frombuffer(l_ts, dtype=np.float64), launch_end=np.frombuffer(l_end, dtype=np.float64),
-        launch_name=np.frombuffer(l_name, dtype=np.int32), launch_thread=np.frombuffer(l_thr, dtype=np.int32),
-        launch_order=np.frombuffer(l_ord, dtype=np.int32),
-        op_ts=np.frombuffer(o_ts, dtype=np.float64), op_end=np.frombuffer(o_end, dtype=np.float64),
-        op_name=np.frombuffer(o_name, dtype=np.int32), op_thread=np.frombuffer(o_thr, dtype=np.int32),
-        op_order=np.frombuffer(o_ord, dtype=np.int32), flow_ids=np.frombuffer(flows, dtype=np.int64),
-        cpu_names=cpu_names, steps=steps, gpu_steps=sorted(gpu_steps), dataloader=dataloader, comm_args=comm_args,
-        header=header, cat_counts=cat_counts, bad_durations=bad_dur, stream_ids=list(stream_codes),
-        device_names={c: v for v, c in dev_codes.items()},
+        name_id=np.frombuffer(c.name_id, dtype=np.int32), kind=np.frombuffer(c.kind, dtype=np.int8),
+        device=np.frombuffer(c.device, dtype=np.int32),
+        stream=np.frombuffer(c.stream, dtype=np.int32), corr=np.frombuffer(c.corr, dtype=np.int64),
+        names=c.names, launch_corr=np.frombuffer(c.l_corr, dtype=np.int64),
+        launch_ts=np.frombuffer(c.l_ts, dtype=np.float64), launch_end=np.frombuffer(c.l_end, dtype=np.float64),
+        launch_name=np.frombuffer(c.l_name, dtype=np.int32), launch_thread=np.frombuffer(c.l_thr, dtype=np.int32),
+        launch_order=np.frombuffer(c.l_ord, dtype=np.int32),
+        op_ts=np.frombuffer(c.o_ts, dtype=np.float64), op_end=np.frombuffer(c.o_end, dtype=np.float64),
+        op_name=np.frombuffer(c.o_name, dtype=np.int32), op_thread=np.frombuffer(c.o_thr, dtype=np.int32),
+        op_order=np.frombuffer(c.o_ord, dtype=np.int32), flow_ids=np.frombuffer(c.flows, dtype=np.int64),
+        cpu_names=c.cpu_names, steps=steps, gpu_steps=sorted(c.gpu_steps), dataloader=c.dataloader,
+        comm_args=c.comm_args, header=header, cat_counts=cat_counts, bad_durations=bad_dur,
+        stream_ids=list(c.stream_codes), device_names={code: v for v, code in c.dev_codes.items()},
         notes=_scan_notes(cat_of, cat_counts, pairs, instants, bad_num, bad_dur, ill, bad_args),
     )
     if len(ts) == 0:

@@ -26,31 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .hygiene import input_notes
+from .hygiene import input_notes, num  # noqa: F401 (re-exported)
 from .scan import NO_STREAM, TraceScan
 
-PAIR_PHASES = frozenset({"B", "E", "b", "e", "S", "F"})
-INSTANT_PHASES = frozenset({"i", "I", "n"})
+from .codes import INSTANT_PHASES, PAIR_PHASES  # noqa: F401 (re-exported)
 _BEGIN_ASYNC = frozenset({"b", "S"})
-
-
-def num(v: Any) -> float | None:
-    """A finite float from a JSON number or a numeric string (``"12.5"``); None for anything else
-    (bool, list, dict, NaN, inf, an int too large for a float)."""
-    t = type(v)
-    if t is float or t is int:
-        try:
-            f = float(v)
-        except OverflowError:
-            return None
-    elif t is str:
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-    else:
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _hashable(v: Any) -> Any:
