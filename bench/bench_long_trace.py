@@ -123,8 +123,11 @@ for i, path in enumerate(sys.argv[2:]):
 _PARSE_CHILD = """
 import json, sys
 from ai4s_graph.tools.trace import fastscan, stream
+from pathlib import Path
+from ai4s_graph.tools.trace import scan_parallel
 n = sum(1 for _ in stream.iter_events(sys.argv[1], fields="engine"))
-print(json.dumps({"events": n, **fastscan.last_parse}))
+print(json.dumps({"events": n, **fastscan.last_parse,
+                  "workers": [scan_parallel.workers_for(Path(p)) for p in sys.argv[1:]]}))
 """
 
 
@@ -158,7 +161,8 @@ class Bench:
     def __init__(self, a: argparse.Namespace) -> None:
         self.a = a
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO)
+        # the checkout first, then whatever the caller's path holds (wheels installed with --target)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.pop("AI4S_TRACE_CACHE", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install keeps its bytecode
         self.env = env
@@ -183,12 +187,14 @@ class Bench:
     def tracelens(self, traces: list[Path], out: Path) -> dict:
         if not self.a.tracelens_path:
             return {"status": "not installed (--tracelens-path)", "wall_s": 0.0, "cpu_s": 0.0, "peak_rss": 0}
-        env = dict(self.env, PYTHONPATH=os.pathsep.join([self.a.tracelens_path, str(REPO)]))
+        env = dict(self.env, PYTHONPATH=os.pathsep.join([self.a.tracelens_path, self.env["PYTHONPATH"]]))
         shutil.rmtree(out, ignore_errors=True)
         return timed([self.py, "-c", _TL_CHILD, str(out)] + [str(t) for t in traces], env, self.a.timeout * len(traces))
 
-    def parse_stats(self, trace: Path) -> dict:
-        r = timed([self.py, "-c", _PARSE_CHILD, str(trace)], self.env, self.a.timeout)
+    def parse_stats(self, trace: Path, *more: Path) -> dict:
+        """The one pass's parse of ``trace`` (events, pieces, fallback) and the worker processes
+        ``trace timeline`` reads ``trace`` and each of ``more`` with (:func:`.scan_parallel.workers_for`)."""
+        r = timed([self.py, "-c", _PARSE_CHILD, str(trace), *map(str, more)], self.env, self.a.timeout)
         try:
             return json.loads(r["stdout"].strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -253,7 +259,8 @@ def main() -> None:  # noqa: C901 - one report, section by section
     tl_out = a.scratch / "tracelens_csvs"
     res["tracelens"] = b.tracelens([trace], tl_out)
     print(f"tracelens {res['tracelens']['status']} {res['tracelens']['wall_s']:.1f} s")
-    parse = b.parse_stats(trace)
+    parse = b.parse_stats(trace, *([ensure_trace(a.big_trace, a.big_mb).resolve()] if a.big_trace else []))
+    workers = parse.get("workers") or ["?", "?"]
 
     big: dict[str, dict] = {}
     big_size = 0
@@ -295,7 +302,9 @@ def main() -> None:  # noqa: C901 - one report, section by section
              f"**Trace:** `{trace.name}`: {trace.stat().st_size / 1e6:.1f} MB gzip, **{size / 1e6:.1f} MB of JSON**; "
              f"run files from `{files.relative_to(REPO) if files.is_relative_to(REPO) else files}`. "
              f"Fast parse: {parse.get('events', '?')} events in {parse.get('pieces', '?')} pieces, "
-             f"{'no fallback to ijson' if parse.get('fallback') is None and 'error' not in parse else parse}.", "",
+             f"{'no fallback to ijson' if parse.get('fallback') is None and 'error' not in parse else parse}. "
+             f"`trace timeline` reads it with {workers[0]} worker processes (`tools/trace/scan_parallel.py`; 0: the "
+             f"one pass)" + (f", the 1 GB trace with {workers[1]}." if a.big_trace and len(workers) > 1 else "."), "",
              "| command | status | wall s | CPU s | peak RSS MiB (all processes) | TraceLens wall / ours | "
              "TraceLens CPU / ours | TraceLens RSS / ours |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
