@@ -474,6 +474,19 @@ def _trailer(blocks: _Blocks, last: list[bytes]) -> dict[str, Any]:
     return trailer_keys(blocks.tail(), whole=whole)
 
 
+def read_on(blocks: _Blocks, buf: bytes, s: int) -> tuple[bytes, int] | None:
+    """``(text, start)``: the text from ``s`` on with the next block appended, starting at 0; None at
+    the end of the document (the cut of :func:`_batches` and of :mod:`.scan_parallel`)."""
+    b = blocks.next()
+    return (buf[s:] + b, 0) if b else None
+
+
+def second_list(rest: bytes) -> bool:
+    """Whether the text after the list's last event names ``traceEvents`` again, plainly or with a
+    ``\\u`` escape (a second list, which ijson reads too: the fast parse hands it over)."""
+    return b'"traceEvents"' in rest or _ESCAPED_KEY.search(rest) is not None
+
+
 def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str, Any],
              decode_list: Callable[[bytes], Any], decode_doc: Callable[[bytes], Any], *,
              last: list[bytes]) -> Iterator[list]:
@@ -496,14 +509,13 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
         m = None if eof and len(buf) - s < PIECE_BYTES else _BOUNDARY.search(buf, s + PIECE_BYTES)
         if m is None:
             if not eof:  # no boundary in what is here yet: read on
-                b = blocks.next()
-                if b:
-                    buf = buf[s:] + b
-                    s = 0
+                more = read_on(blocks, buf, s)
+                if more is not None:
+                    buf, s = more
                     continue
                 eof = True
             rest = buf[s:]
-            if b'"traceEvents"' not in rest and _ESCAPED_KEY.search(rest) is None:  # no second list, not even escaped
+            if not second_list(rest):
                 try:
                     with _GcPause():
                         doc = decode_doc(_OPEN + rest)

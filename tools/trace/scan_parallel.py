@@ -246,14 +246,13 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
                         fastscan._BOUNDARY.search(buf, s + CHUNK_BYTES)
                     if m is None:
                         if not eof:
-                            b = blocks.next()
-                            if b:
-                                buf = buf[s:] + b
-                                s = 0
+                            more = fastscan.read_on(blocks, buf, s)
+                            if more is not None:
+                                buf, s = more
                                 continue
                             eof = True
                         rest = buf[s:]
-                        if b'"traceEvents"' in rest or fastscan._ESCAPED_KEY.search(rest) is not None:
+                        if fastscan.second_list(rest):
                             st["parallel"] = "a second traceEvents list"  # ijson reads it too: the one pass
                             return None
                         if not send(b"d", memoryview(rest)) or not join_ready(sent):
