@@ -3,7 +3,8 @@
 # machines of bench/README-long-trace.md. What it needs travels with the checkout, made here first:
 #   .whlb/  Python 3.12 manylinux wheels of the project's dependencies the device lacks (pip download,
 #           bench/README-long-trace.md) and the victoria-metrics binary (gzip -9 of /usr/bin/victoria-metrics:
-#           the checkout and what it carries must stay under 64 MiB);
+#           the checkout and what it carries must stay under 64 MiB) and, in .whlb/lib, the libzstd.so.1
+#           it links (used only where the device has none);
 #   .tlsite/ TraceLens installed with `pip install --no-deps --target .tlsite <TraceLens checkout>`.
 # Usage (on the device, in the checkout): bash bench/device_long_trace.sh setup   (install, make the traces)
 #                                          bash bench/device_long_trace.sh bench   (the measurement)
@@ -17,7 +18,9 @@ T=/tmp/bigtraces
 case "${1:-}" in
   setup)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whlb/*.whl
-    mkdir -p /tmp/vm /tmp/bin && gunzip -c .whlb/victoria-metrics.gz > /tmp/vm/victoria-metrics && cp -r .whlb/lib /tmp/vm/ 2>/dev/null || true
+    mkdir -p /tmp/vm /tmp/bin
+    gunzip -c .whlb/victoria-metrics.gz > /tmp/vm/victoria-metrics
+    if [ -d .whlb/lib ]; then cp -r .whlb/lib /tmp/vm/; fi
     # its libzstd.so.1 from the kit only where the device has none (ldd: the one library beyond libc)
     printf '#!/bin/sh\nexec env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/tmp/vm/lib" /tmp/vm/victoria-metrics "$@"\n' \
         > /tmp/bin/victoria-metrics

@@ -197,3 +197,15 @@ def test_workers_beyond_two_only_where_they_fit_in_the_documents_size(tmp_path, 
     assert sizes == {40: 2, 176: 2, 1000: scan_parallel.MAX_WORKERS}
     monkeypatch.setattr(scan_parallel.os, "sched_getaffinity", lambda _pid: {0})
     assert scan_parallel.workers_for(tmp_path / "any.json") == 0  # one CPU: the one pass
+
+
+@pytest.mark.parametrize("cut", ["gzip", "json", "empty"])
+def test_a_truncated_or_empty_file_gives_the_one_pass_refusal(tmp_path, monkeypatch, cut):
+    doc = _doc([_mixed(i) for i in range(400)])
+    data = {"gzip": gzip.compress(doc)[:-200], "json": doc[: len(doc) * 2 // 3], "empty": b""}[cut]
+    p = tmp_path / ("t.json.gz" if cut == "gzip" else "t.json")
+    p.write_bytes(data)
+    monkeypatch.setattr(scan_parallel, "CHUNK_BYTES", 2000)
+    one, par, st = _both(p, monkeypatch)
+    assert one[0] == "error" and par == one  # the same one-line refusal
+    assert st.get("workers", 0) == 0  # handed back (or, for an empty file, refused before any read)
