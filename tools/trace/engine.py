@@ -27,72 +27,24 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from array import array
-
 import numpy as np
 
 from .categories import LAUNCH_KERNEL_NAMES, categorize_op
 from .engine_window import launch_index, rank_timeline, step_unrecorded  # noqa: F401 (launch_index re-exported)
 from .guard import named_malformed_events
 from .hygiene import gpu_activity_problem, window_flags
+from .launch_tree import launch_parents  # noqa: F401 (re-exported: the launcher rule)
 from .tables import kernel_tables
 from .models import CategoryRow, KernelRow, LaunchStats, ShortKernels, TimelineRow, TraceAnalysis
-from .scan import sorted_unique
+from .scan import grouped, sorted_unique
 from .stream import (CLS_COMM, KIND_KERNEL, TraceScan, overlap_warnings, scan_trace,
-                     tracelens_classes, union_length, window_mask)
+                     tracelens_classes, union_length, union_lengths, window_mask)
 
 #: TraceLens's default ``short_kernel_threshold_us`` (generate_perf_report_pytorch).
 SHORT_KERNEL_US = 10.0
 
 
 # --------------------------------------------------------------------------- linking
-
-
-def launch_parents(scan: TraceScan) -> np.ndarray:
-    """Per launch, the index of the innermost enclosing ``cpu_op`` on its thread (TraceLens's
-    host call-stack rule, see the module docstring), or -1. One walk over the cpu_ops and launches
-    in (thread, start, file order); each stack entry keeps the innermost cpu_op at or below it, so
-    the parent is read off the top (0.146 -> 0.087 s CPU for the 407 k nodes of the replicated
-    176 MB trace, 2026-12-02, the same parents)."""
-    n_l, n_o = scan.launch_corr.size, scan.op_ts.size
-    if n_l == 0 or n_o == 0:
-        return np.full(n_l, -1, dtype=np.int64)
-    thr = np.concatenate([scan.op_thread, scan.launch_thread])
-    start = np.concatenate([scan.op_ts, scan.launch_ts])
-    order = np.lexsort((np.concatenate([scan.op_order, scan.launch_order]), start, thr))
-    # the walk's columns in walk order; a memoryview gives Python scalars without a list of them
-    nodes, thr_w, start_w = memoryview(order), memoryview(thr[order]), memoryview(start[order])
-    del thr, start
-    end_w = memoryview(np.concatenate([scan.op_end, scan.launch_end])[order])
-    del order
-    execute = [i for i, nm in enumerate(scan.cpu_names) if nm == "execute"]
-    is_execute = memoryview(np.isin(scan.op_name, execute)) if execute else None
-    stack: list[tuple[float, int, int]] = []  # (end, node: cpu_op index or -1 for a launch, innermost cpu_op)
-    parent = array("q", [-1]) * n_o  # cpu_op index -> parent cpu_op index (or -1)
-    parent_of_launch = array("q", [-1]) * n_l
-    cur_thr = None
-    for k, t, s, e in zip(nodes, thr_w, start_w, end_w):  # node k < n_o: cpu_op k; else launch k - n_o
-        if t != cur_thr:
-            stack = []
-            cur_thr = t
-        while stack and s >= stack[-1][0]:
-            stack.pop()
-        if stack and e > stack[-1][0]:
-            if stack[-1][0] - s < 1.0 and len(stack) >= 2:
-                stack.pop()
-            else:
-                continue  # a large bleed: TraceLens leaves the event out of the tree
-        par = stack[-1][2] if stack else -1  # innermost enclosing cpu_op
-        if k < n_o:
-            parent[k] = par
-            stack.append((e, k, k))
-        else:
-            stack.append((e, -1, par))
-            if is_execute is not None:  # skip pass-through ``execute`` ops, as TraceLens does
-                while par >= 0 and is_execute[par]:
-                    par = parent[par]
-            parent_of_launch[k - n_o] = par
-    return np.frombuffer(parent_of_launch, dtype=np.int64)
 
 
 def launchers(scan: TraceScan) -> np.ndarray:
@@ -109,20 +61,36 @@ def launchers(scan: TraceScan) -> np.ndarray:
 # --------------------------------------------------------------------------- figures
 
 
-def _category_per_event(scan: TraceScan, launcher: np.ndarray) -> list[str]:
-    memo: dict[tuple[int, int], str] = {}
-    out = []
-    for i in range(scan.n_gpu_events):
-        op = int(launcher[i])
-        if op < 0:
-            out.append("")
-            continue
-        key = (int(scan.op_name[op]), int(scan.name_id[i]))
-        c = memo.get(key)
-        if c is None:
-            c = memo[key] = categorize_op(scan.cpu_names[key[0]], scan.names[key[1]])
-        out.append(c)
-    return out
+def category_codes(scan: Any, launcher: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per GPU event, its launcher op's category (:func:`~.categories.categorize_op` of the launcher
+    cpu_op's name and the event's own kernel name) as a code into the returned labels: ``(codes,
+    labels)``, ``codes`` an int64 array as long as ``launcher`` (one launcher cpu_op index per GPU
+    event, -1 for none), ``labels[0] == ""`` for an event without a launcher. ``scan``: a
+    :class:`TraceScan` (or anything with its ``op_name``, ``cpu_names``, ``name_id``, ``names``).
+    ``categorize_op`` is asked once per distinct (op name, kernel name)."""
+    n = launcher.size
+    codes = np.zeros(n, dtype=np.int64)
+    has = np.flatnonzero(launcher >= 0)
+    if not has.size:
+        return codes, [""]
+    width = len(scan.names) + 1
+    key = scan.op_name[launcher[has]].astype(np.int64) * width + scan.name_id[has]
+    uniq, inv = np.unique(key, return_inverse=True)
+    index: dict[str, int] = {"": 0}
+    per = np.empty(uniq.size, dtype=np.int64)
+    for j, k in enumerate(uniq.tolist()):
+        per[j] = index.setdefault(categorize_op(scan.cpu_names[k // width], scan.names[k % width]), len(index))
+    codes[has] = per[inv.reshape(-1)]
+    return codes, list(index)
+
+
+class _FirstKernels:
+    """The scan's names seen through a subset of its GPU events (``rows``): what
+    :func:`category_codes` reads, for the groups of :func:`ops_by_category`."""
+
+    def __init__(self, scan: TraceScan, rows: np.ndarray) -> None:
+        self.op_name, self.cpu_names, self.names = scan.op_name, scan.cpu_names, scan.names
+        self.name_id = scan.name_id[rows]
 
 
 def ops_by_category(scan: TraceScan, linked: np.ndarray, launcher: np.ndarray) -> list[dict[str, Any]]:
@@ -134,31 +102,34 @@ def ops_by_category(scan: TraceScan, linked: np.ndarray, launcher: np.ndarray) -
     if sel.size:
         op = launcher[sel]
         has = op >= 0
-        # GPU events without a launcher cpu_op: one "other" launcher each
-        lone = sel[~has]
-        if lone.size:
-            agg["other"] = [int(lone.size), float(np.sum(scan.dur[lone]))]
+        lone = sel[~has]  # GPU events without a launcher cpu_op: one "other" launcher each
         g = sel[has]
         gop = op[has]
         order = np.lexsort((scan.ts[g], gop))
         g, gop = g[order], gop[order]
         bounds = np.flatnonzero(np.diff(gop)) + 1
-        starts = np.concatenate([[0], bounds]) if g.size else np.zeros(0, dtype=np.int64)  # no launcher op: no group
-        ends = np.concatenate([bounds, [g.size]]) if g.size else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate([[0], bounds]).astype(np.int64) if g.size else np.zeros(0, dtype=np.int64)
+        ends = np.concatenate([bounds, [g.size]]).astype(np.int64) if g.size else np.zeros(0, dtype=np.int64)
         t0 = scan.ts[g].min() if g.size else 0.0
         s_all = scan.ts[g] - t0
         e_all = s_all + scan.dur[g]
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            first = int(g[a])
-            o = int(gop[a])
-            cat = categorize_op(scan.cpu_names[int(scan.op_name[o])], scan.names[int(scan.name_id[first])])
-            if b - a == 1:
-                t = float(e_all[a] - s_all[a])
-            else:
-                t = union_length(s_all[a:b], e_all[a:b])
-            row = agg.setdefault(cat, [0, 0.0])
-            row[0] += 1
-            row[1] += t
+        t = union_lengths(s_all, e_all, np.concatenate([starts, ends[-1:]]))  # a launcher op's kernel time
+        # a group's category: its launcher op's name and its first kernel's (asked once per pair)
+        codes, labels = category_codes(_FirstKernels(scan, g[starts]), gop[starts])
+        if lone.size:  # the lone events first, as one entry of their summed time under "other"
+            if "other" not in labels:
+                labels.append("other")
+            codes = np.concatenate([[labels.index("other")], codes]).astype(np.int64)
+            t = np.concatenate([[float(np.sum(scan.dur[lone]))], t])
+        # per category in the order of its first entry; each sum adds entry after entry (np.bincount
+        # adds its weights in order, as the loop over groups did)
+        cat_of, first = grouped([codes])
+        counts = np.bincount(cat_of, minlength=first.size)
+        sums = np.bincount(cat_of, weights=t, minlength=first.size)
+        for c, cnt, tot in zip(codes[first].tolist(), counts.tolist(), sums.tolist()):
+            agg[labels[c]] = [cnt, tot]
+        if lone.size:
+            agg["other"][0] += int(lone.size) - 1
     total = sum(v[1] for v in agg.values())
     rows = [{"category": c, "count": int(v[0]), "kernel_time_ms": v[1] / 1e3,
              "percent": (v[1] / total * 100.0) if total else 0.0} for c, v in agg.items()]
@@ -183,13 +154,13 @@ def kernel_stats(scan: TraceScan, launcher: np.ndarray, total_us: float, *,
     tops = [{"name": scan.names[i], "count": int(cnt[i]), "total_us": float(tot[i]),
              "mean_us": float(tot[i]) / int(cnt[i]), "percent": float(tot[i]) / ktime * 100.0 if ktime else 0.0}
             for i in order[:top] if cnt[i] > 0]
-    cats = _category_per_event(scan, launcher)
+    codes, labels = category_codes(scan, launcher[: scan.n_gpu_events])
     by_cat: dict[str, list[float]] = {}
-    for i, d in zip(ki.tolist(), durs.tolist()):
-        c = cats[i] or "unlinked"
-        row = by_cat.setdefault(c, [0, 0.0])
-        row[0] += 1
-        row[1] += d
+    cat_of, first = grouped([codes[ki]])
+    counts = np.bincount(cat_of, minlength=first.size)
+    sums = np.bincount(cat_of, weights=durs, minlength=first.size)  # added in event order, as a loop would
+    for c, cnt, tot in zip(codes[ki][first].tolist(), counts.tolist(), sums.tolist()):
+        by_cat[labels[c] or "unlinked"] = [cnt, tot]
     short = durs < short_kernel_us
     with_op = launcher[ki] >= 0
     return {
@@ -207,7 +178,8 @@ def kernel_stats(scan: TraceScan, launcher: np.ndarray, total_us: float, *,
             "count_with_cpu_op": int((short & with_op).sum()),
             "time_us_with_cpu_op": float(durs[short & with_op].sum()),
         },
-        "categories": cats,
+        "category_codes": codes,
+        "category_labels": labels,
     }
 
 
@@ -282,7 +254,7 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
     """Every per-rank figure of a scan as a :class:`TraceAnalysis` (backend ``stream``).
 
     ``keep``: when a dict is given, the intermediate arrays the CSV tables need (``linked``,
-    ``launcher``, ``categories``) are stored in it. Raises NoGpuEventsError when no GPU event links."""
+    ``launcher``, ``category_codes`` / ``category_labels``: :func:`category_codes`) are stored in it. Raises NoGpuEventsError when no GPU event links."""
     linked = window_mask(scan, "linked")
     tl_us, per_device, notes = rank_timeline(scan, linked)
     total = tl_us["total_time"]
@@ -301,7 +273,8 @@ def analyze_scan(scan: TraceScan, *, short_kernel_us: float = SHORT_KERNEL_US,
         warnings.append(window["reason"])
     gl = scan.graph_launches()
     if keep is not None:
-        keep.update(linked=linked, launcher=launcher, categories=ks["categories"], timeline_us=tl_us)
+        keep.update(linked=linked, launcher=launcher, category_codes=ks["category_codes"],
+                    category_labels=ks["category_labels"], timeline_us=tl_us)
     return TraceAnalysis(
         path=scan.path, backend="stream", rank=_header_rank(scan), timeline=timeline,
         ops_by_category=[CategoryRow(**r) for r in ops_by_category(scan, linked, launcher)],

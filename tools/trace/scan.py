@@ -24,6 +24,30 @@ GPU_TIMELINE_ROWS = TIMELINE_ROWS  # TraceLens gpu_timeline.csv row names, in it
 LaunchWindow = Literal["linked", "all", "profiler_steps", "drop_last_step"]
 
 
+def grouped(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal ``keys`` (integer columns of one length n): ``(group, first)``, the
+    group of each row (int64, n) numbered in the order of the group's first row, and each group's
+    first row (int64, one per group, ascending)."""
+    cols = [np.asarray(k, dtype=np.int64) for k in keys]
+    if not cols[0].size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    key, span = np.zeros(cols[0].size, dtype=np.int64), 1
+    for c in cols:  # one int64 per row (mixed radix) while the columns' ranges fit in 62 bits
+        lo, width = int(c.min()), int(c.max()) - int(c.min()) + 1
+        span *= width
+        if span >= 1 << 62:
+            break
+        key = key * width + (c - lo)
+    if span < 1 << 62:
+        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _u, first, inv = np.unique(np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[order] = np.arange(first.size)
+    return rank[inv.reshape(-1)], first[order]
+
+
 def sorted_unique(a: np.ndarray) -> np.ndarray:
     """The distinct values of a 1-D integer array, ascending (what ``np.unique`` returns, same dtype),
     by one sort. numpy 2.3+'s ``np.unique`` goes through a hash table for integers: 20 ms for the

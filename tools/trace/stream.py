@@ -383,6 +383,41 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.sum(be - bs)) if bs.size else 0.0
 
 
+def union_lengths(start: np.ndarray, end: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per group, :func:`union_length` of its intervals, bit for bit: ``start``/``end`` (µs, n) hold
+    the groups one after another, each sorted by start (ties in any order), group ``j`` from row
+    ``bounds[j]`` to ``bounds[j + 1]`` (``bounds``: int, ascending, ``bounds[0] == 0``, its last
+    element n). Returns a float64 array of ``len(bounds) - 1``.
+
+    The blocks of every group at once: a segmented running maximum of the ends (Hillis-Steele, one
+    pass per doubling of the longest group), a block starting where a start passes it. A group's
+    block lengths are summed as ``np.sum`` sums them: in order from 0.0 below 8 blocks (np.bincount),
+    with ``np.sum`` itself from 8 on (numpy's pairwise summation unrolls by 8)."""
+    n, k = start.size, len(bounds) - 1
+    if k <= 0:
+        return np.zeros(0)
+    seg = np.repeat(np.arange(k), np.diff(bounds))
+    run = np.asarray(end, dtype=np.float64).copy()
+    step = 1
+    while step < n:
+        same = seg[step:] == seg[:-step]
+        run[step:] = np.where(same, np.maximum(run[step:], run[:-step]), run[step:])
+        step *= 2
+    new = np.ones(n, dtype=bool)
+    new[1:] = (seg[1:] != seg[:-1]) | (start[1:] > run[:-1])
+    first = np.flatnonzero(new)
+    last = np.concatenate([first[1:], [n]]) - 1
+    length = run[last] - start[first]  # a block's end: the running maximum at its last interval
+    bseg = seg[first]
+    nblocks = np.bincount(bseg, minlength=k)
+    out = np.bincount(bseg, weights=length, minlength=k)
+    if (nblocks >= 8).any():
+        edges = np.concatenate([[0], np.cumsum(nblocks)])
+        for j in np.flatnonzero(nblocks >= 8).tolist():
+            out[j] = float(np.sum(length[edges[j]:edges[j + 1]]))
+    return out
+
+
 def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ``[start_i, end_i)`` as sorted disjoint blocks ``(starts, ends)``."""
     if start.size == 0:

@@ -21,6 +21,7 @@ import numpy as np
 from ...state.publish import ensure_dir, publish_many
 from .categories import TIMELINE_ROWS
 from .models import TraceAnalysis
+from .scan import grouped
 from .stream import KIND_KERNEL, TraceScan
 
 TABLE_FILES = ("gpu_timeline.csv", "ops_summary_by_category.csv", "kernel_summary.csv", "short_kernels_summary.csv")
@@ -47,39 +48,55 @@ def kernel_tables(scan: TraceScan, keep: dict[str, Any], total_us: float,
     timeline and kernel figures are: where kineto recorded overlaps on a stream (splitK GEMMs running
     ~0.15 µs into their reduce kernel on the bundled 92003) the sheet still sums to TraceLens's."""
     launcher = keep["launcher"]
-    cats = keep["categories"]
+    codes, labels = keep["category_codes"], keep["category_labels"]
     ki = np.flatnonzero(scan.kind == KIND_KERNEL)
     dur = scan.dur_raw if scan.dur_raw is not None else scan.dur
     ktime = float(dur[ki].sum())
-    groups: dict[tuple, list[float]] = {}
-    shorts: dict[tuple, list[float]] = {}
-    for i in ki.tolist():
-        op = int(launcher[i])
-        op_name = scan.cpu_names[int(scan.op_name[op])] if op >= 0 else ""
-        name = scan.names[int(scan.name_id[i])]
-        d = float(dur[i])
-        key = (cats[i], op_name, name, scan.stream_id(i))
-        g = groups.get(key)
-        if g is None:
-            groups[key] = [d, 1, d, d]
-        else:
-            g[0] += d
-            g[1] += 1
-            g[2] = min(g[2], d)
-            g[3] = max(g[3], d)
-        if op >= 0 and d < short_kernel_us:
-            s = shorts.setdefault((op_name, name), [0.0, 0])
-            s[0] += d
-            s[1] += 1
+    d = dur[ki]
+    op = launcher[ki]
+    has = op >= 0
+    opn = np.where(has, scan.op_name[np.maximum(op, 0)] if scan.op_name.size else -1, -1)
+    name_k = scan.name_id[ki]
+
+    def op_name(code: int) -> str:
+        return scan.cpu_names[code] if code >= 0 else ""
+
+    # groups by the codes, then by the strings they name (two codes may spell one name), numbered
+    # in the order of their first kernel as a dict filled kernel after kernel would be
+    grp, first = grouped([codes[ki], opn, name_k, scan.stream[ki]])
+    canon: dict[tuple, int] = {}
+    remap = np.array([canon.setdefault((labels[int(codes[ki[f]])], op_name(int(opn[f])), scan.names[int(name_k[f])],
+                                        scan.stream_id(int(ki[f]))), len(canon)) for f in first.tolist()],
+                     dtype=np.int64)
+    gc = remap[grp] if grp.size else grp
+    ng = len(canon)
+    tot = np.bincount(gc, weights=d, minlength=ng)  # np.bincount adds in kernel order, as the loop did
+    cnt = np.bincount(gc, minlength=ng)
+    mn, mx = np.full(ng, np.inf), np.full(ng, -np.inf)
+    np.minimum.at(mn, gc, d)
+    np.maximum.at(mx, gc, d)
+    tot_l, cnt_l, mn_l, mx_l = tot.tolist(), cnt.tolist(), mn.tolist(), mx.tolist()
+    gkeys = list(canon)
     ks = []
-    for (cat, op_name, name, stream), (tot, n, mn, mx) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+    for j in sorted(range(ng), key=lambda j: -tot_l[j]):
+        (cat, opname, name, stream), t, n = gkeys[j], tot_l[j], cnt_l[j]
         ks.append(dict(zip(KERNEL_SUMMARY_COLUMNS, (
-            cat, op_name, name, stream, tot, n, tot / n, mn, mx,
-            tot / ktime * 100.0 if ktime else 0.0, tot / total_us * 100.0 if total_us else 0.0))))
+            cat, opname, name, stream, t, n, t / n, mn_l[j], mx_l[j],
+            t / ktime * 100.0 if ktime else 0.0, t / total_us * 100.0 if total_us else 0.0))))
+    short = np.flatnonzero(has & (d < short_kernel_us))
+    sgrp, sfirst = grouped([opn[short], name_k[short]])
+    scanon: dict[tuple, int] = {}
+    sremap = np.array([scanon.setdefault((op_name(int(opn[short[f]])), scan.names[int(name_k[short[f]])]), len(scanon))
+                       for f in sfirst.tolist()], dtype=np.int64)
+    sc = sremap[sgrp] if sgrp.size else sgrp
+    stot = np.bincount(sc, weights=d[short], minlength=len(scanon)).tolist()
+    scnt = np.bincount(sc, minlength=len(scanon)).tolist()
+    skeys = list(scanon)
     sk = []
-    for (op_name, name), (tot, n) in sorted(shorts.items(), key=lambda kv: -kv[1][0]):
-        sk.append(dict(zip(SHORT_COLUMNS, (op_name, "", "", "", name, tot, n, tot / n,
-                                           tot / total_us * 100.0 if total_us else 0.0))))
+    for j in sorted(range(len(skeys)), key=lambda j: -stot[j]):
+        (opname, name), t, n = skeys[j], stot[j], scnt[j]
+        sk.append(dict(zip(SHORT_COLUMNS, (opname, "", "", "", name, t, n, t / n,
+                                           t / total_us * 100.0 if total_us else 0.0))))
     return {"kernel_summary": ks, "short_kernels_summary": sk}
 
 
