@@ -277,6 +277,14 @@ class Baseline(BaseModel):
         check_value("baseline", v)
         return v
 
+    @field_validator("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task", "global_batch_size", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        """A count is a number, not a YAML ``true`` / ``false`` (pydantic would take them as 1 / 0)."""
+        if isinstance(v, bool):
+            raise ValueError(f"got {v!r}, not a count")
+        return v
+
 
 class Catalog(BaseModel):
     """A lever catalog (``levers/<model>.yaml``): the model, its primary FOM, the baseline job and

@@ -138,6 +138,28 @@ def test_malformed_or_inconsistent_input_exits_3(analysed, tmp_path, as_json):
     assert diff(analysed["after"], analysed["before"]).returncode == 1
 
 
+@pytest.mark.parametrize("field, value, where", [
+    ("claims", [1, 2], "claims.0"),                      # a list of numbers where claims go
+    ("bottleneck", "dispatch", "bottleneck"),             # a string where an object goes
+    ("levers", {"x": 1}, "levers"),                       # an object where a list goes
+    ("figures", [1], "figures"),
+    ("jobid", None, "jobid"),
+    ("statuses", {"trace_analyst": 3}, "statuses.trace_analyst"),
+])
+def test_a_report_json_not_shaped_as_a_report_exits_3(analysed, tmp_path, field, value, where):
+    """Valid JSON that is not a report (each field of another type): one STATUS=fail line naming
+    the field, exit 3, no traceback, nothing written."""
+    b = _copy(analysed["after"], tmp_path / "b")
+    rep = json.loads((b / "report.json").read_text())
+    (b / "report.json").write_text(json.dumps({**rep, field: value}))
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(analysed["before"]), str(b), "--out",
+                         str(tmp_path / "d")], env=_env(), capture_output=True, text=True, timeout=300)
+    last = cp.stdout.strip().splitlines()[-1]
+    assert cp.returncode == 3 and "Traceback" not in cp.stderr, cp.stdout + cp.stderr
+    assert last.startswith("STATUS=fail; reason=") and f"is not an ai4s-graph report: {where}" in last, last
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.vm
 def test_a_run_that_stops_midway_leaves_a_folder_diff_refuses(tmp_path):
     """Run 92001 into a folder, run it again (--fresh) with a node raising before the synthesizer: the

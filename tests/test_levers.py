@@ -133,6 +133,20 @@ def test_bad_names_and_types_are_refused(tmp_path):
         L.load_catalog(tmp_path / "missing.yaml")
 
 
+@pytest.mark.parametrize("field", ["global_batch_size", "nodes", "ntasks_per_node", "cpus_per_task", "gpus_per_node"])
+@pytest.mark.parametrize("value, needle", [(True, "not a count"), (False, "not a count"), (1e30, "integer"),
+                                           (float("inf"), "finite"), (-3, "greater than or equal"), ([1], "integer")])
+def test_baseline_counts_that_are_not_counts_are_refused(field, value, needle):
+    """The baseline's counts: a YAML boolean (which pydantic would take as 1 / 0), a number past any
+    batch, infinity, a negative or a list is one InputError line naming the field."""
+    data = _toy_data()
+    data["baseline"][field] = value
+    with pytest.raises(InputError) as ei:
+        L.parse_catalog(data, "cpu-toy.yaml")
+    msg = str(ei.value)
+    assert "\n" not in msg and f"baseline.{field}" in msg and needle in msg, msg
+
+
 def test_blocked_lever_needs_its_verbatim_error():
     data = _toy_data()
     blocked = next(lv for lv in data["levers"] if lv["status"] == "blocked")

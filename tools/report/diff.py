@@ -115,11 +115,28 @@ def _read(p: Path) -> dict[str, Any]:
     return d
 
 
+def _check_report(p: Path, rep: dict[str, Any]) -> None:
+    """``report.json``'s shape against the report model (:class:`~ai4s_graph.state.report.Report`,
+    what ``run`` writes; older schema versions validate: their missing fields have defaults).
+    Raises InputError naming the first field that does not fit."""
+    from pydantic import ValidationError
+
+    from ...state.report import Report
+
+    try:
+        Report.model_validate(rep)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc") or ()) or "(top level)"
+        raise InputError(f"{p} is not an ai4s-graph report: {where}: {err.get('msg', 'invalid')} "
+                         f"({e.error_count()} field(s) do not fit)") from None
+
+
 def load_side(path: str | Path) -> Side:
     """Read one analysed run. Raises :class:`InputError` when ``report.json`` is missing (run
     ``ai4s-graph run`` on it first) or unreadable, or the folder is inconsistent: a run into it did
     not publish its report (:func:`~.write.in_progress`), or ``report.json`` and ``manifest.json``
-    name different jobs."""
+    name different jobs, or ``report.json`` is not shaped as a report (:func:`_check_report`)."""
     d = Path(path)
     if not (d / "report.json").is_file():
         raise InputError(f"{d} is not an analysed run (no report.json): run `ai4s-graph run --perf-run ... --out {d}` first")
@@ -128,6 +145,7 @@ def load_side(path: str | Path) -> Side:
         raise InputError(f"{d} is inconsistent: a run of job {mark.get('jobid') or '?'} into it did not finish "
                          "(manifest.json, foms.json newer than report.json); re-run it to finish")
     rep = _read(d / "report.json")
+    _check_report(d / "report.json", rep)
     foms = _read(d / "foms.json") if (d / "foms.json").is_file() else {}
     man = _read(d / "manifest.json") if (d / "manifest.json").is_file() else {}
     if rep.get("jobid") is not None and man.get("jobid") is not None and str(rep["jobid"]) != str(man["jobid"]):
