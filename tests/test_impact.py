@@ -66,6 +66,19 @@ def test_memory_bound_category_to_peak_bandwidth():
     assert I.estimate("fuse_elementwise", trace(), {"categories": {}}).saving_ms_high is None
 
 
+def test_memory_bound_category_above_peak_gets_no_saving():
+    """A category whose modelled bytes exceed the peak over its kernel time (the byte model
+    over-counts) is not turned into a saving: with no other category the lever has none, and the
+    text says why; beside a plausible category only that one is summed."""
+    over = {"bound": "memory", "kernel_us": 3000.0, "bytes": 16e9, "tbps": 5.333, "pct_peak_bw": 5.333 / 4.8 * 100,
+            "above_peak_bw": True}
+    e = I.estimate("fuse_elementwise", trace(), {"categories": {"elementwise": over}})
+    assert e.saving_ms_high is None and e.saving_ms_low is None and "over-count" in e.text()
+    ok = {"bound": "memory", "kernel_us": 30000.0, "bytes": 45e9, "tbps": 1.5, "pct_peak_bw": 50.0}
+    e = I.estimate("fuse_elementwise", trace(), {"categories": {"elementwise": over, "normalization": ok}})
+    assert e.saving_ms_high == pytest.approx(10.0 - 45e9 / 3 / 3.0e12 * 1000) and "over-count" in e.text()
+
+
 def test_sdpa_and_precision():
     e = I.estimate("sdpa_efficient", trace(), sdpa_math_ms=15.0)
     assert (e.saving_ms_low, e.saving_ms_high) == pytest.approx((13.5, 14.0))

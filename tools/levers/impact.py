@@ -173,16 +173,23 @@ def estimate(lever: str, trace: dict[str, Any] | None, roofline: dict[str, Any] 
             return LeverImpact(lever, None, None, step, "no roofline (trace recorded without shapes) or no memory-bound "
                                "elementwise/normalization/reduction category")
         lo = hi = 0.0
-        parts = []
+        parts, modelled = [], 0
         for c, a in cats.items():
             t = a["kernel_us"] / 1000 / n
             peak = a["tbps"] * 100 / a["pct_peak_bw"] if a.get("pct_peak_bw") else None
             if not peak:
                 continue
+            if a.get("above_peak_bw") or a["tbps"] > peak:  # the byte model over-counts: no saving from it
+                parts.append(f"{c} not modelled: its modelled bytes exceed the {peak:.2f} TB/s peak over its "
+                             f"{t:.2f} ms (an over-count)")
+                continue
             t_peak = a["bytes"] / n / (peak * 1e12) * 1000
             hi += max(0.0, t - t_peak)
             lo += max(0.0, t - t_peak / ACHIEVABLE_BW_FRAC)
+            modelled += 1
             parts.append(f"{c} {t:.2f} ms at {a['tbps']:.2f} TB/s → {t_peak:.2f} ms at the {peak:.2f} TB/s peak")
+        if not modelled:
+            return LeverImpact(lever, None, None, step, "; ".join(parts) or "no category with a peak bandwidth")
         return LeverImpact(lever, lo, hi, step, "; ".join(parts) + f"; low at {ACHIEVABLE_BW_FRAC * 100:.0f}% of peak "
                            "(the H200 device's measured copy bandwidth)")
     if lever in ("sdpa_efficient",):

@@ -231,7 +231,8 @@ def roofline(path: str | Path, gpu: GPUSpec | str | None = None, link: str = "ex
 def roofline_of(totals: dict[str, Any], gpu: GPUSpec | str | None, label: str = "trace") -> dict[str, Any]:
     """The roofline of :meth:`RooflineCollector.totals` on one GPU (a datasheet row or name).
     Returns ``{gpu, shapes_recorded, modelled_ops, window_us, categories: {cat: {ops, flops, bytes,
-    kernel_us, tflops, tbps, intensity, ridge, bound, pct_peak_flops, pct_peak_bw, precision}},
+    kernel_us, tflops, tbps, intensity, ridge, bound, pct_peak_flops, pct_peak_bw, above_peak_bw,
+    above_peak_flops, precision}},
     mfu_time_averaged, mfu_burst, unattributed_kernel_us}`` (times µs, FLOP, B, TFLOP/s, TB/s).
     ``shapes_recorded`` False (no ``Input Dims``) means no roofline: categories are empty. Raises
     InputError for a GPU not in the datasheet table."""
@@ -262,6 +263,11 @@ def roofline_of(totals: dict[str, Any], gpu: GPUSpec | str | None, label: str = 
         a["peak_tflops"] = pk
         a["pct_peak_flops"] = 100 * a["tflops"] / pk if pk else None
         a["pct_peak_bw"] = 100 * a["tbps"] / spec.hbm_tbps
+        # above the datasheet's peak no kernel goes: the model counts more bytes (FLOPs) than HBM
+        # (the units) moved, e.g. operands served from L2 or broadcast; a contradiction between the
+        # shape model and the measured kernel time, reported as such (never as an achieved figure)
+        a["above_peak_bw"] = a["pct_peak_bw"] > 100.0
+        a["above_peak_flops"] = bool(pk) and a["tflops"] > pk
         if cat in ("GEMM", "CONV", "SDPA"):
             total_flops += a["flops"]
             peak_weighted += a["flops"] * pk

@@ -35,6 +35,12 @@ BREAKDOWN_CATEGORIES = (
 )
 DPI = 110
 
+#: The step plot's widest figure (inches: 1760 px at :data:`DPI`, a report page) and most step
+#: labels per panel: a presentation choice; a 138-step profile was 72 in (8000 px) wide, and its
+#: drawing 2 s of ``run``'s 21 s on the replicated 176 MB trace (cProfile, 2026-12-03).
+STEP_PLOT_MAX_IN = 16.0
+STEP_PLOT_MAX_TICKS = 40
+
 
 _STAGED: ContextVar[list[tuple[Path, bytes]] | None] = ContextVar("ai4s_staged_plots", default=None)
 
@@ -237,7 +243,9 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
     ranks = [(str(k), list(v)) for k, v in per_rank.items() if v]
     if not ranks:
         raise InputError("step breakdown: no rank with steps to plot")
-    fig = Figure(figsize=(max(6.0, 0.5 * max(len(r) for _, r in ranks) + 3.5), 2.8 * len(ranks) + 0.6))
+    n_max = max(len(r) for _, r in ranks)
+    fig = Figure(figsize=(min(STEP_PLOT_MAX_IN, max(6.0, 0.5 * n_max + 3.5)), 2.8 * len(ranks) + 0.6))
+    every = max(1, math.ceil(n_max / STEP_PLOT_MAX_TICKS))  # a label every k-th step past the cap
     first = None
     for j, (label, rows) in enumerate(ranks):
         ax = fig.add_subplot(len(ranks), 1, j + 1, sharey=first)  # one ms scale: ranks compare at a glance
@@ -251,9 +259,10 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
                 if v < 0:
                     raise InputError(f"rank {label} step {r.get('step')}: {key} is negative: {v}")
                 h.append(v)
-            ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7, edgecolor="white")
+            ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7,
+                   edgecolor="white" if len(rows) <= STEP_PLOT_MAX_TICKS else "none")
             bottoms = [b + x for b, x in zip(bottoms, h)]
-        ax.set_xticks(xs, [str(r.get("step")) for r in rows], fontsize=8)
+        ax.set_xticks(xs[::every], [str(r.get("step")) for r in rows][::every], fontsize=8)
         ax.set_ylabel("ms")
         lab = f"rank {label}" if label.isdigit() else label
         ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
