@@ -190,11 +190,13 @@ def test_workers_beyond_two_only_where_they_fit_in_the_documents_size(tmp_path, 
     monkeypatch.delenv(scan_parallel.WORKERS_ENV, raising=False)
     monkeypatch.setattr(scan_parallel.os, "sched_getaffinity", lambda _pid: set(range(16)))
     sizes = {}
-    for mib in (40, 176, 1000):
+    for mib in (40, 150, 171, 1000):
         monkeypatch.setattr(scan_parallel, "json_bytes", lambda _p, m=mib: m << 20)
         sizes[mib] = scan_parallel.workers_for(tmp_path / "any.json")
-    # 40 MiB: 2 (never fewer once parallel); 176: (176 - 96) // 32 = 2; 1000: 28 fit, MAX_WORKERS 4
-    assert sizes == {40: 2, 176: 2, 1000: scan_parallel.MAX_WORKERS}
+    # 40 MiB: 2 (never fewer once parallel); 150: (150 - 96) // 24 = 2; 171 (the replicated 176 MB
+    # trace's JSON): (171 - 96) // 24 = 3; 1000: 37 fit, MAX_WORKERS 4
+    assert (scan_parallel.ONE_PASS_RSS_BYTES, scan_parallel.WORKER_RSS_BYTES) == (96 << 20, 24 << 20)
+    assert sizes == {40: 2, 150: 2, 171: 3, 1000: scan_parallel.MAX_WORKERS}
     monkeypatch.setattr(scan_parallel.os, "sched_getaffinity", lambda _pid: {0})
     assert scan_parallel.workers_for(tmp_path / "any.json") == 0  # one CPU: the one pass
 

@@ -49,22 +49,27 @@ from .scan_loop import NeedsOnePass, ScanColumns
 
 #: Environment variable: the number of worker processes (0 or 1: the one pass only).
 WORKERS_ENV = "AI4S_SCAN_WORKERS"
-#: Text sent to a worker at a time. Measured on the replicated 176 MB trace, 2 workers on the 2-core
-#: machine (2026-12-02): see bench/RESULTS.md.
-CHUNK_BYTES = 4 << 20
+#: Text sent to a worker at a time. A worker holds one chunk, its decoded piece and its columns, so
+#: the chunk sets a worker's RSS: on the replicated 176 MB trace (this 2-core machine, 2026-12-03,
+#: peak RSS summed over the processes, sampled every 10 ms) 4 MiB chunks gave 29-35 MiB a worker and
+#: 169 / 196 MiB with 2 / 3 workers, 2 MiB 24-26 MiB and 148 / 170 MiB, 1 MiB 23 MiB and 158 MiB
+#: with 3 workers (181 with 4); 1 MiB costs ~0.13 s more of this process's CPU (172 chunks instead
+#: of 43) and lets a third worker in within the document's size.
+CHUNK_BYTES = 1 << 20
 #: Workers at most: the parent's share (read, gunzip, cut, join: ~15 % of the one pass's CPU) keeps
-#: up with about this many (measured, bench/RESULTS.md), and each worker adds ~18 MiB of RSS.
+#: up with about this many (measured, bench/RESULTS.md), and each worker adds ~23 MiB of RSS.
 MAX_WORKERS = 4
 #: Documents smaller than this are read by the one pass: starting the workers costs ~0.1 s (python
 #: and msgspec's import), which the one pass spends on ~8 MiB of JSON (measured on the 2-core machine).
 MIN_JSON_BYTES = 32 << 20
 #: What one worker adds to the peak RSS summed over the processes, and the one pass's own peak
-#: (``trace timeline`` on the replicated 176 MB trace, this 2-core machine, 2026-12-02, bench's
-#: process-tree sampling): 96 MiB with no worker, then 166 / 193 / 219 MiB with 2 / 3 / 4 workers
-#: (~27 MiB a worker: interpreter and imports 19 MiB, a chunk and its events, and the chunks
-#: queued for it here). Workers beyond 2 are started only while they fit in the document's size
-#: with the one pass's peak (the issue-29 bound: peak RSS <= the JSON's size).
-WORKER_RSS_BYTES = 32 << 20
+#: (``trace timeline`` on the replicated 176 MB trace, this 2-core machine, bench's process-tree
+#: sampling): 96 MiB with no worker (2026-12-02); with 1 MiB chunks (:data:`CHUNK_BYTES`,
+#: 2026-12-03) ~100 MiB in this process and 23 MiB a worker (interpreter and imports 19 MiB, a chunk
+#: and its events): 158 / 181 MiB with 3 / 4 workers. Workers beyond 2 are started only while they
+#: fit in the document's size with the one pass's peak (the issue-29 bound: peak RSS <= the JSON's
+#: size): 24 MiB a worker with the margin.
+WORKER_RSS_BYTES = 24 << 20
 ONE_PASS_RSS_BYTES = 96 << 20
 #: A chunk's header on a worker's pipe: its kind (``b"l"`` or ``b"d"``) and its length in bytes.
 _HEAD = struct.Struct("<cQ")
@@ -146,7 +151,7 @@ class _Worker:
     def close(self, abandon: bool) -> None:
         """End the worker: at the end of the document its thread has taken the end mark and the
         closed pipe ends the worker; when the pass is abandoned the worker is killed first (its
-        thread, blocked on the answer, then reads the end of the pipe)."""
+        thread, blocked on the answer, then reads the end of the pipe). :meth:`reap` waits for it."""
         if abandon:
             self.proc.kill()
         self.thread.join(timeout=10)
@@ -155,11 +160,23 @@ class _Worker:
                 f.close()  # type: ignore[union-attr]
             except OSError:
                 pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+
+    def reap(self) -> None:
+        """Wait for the worker's exit (its pipe closed by :meth:`close`): a blocking ``wait`` in a
+        thread, joined with a 5 s bound, since ``Popen.wait(timeout)`` polls with sleeps of up to
+        50 ms (0.14 s over 3 workers in ``trace timeline``, 2026-12-03); killed past the bound."""
+        t = threading.Thread(target=self.proc.wait, name="scan-worker-reap", daemon=True)
+        t.start()
+        t.join(5)
+        if t.is_alive():
             self.proc.kill()
             self.proc.wait()
+
+
+def _reap(pool: list[_Worker]) -> None:
+    """:meth:`_Worker.reap` of every worker, their pipes all closed first so they exit together."""
+    for w in pool:
+        w.reap()
 
 
 def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] | None = None,
@@ -282,6 +299,7 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
             tasks.put_nowait(None)  # room for one per worker (maxsize), the queue being empty
         for w in pool:
             w.close(abandon=not complete)
+        _reap(pool)
         if not complete:  # why: the first chunk a worker refused, else the pass's own reason
             st["workers"] = 0
             refused = [results[i][1] for i in sorted(results) if results[i][0] != "ok"]
