@@ -191,6 +191,65 @@ def test_no_event_of_a_bundled_trace_is_far_outside():
         assert not [w for w in engine.analyze(p).warnings if "far outside" in w], p
 
 
+# ------------------------------------------------------------------------------ a corrupt duration
+
+def _last_of_stream(d: dict, pick) -> int:
+    """Index of the last (by start) GPU event of ``d`` that ``pick`` selects and that no later event
+    on its stream follows (so no stream clip bounds it)."""
+    gpu = [(i, e) for i, e in enumerate(d["traceEvents"]) if e.get("cat") in GPU_CATS]
+    last_on = {}
+    for i, e in sorted(gpu, key=lambda x: x[1]["ts"]):
+        last_on[(e.get("pid"), (e.get("args") or {}).get("stream"))] = i
+    return max((i for i in last_on.values() if pick(d["traceEvents"][i])), key=lambda i: d["traceEvents"][i]["ts"])
+
+
+@pytest.mark.parametrize("trace, pick, dur", [
+    ("93001/traces/trace_rank0.json.gz", lambda e: "nccl" in e["name"].lower(), 1e12),  # an 11.6-day allreduce
+    ("92001/traces/trace_rank0.json.gz", lambda e: True, 5e7),  # a 50 s GPU event at the end
+    ("92002/traces/trace_rank0.json.gz", lambda e: e.get("cat") == "gpu_memcpy", 1e9),
+])
+def test_a_gpu_event_ending_long_after_the_host_activity_is_left_out_by_both_readers(tmp_path, trace, pick, dur):
+    """A GPU event (the last on its stream: nothing clips it) whose duration ends it more than the
+    host span and 1 s after the last CPU-side event (hygiene.tail_bound; the real traces end within
+    1.07 ms): the timeline is the one without it, in both readers, and said once; it would otherwise
+    be all of the window (the 1e12 µs allreduce read "exposed communication 100%")."""
+    d = _trace(EXAMPLES / trace)
+    k = _last_of_stream(d, pick)
+    bad, without = copy.deepcopy(d), copy.deepcopy(d)
+    bad["traceEvents"][k]["dur"] = dur
+    del without["traceEvents"][k]
+    a, b = tmp_path / "bad.json.gz", tmp_path / "without.json.gz"
+    a.write_bytes(gzip.compress(json.dumps(bad).encode(), 1))
+    b.write_bytes(gzip.compress(json.dumps(without).encode(), 1))
+    got, ref = engine.analyze(a), engine.analyze(b)
+    for row in ("idle_time", "computation_time", "exposed_comm_time", "total_time"):
+        assert got.timeline[row].time_ms == pytest.approx(ref.timeline[row].time_ms, abs=1e-6), row
+    notes = [w for w in got.warnings if "ending far after the profiled host activity" in w]
+    assert len(notes) == 1 and notes[0].startswith("1 GPU event(s)") and "corrupt duration" in notes[0]
+    kv, kr = kineto.rederive_figures(a), kineto.rederive_figures(b)
+    for row in ("idle_time", "exposed_comm_time", "total_time"):
+        assert kv["timeline"][row]["time_ms"] == pytest.approx(kr["timeline"][row]["time_ms"], abs=1e-6), row
+    assert sum("ending far after the profiled host activity" in n for n in kineto.load_events(a).notes) == 1
+
+
+def test_a_long_event_the_next_on_its_stream_clips_is_clipped_not_dropped(tmp_path):
+    """The same overrun on a kernel that another kernel follows on its stream: the stream clip
+    bounds it (TraceLens's rule, the handed overflow-dur case), so nothing is left out."""
+    d = _trace(EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz")
+    ks = [i for i, e in enumerate(d["traceEvents"]) if e.get("cat") == "kernel"]
+    d["traceEvents"][ks[len(ks) // 2]]["dur"] = 1e12
+    a = tmp_path / "clipped.json.gz"
+    a.write_bytes(gzip.compress(json.dumps(d).encode(), 1))
+    got = engine.analyze(a)
+    assert got.kernel_count == len(ks) and got.clipped_excess_us > 1e11
+    assert not [w for w in got.warnings if "ending far after" in w]
+
+
+def test_no_event_of_a_bundled_trace_ends_far_after_the_host_activity():
+    for p in sorted(EXAMPLES.glob("*/traces/*.json.gz")):
+        assert not [w for w in engine.analyze(p).warnings if "ending far after" in w], p
+
+
 # ------------------------------------------------------------------------------ a shuffled log
 
 def _log(order: list[int]) -> str:

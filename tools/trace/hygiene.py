@@ -187,6 +187,28 @@ def far_outside_note(n: int, first_name: str, offset_s: float, bounds_width_us: 
             "GPU event to the last, so it reads GPU idle near 100%)")
 
 
+def tail_bound(cpu_lo: float | None, cpu_hi: float | None) -> float | None:
+    """The latest end (trace µs) a GPU event can have, or None without host-side events: the end
+    of the last CPU-side event (cpu_op or runtime call: ``cpu_hi``, their first start ``cpu_lo``)
+    plus the larger of the host span (``cpu_hi - cpu_lo``) and :data:`FAR_FLOOR_US`. The profiler's
+    host activity ends after the work it profiled: on the 22 real traces at hand (the bundled H200
+    runs, HTA's and TraceLens's) the last GPU event ends at most 1.07 ms after the last CPU-side
+    event (HTA's sampled rank 1: 0.09% of its host span; every other one before it), so a GPU event
+    ending a host span (and at least 1 s) later holds a duration no clock can have given (a kernel
+    of 1e12 µs): a corrupt duration, left out of every figure by both readers and said
+    (:func:`tail_note`)."""
+    if cpu_lo is None or cpu_hi is None:
+        return None
+    return cpu_hi + max(cpu_hi - cpu_lo, FAR_FLOOR_US)
+
+
+def tail_note(n: int, first_name: str, past_s: float, allowed_s: float) -> str:
+    """The input note of :func:`tail_bound`'s events (one line, the same in both readers)."""
+    return (f"{n} GPU event(s) ending far after the profiled host activity (the first '{first_name[:60]}' ends "
+            f"{past_s:.3g} s after the last CPU-side event, later than the {allowed_s:.3g} s any recorded work "
+            "could run on): a corrupt duration, left out of every figure")
+
+
 #: Fewest GPU kernels a GPU timeline share can be measured over: with one, the window (first start
 #: to last end) IS that kernel, so it reads 100% busy by construction.
 MIN_GPU_KERNELS = 2

@@ -25,7 +25,7 @@ from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
 from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds,
-                      far_outside_note, graph_not_recorded_message, input_notes)
+                      far_outside_note, graph_not_recorded_message, input_notes, tail_bound, tail_note)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -536,9 +536,22 @@ class KinetoLoader:
                     drop = set(map(id, far))
                     gpu = self.gpu = [g for g in gpu if id(g) not in drop]
         overlaps, zero_inside = _clip_streams(gpu)
+        tail_note_ = None
+        if len(gpu) > 1:  # GPU events ending far after the host activity (clipped ends): left out, said
+            starts = [min(a) for a in (self.o_ts, self.r_ts) if len(a)]  # (hygiene.tail_bound)
+            ends = [max(a) for a in (self.o_end, self.r_end) if len(a)]
+            bound = tail_bound(min(starts), max(ends)) if starts else None
+            if bound is not None:
+                late = [g for g in gpu if g.ts + g.dur > bound]
+                if late and len(late) < len(gpu):
+                    hi = max(ends)
+                    tail_note_ = tail_note(len(late), late[0].name, (late[0].ts + late[0].dur - hi) / 1e6,
+                                           (bound - hi) / 1e6)
+                    drop = set(map(id, late))
+                    gpu = self.gpu = [g for g in gpu if id(g) not in drop]
         # A trace where nothing links (no runtime events) counts every GPU event.
         linked_only = any(linked)
-        notes = self.notes() + ([far_note] if far_note else [])
+        notes = self.notes() + ([far_note] if far_note else []) + ([tail_note_] if tail_note_ else [])
         if not linked_only and (len(self.r_ts) or len(self.flow_ids)):
             notes.append("no GPU event carries the correlation id of a CPU launch or flow: every GPU event is counted")
 

@@ -69,7 +69,7 @@ from ..errors import InputError, NoGpuEventsError
 from ..files import check_input_file
 from ..jsonguard import GuardedReader
 from .hygiene import (STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds, far_outside_note,
-                      graph_not_recorded_message, input_notes)
+                      graph_not_recorded_message, input_notes, tail_bound, tail_note)
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from . import fastscan
 from .scan_loop import ScanColumns
@@ -303,6 +303,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         raise NoGpuEventsError(no_gpu_events_message(p.name, other, dropped) + "".join(f"; {x}" for x in scan.notes))
     drop_far_outside(scan)
     clip_stream_overlaps(scan)
+    drop_far_tail(scan)  # after the clip: an overrun the next event on its stream bounds is clipped, not dropped
     return scan
 
 
@@ -331,14 +332,44 @@ def drop_far_outside(scan: TraceScan) -> int:
     i = int(np.flatnonzero(far)[0])
     off = (scan.ts[i] - b[3]) / 1e6 if scan.ts[i] > b[1] else (end[i] - b[2]) / 1e6  # from the reference span
     scan.notes.append(far_outside_note(n, scan.names[scan.name_id[i]], off, b[1] - b[3]))
-    keep = ~far
+    _keep_gpu(scan, ~far)
+    return n
+
+
+def drop_far_tail(scan: TraceScan) -> int:
+    """Drop, in place, the GPU events ending after :func:`.hygiene.tail_bound` of the scan's
+    CPU-side events (cpu_ops and launches) and say so in ``scan.notes``
+    (:func:`.hygiene.tail_note`); never all of them. Runs after :func:`clip_stream_overlaps`: an
+    event the next one on its stream clips is not dropped (its clipped end is read). Returns how many."""
+    if scan.n_gpu_events < 2:
+        return 0
+    starts = [a for a in (scan.op_ts, scan.launch_ts) if a is not None and a.size]
+    ends = [a for a in (scan.op_end, scan.launch_end) if a is not None and a.size]
+    if not starts:
+        return 0
+    hi = max(float(a.max()) for a in ends)
+    bound = tail_bound(min(float(a.min()) for a in starts), hi)
+    end = scan.ts + scan.dur  # clipped (:func:`clip_stream_overlaps` runs first)
+    far = end > bound
+    n = int(far.sum())
+    if n == 0 or n == far.size:
+        return 0
+    i = int(np.flatnonzero(far)[0])
+    scan.notes.append(tail_note(n, scan.names[scan.name_id[i]], (end[i] - hi) / 1e6, (bound - hi) / 1e6))
+    _keep_gpu(scan, ~far)
+    return n
+
+
+def _keep_gpu(scan: TraceScan, keep: np.ndarray) -> None:
+    """Keep, in place, the GPU events where ``keep`` (bool per GPU event) holds."""
     new_index = np.cumsum(keep) - 1
     for f in _GPU_FIELDS:
         a = getattr(scan, f)
         if a is not None:
             setattr(scan, f, a[keep].copy() if f == "dur" else a[keep])
     scan.comm_args = {int(new_index[k]): v for k, v in scan.comm_args.items() if keep[k]}
-    return n
+    scan.overlaps = [(int(new_index[i]), int(new_index[j]), x) for i, j, x in scan.overlaps  # clipped pairs
+                     if keep[i] and keep[j]]
 
 
 def _scan_notes(cat_of: dict, cat_counts: dict, pairs: DurationPairs, instants: int, bad_num: int,
