@@ -41,4 +41,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as e:  # one line, not a traceback: the script's one prerequisite
+        raise SystemExit(f"error: TraceLens is not installed ({e}); pip install 'ai4s-graph[tracelens]'") from None
