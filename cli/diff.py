@@ -52,6 +52,12 @@ def diff(
             raise D.InputError(f"cannot read the runs: {e}") from None
         except Ai4sError as e:
             raise D.InputError(str(e)) from None
+        except (TypeError, ValueError, OverflowError, AttributeError, KeyError, IndexError) as e:
+            # report.json is checked against the report model; foms.json, manifest.json and the
+            # telemetry beside the runs are read as run writes them: another shape is bad input
+            raise D.InputError("the runs' files hold a value of a type or size ai4s-graph run does not write "
+                               f"({type(e).__name__}: {' '.join(str(e).split())[:120]}): edited or foreign files"
+                               ) from None
         md, js = D.write_diff(d, out) if out is not None else D.write_diff(d, D.default_out(b, a), root=b.path)
     except (Ai4sError, OSError) as e:
         bad_input = isinstance(e, D.InputError) and not isinstance(e, UnsafePathError)

@@ -160,6 +160,31 @@ def test_a_report_json_not_shaped_as_a_report_exits_3(analysed, tmp_path, field,
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("name, field, value", [
+    ("foms.json", "epoch_times_s", 5),            # a number where a list goes
+    ("manifest.json", "nodes_list", [1, "a"]),    # names of two types
+    ("manifest.json", "nodes_list", 5),
+])
+def test_foms_or_manifest_of_another_shape_exits_3(analysed, tmp_path, name, field, value):
+    """foms.json / manifest.json values of a type ``run`` never writes: one STATUS=fail line, exit 3,
+    no traceback, nothing written (they were TypeErrors)."""
+    b = _copy(analysed["after"], tmp_path / "b")
+    d = json.loads((b / name).read_text())
+    (b / name).write_text(json.dumps({**d, field: value}))
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "diff", str(analysed["before"]), str(b), "--out",
+                         str(tmp_path / "d")], env=_env(), capture_output=True, text=True, timeout=300)
+    last = cp.stdout.strip().splitlines()[-1]
+    assert cp.returncode == 3 and "Traceback" not in cp.stderr, cp.stdout + cp.stderr
+    assert last.startswith("STATUS=fail; reason=the runs' files hold a value") and not (tmp_path / "d").exists()
+
+
+def test_a_number_beyond_the_float_range_is_no_number():
+    from ai4s_graph.tools.report import diff as D
+
+    assert D._num(10 ** 400) is None and D._num(float("inf")) is None and D._num(True) is None
+    assert D._num(3) == 3.0 and D._num(2.5) == 2.5
+
+
 @pytest.mark.vm
 def test_a_run_that_stops_midway_leaves_a_folder_diff_refuses(tmp_path):
     """Run 92001 into a folder, run it again (--fresh) with a node raising before the synthesizer: the

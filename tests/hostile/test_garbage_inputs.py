@@ -245,6 +245,60 @@ def test_a_long_event_the_next_on_its_stream_clips_is_clipped_not_dropped(tmp_pa
     assert not [w for w in got.warnings if "ending far after" in w]
 
 
+def _hand(tmp_path, name: str, extra_cpu: list, kernels: list) -> Path:
+    """One cpu_op [0, 100) µs with three correlated launches (5, 6, 7) at 1-3 µs, ``extra_cpu``
+    events, and ``kernels``: (name, ts, dur, correlation, stream)."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]
+    ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": c - 4, "dur": 1,
+            "args": {"correlation": c}} for c in (5, 6, 7)]
+    ev += extra_cpu
+    ev += [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": t, "dur": d,
+            "args": {"correlation": c, "stream": st, "device": 0}} for n, t, d, c, st in kernels]
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    return p
+
+
+def _both(p: Path) -> tuple[float, float, list[str], list[str]]:
+    """Busy time (ms) and the tail notes of the engine and of the verifier's reader."""
+    got, kv = engine.analyze(p), kineto.rederive_figures(p)
+    tail = "ending far after the profiled host activity"
+    return (got.timeline["busy_time"].time_ms, kv["timeline"]["busy_time"]["time_ms"],
+            [w for w in got.warnings if tail in w], [n for n in kineto.load_events(p).notes if tail in n])
+
+
+@pytest.mark.parametrize("late_call", [
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaGetDevice", "pid": 1, "tid": 1, "ts": 5e6, "dur": 1},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaGetDevice", "pid": 1, "tid": 1, "ts": 5e6, "dur": 1,
+     "args": {"correlation": "x"}},
+])
+def test_the_host_activity_is_the_same_for_both_readers(tmp_path, late_call):
+    """A runtime call without a correlation id 5 s later is not a launch: the host activity both
+    readers bound the GPU events by is the cpu_ops and the launches, so the 2 s kernel ending after
+    it is left out by both (busy: the other kernel's 5 µs)."""
+    p = _hand(tmp_path, "late_call", [late_call], [("k0", 10, 5, 5, 7), ("k1", 20, 2e6, 6, 8)])
+    eng, ver, n_eng, n_ver = _both(p)
+    assert eng == pytest.approx(0.005) and ver == pytest.approx(0.005) and len(n_eng) == len(n_ver) == 1
+
+
+def test_a_clip_at_a_dropped_events_start_is_undone_by_both_readers(tmp_path):
+    """A [10, 60) then B at 20 with a 1e12 µs dur on one stream: B is left out, so A is not clipped
+    at B's start: busy is A's 50 µs in both readers, and no clip line names B."""
+    p = _hand(tmp_path, "clip_drop", [], [("A", 10, 50, 5, 7), ("B", 20, 1e12, 6, 7), ("C", 30, 5, 7, 8)])
+    eng, ver, n_eng, n_ver = _both(p)
+    assert eng == pytest.approx(0.05) and ver == pytest.approx(0.05) and len(n_eng) == len(n_ver) == 1
+    assert not [w for w in engine.analyze(p).warnings if "clipped at that start" in w]
+    assert engine.analyze(p).clipped_excess_us == 0.0
+
+
+def test_the_linked_events_are_never_all_left_out(tmp_path):
+    """Both linked kernels end seconds after the host activity, one unlinked kernel does not: left
+    out, the figures would read the unlinked one alone; both readers keep them all instead."""
+    p = _hand(tmp_path, "linked_late", [], [("k0", 5, 3e6, 5, 7), ("k1", 10, 4e6, 6, 8), ("u", 20, 5, 999, 9)])
+    eng, ver, n_eng, n_ver = _both(p)
+    assert eng == pytest.approx(ver) and eng > 3000 and n_eng == n_ver == []
+
+
 def test_no_event_of_a_bundled_trace_ends_far_after_the_host_activity():
     for p in sorted(EXAMPLES.glob("*/traces/*.json.gz")):
         assert not [w for w in engine.analyze(p).warnings if "ending far after" in w], p

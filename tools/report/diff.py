@@ -222,7 +222,14 @@ def _sem_pct(s: Side, name: str | None) -> tuple[float | None, str]:
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    """A finite number as a float, else None (a bool, a string, an integer beyond the float range)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _guard_fom(s: Side) -> dict[str, Any]:

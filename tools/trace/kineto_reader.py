@@ -538,17 +538,22 @@ class KinetoLoader:
         overlaps, zero_inside = _clip_streams(gpu)
         tail_note_ = None
         if len(gpu) > 1:  # GPU events ending far after the host activity (clipped ends): left out, said
-            starts = [min(a) for a in (self.o_ts, self.r_ts) if len(a)]  # (hygiene.tail_bound)
-            ends = [max(a) for a in (self.o_end, self.r_end) if len(a)]
+            lr = [i for i, c in enumerate(self.r_corr) if c != NO_ID]  # (hygiene.tail_bound); launches:
+            starts = ([min(self.o_ts)] if len(self.o_ts) else []) + ([min(r_ts[i] for i in lr)] if lr else [])
+            ends = ([max(self.o_end)] if len(self.o_end) else []) + ([max(self.r_end[i] for i in lr)] if lr else [])
             bound = tail_bound(min(starts), max(ends)) if starts else None
             if bound is not None:
                 late = [g for g in gpu if g.ts + g.dur > bound]
-                if late and len(late) < len(gpu):
+                drop = set(map(id, late))
+                kept = [g for g in gpu if id(g) not in drop]
+                if late and kept and (any(g.linked for g in kept) or not any(g.linked for g in gpu)):
                     hi = max(ends)
                     tail_note_ = tail_note(len(late), late[0].name, (late[0].ts + late[0].dur - hi) / 1e6,
                                            (bound - hi) / 1e6)
-                    drop = set(map(id, late))
-                    gpu = self.gpu = [g for g in gpu if id(g) not in drop]
+                    for g in kept:  # the clip anew without them (a clip at a dropped event's start undone)
+                        g.dur = g.dur_raw
+                    gpu = self.gpu = kept
+                    overlaps, zero_inside = _clip_streams(gpu)
         # A trace where nothing links (no runtime events) counts every GPU event.
         linked_only = any(linked)
         notes = self.notes() + ([far_note] if far_note else []) + ([tail_note_] if tail_note_ else [])

@@ -303,7 +303,9 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
         raise NoGpuEventsError(no_gpu_events_message(p.name, other, dropped) + "".join(f"; {x}" for x in scan.notes))
     drop_far_outside(scan)
     clip_stream_overlaps(scan)
-    drop_far_tail(scan)  # after the clip: an overrun the next event on its stream bounds is clipped, not dropped
+    if drop_far_tail(scan):  # judged on the clipped ends: an overrun the next event on its stream bounds is
+        scan.dur = scan.dur_raw.copy()  # clipped, not dropped; without the dropped events, the clip anew
+        clip_stream_overlaps(scan)
     return scan
 
 
@@ -339,8 +341,11 @@ def drop_far_outside(scan: TraceScan) -> int:
 def drop_far_tail(scan: TraceScan) -> int:
     """Drop, in place, the GPU events ending after :func:`.hygiene.tail_bound` of the scan's
     CPU-side events (cpu_ops and launches) and say so in ``scan.notes``
-    (:func:`.hygiene.tail_note`); never all of them. Runs after :func:`clip_stream_overlaps`: an
-    event the next one on its stream clips is not dropped (its clipped end is read). Returns how many."""
+    (:func:`.hygiene.tail_note`); never all of them, nor all the linked ones. Judged on the clipped
+    ends (:func:`clip_stream_overlaps` runs first: an event the next one on its stream clips is not
+    dropped); the caller clips the remaining events anew (a clip at a dropped event's start is
+    undone, as the verifier's reader does). CPU-side events: cpu_ops and the launches (runtime calls
+    with a correlation id), in both readers. Returns how many."""
     if scan.n_gpu_events < 2:
         return 0
     starts = [a for a in (scan.op_ts, scan.launch_ts) if a is not None and a.size]
@@ -354,6 +359,11 @@ def drop_far_tail(scan: TraceScan) -> int:
     n = int(far.sum())
     if n == 0 or n == far.size:
         return 0
+    ids = scan.link_ids()
+    if ids.size:  # never every linked event either (the figures read the linked ones)
+        linked = np.isin(scan.corr, ids)
+        if linked.any() and not (linked & ~far).any():
+            return 0
     i = int(np.flatnonzero(far)[0])
     scan.notes.append(tail_note(n, scan.names[scan.name_id[i]], (end[i] - hi) / 1e6, (bound - hi) / 1e6))
     _keep_gpu(scan, ~far)
