@@ -231,9 +231,13 @@ class EventCopy:
     then adds the findings as one more deflate run and the gzip trailer: one gzip member whose text
     is the same as the re-read's. Memory: one batch of events and the tail; disk: the compressed copy.
     Raises InputError (from :func:`~ai4s_graph.tools.trace.stream.read_header`) for a trace whose
-    header cannot be read."""
+    header cannot be read.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``spool``: the file the compressed copy goes to (a lane's copy, :func:`~ai4s_graph.tools.trace.
+    onepass.copy_part`, handed to the report's process by :meth:`snapshot` and :func:`adopt_copy`);
+    default an anonymous temporary file. Raises OSError when ``spool`` cannot be opened."""
+
+    def __init__(self, path: str | os.PathLike[str], *, spool: str | os.PathLike[str] | None = None) -> None:
         import tempfile
         import zlib
 
@@ -244,7 +248,8 @@ class EventCopy:
         self.head = read_header(self.src, HEADER_KEYS)
         self._zlib = zlib
         self._z = zlib.compressobj(1, zlib.DEFLATED, -15)
-        self._f = tempfile.TemporaryFile()  # noqa: SIM115 - closed by write() or when dropped
+        # closed by write() or when dropped
+        self._f = tempfile.TemporaryFile() if spool is None else open(spool, "w+b")  # noqa: SIM115
         # the CRC and the deflate run in a thread of their own (zlib releases the GIL on large
         # buffers: they overlap the pass's parse); at most 8 batches wait for it
         self._q: queue.Queue = queue.Queue(maxsize=8)
@@ -321,6 +326,21 @@ class EventCopy:
         self._tail = bytearray()
         _PREPARED[self.key] = self
 
+    def snapshot(self) -> dict[str, Any]:
+        """:meth:`finish`, then what :func:`adopt_copy` needs to file this copy in another process:
+        the file key, header, CRC-32 and length of the deflated text, trailer keys, the findings'
+        inputs (``col``: events copied, GPU spans and classes, steps, DataLoader calls, pids), or
+        ``error`` (why the copy was dropped). The spool file is closed, its bytes flushed."""
+        self.finish()
+        _PREPARED.pop(self.key, None)
+        if self.error is not None:
+            return {"error": self.error}
+        self._f.close()
+        c = self.col
+        return {"key": self.key, "head": self.head, "crc": self.crc, "size": self.size, "trailer": self.trailer,
+                "col": {"n": c.n, "g_ts": c.g_ts, "g_end": c.g_end, "g_cls": c.g_cls, "steps": c.steps,
+                        "loader": c.loader, "pids": c.pids}}
+
     def write(self, out: str | os.PathLike[str], rank: int | None, waits: Iterable[dict[str, Any]],
               gap_label: GapLabel | None, idle: tuple[np.ndarray, np.ndarray] | None,
               min_gap_us: float) -> AnnotatedTrace:
@@ -348,6 +368,56 @@ class EventCopy:
         finally:
             self._f.close()
         return res
+
+
+def copy_spool() -> str | None:
+    """A new empty file for a lane's copy (:meth:`EventCopy.snapshot`), in the temporary folder;
+    None when none can be made (the copy is then made in this process)."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix="ai4s-annotated-", suffix=".deflate")
+    except OSError:
+        return None
+    os.close(fd)
+    return name
+
+
+def drop_spool(spool: str | None) -> None:
+    """Remove a lane's copy file (an adopted copy holds it open: its bytes stay readable)."""
+    if spool is not None:
+        try:
+            os.unlink(spool)
+        except OSError:
+            pass
+
+
+def adopt_copy(path: str | os.PathLike[str], snap: dict[str, Any], spool: str) -> bool:
+    """File the copy another process made of the trace at ``path`` into ``spool``
+    (:meth:`EventCopy.snapshot`) for :func:`write_annotated_trace`, as :meth:`EventCopy.finish`
+    files its own. Not when the copy was dropped, or when the trace is not the file the copy read
+    (its path, size or mtime changed since): then the writer reads the trace itself. Returns whether
+    it was filed; raises nothing."""
+    import zlib
+
+    try:
+        key = _file_key(Path(path))
+    except OSError:
+        return False
+    if snap.get("error") is not None or tuple(snap.get("key") or ()) != key:
+        return False
+    try:
+        fh = open(spool, "rb")  # noqa: SIM115 - closed by write()
+    except OSError:
+        return False
+    c = EventCopy.__new__(EventCopy)
+    c.src, c.key, c.head, c._zlib = Path(path), key, snap["head"], zlib
+    c.crc, c.size, c.trailer, c.error, c._f = snap["crc"], snap["size"], snap["trailer"], None, fh
+    col = _Collect.__new__(_Collect)
+    col.__dict__.update(snap["col"])
+    c.col = col
+    _PREPARED[key] = c
+    return True
 
 
 def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str], rank: int | None,

@@ -17,13 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from ...state.publish import publish
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: GPU timeline categories in stacking order: TraceLens's gpu_timeline rows
 #: (computation_time + exposed_comm_time + exposed_memcpy_time + idle_time = total_time).
@@ -59,10 +59,25 @@ def staged() -> Iterator[list[tuple[Path, bytes]]]:
         _STAGED.reset(token)
 
 
+def _figure(**kw: Any) -> Figure:
+    """A new figure (keyword arguments: matplotlib's ``Figure``'s) on the Agg canvas. matplotlib is
+    imported here, on the first figure, not with this module: its import (~0.5 s and ~40 MiB on the
+    project's 2-core machine, 2026-12-03) is then paid by the synthesizer after a run's trace read,
+    not held through it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     """Render ``fig`` as PNG in memory and publish it at ``path`` atomically, refusing a link
     there (:func:`ai4s_graph.state.publish.publish`), or stage it (:func:`staged`). Returns the path."""
     out = Path(path)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
@@ -171,8 +186,7 @@ def gpu_breakdown_figure(rows: Sequence[tuple[str, Mapping[str, tuple[float, flo
     segment when its text fits there (measured with the Agg renderer), else right of the bar at
     the segment's height, and the labels right of one bar are pushed apart so that their boxes do not
     intersect (each other, the bar totals above, the tick labels)."""
-    fig = Figure(figsize=(max(5.0, 1.4 * len(rows) + 3.0), 4.6))
-    FigureCanvasAgg(fig)
+    fig = _figure(figsize=(max(5.0, 1.4 * len(rows) + 3.0), 4.6))
     ax = fig.add_subplot(1, 1, 1)
     xs = list(range(len(rows)))
     bottoms = [0.0] * len(rows)
@@ -244,7 +258,7 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
     if not ranks:
         raise InputError("step breakdown: no rank with steps to plot")
     n_max = max(len(r) for _, r in ranks)
-    fig = Figure(figsize=(min(STEP_PLOT_MAX_IN, max(6.0, 0.5 * n_max + 3.5)), 2.8 * len(ranks) + 0.6))
+    fig = _figure(figsize=(min(STEP_PLOT_MAX_IN, max(6.0, 0.5 * n_max + 3.5)), 2.8 * len(ranks) + 0.6))
     every = max(1, math.ceil(n_max / STEP_PLOT_MAX_TICKS))  # a label every k-th step past the cap
     first = None
     for j, (label, rows) in enumerate(ranks):
@@ -373,7 +387,7 @@ def telemetry_figure(
         panels.append((metric, lines))
 
     n = len(panels)
-    fig = Figure(figsize=(8.0, max(2.0, 1.9 * n + 0.6)))
+    fig = _figure(figsize=(8.0, max(2.0, 1.9 * n + 0.6)))
     axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
     for ax, (metric, lines) in zip(axes, panels):
         for label, xy in lines:
@@ -469,7 +483,7 @@ def plot_fom_iterations(
     pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 1.0
     floor = lo - pad
 
-    fig = Figure(figsize=(max(6.0, 0.6 * len(pts) + 3.0), 4.2))
+    fig = _figure(figsize=(max(6.0, 0.6 * len(pts) + 3.0), 4.2))
     ax = fig.add_subplot(1, 1, 1)
     done = [p for p in pts if math.isfinite(p[2])]
     ax.plot([p[0] for p in done], [p[2] for p in done], color="#BBBBBB", lw=1, zorder=1)

@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from typing import Any, Callable
 
-from . import crossrank_check, host_sampling, host_timeline, kineto, rank_analysis, stream
+from . import crossrank_check, host_sampling, host_timeline, kineto, lanes, rank_analysis, stream
 from ..errors import Ai4sError
 from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
@@ -172,23 +172,48 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     which :func:`~ai4s_graph.tools.report.annotated.write_annotated_trace` then takes instead of
     reading the trace a second time.
 
+    On a long trace (:func:`.lanes.lanes_for`) the verifier's reader, the step accountant and the
+    annotated copy read the trace in processes of their own while the engine reads it here
+    (:mod:`.lanes`): :func:`reader_part`, :func:`steps_part` and :func:`copy_part`, the same
+    consumers fed the same events in the same order, so the same result; a lane that gives none is
+    run here after the engine's pass.
+
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
-    loader, names, roof, raw = kineto.KinetoLoader(path), NameCounter(wanted), RooflineCollector(), \
-        RawCounter(raw_patterns)
-    acc, notes = host_timeline.StepAccountant(path), host_sampling.Annotations()
-    copy = None
-    if annotate:
+    names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
+    spool = None
+    if lanes.lanes_for(path):
+        reader_lane, steps_lane = lanes.start(reader_part, path, rank, wanted), lanes.start(steps_part, path)
+        if annotate:
+            spool = annotated.copy_spool()
+            copy_lane = lanes.start(copy_part, path, spool) if spool is not None else None
+        else:
+            copy_lane = None
+    else:
+        reader_lane = steps_lane = copy_lane = None
+    started = [x for x in (reader_lane, steps_lane, copy_lane) if x is not None]
+    loader = notes = acc = copy = None
+    also: tuple = (names.feed, roof.feed)
+    if reader_lane is None:
+        loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
+        also += (loader.feed, notes.feed)
+    if steps_lane is None:
+        acc = host_timeline.StepAccountant(path)
+        also += (acc.feed,)
+    if annotate and copy_lane is None:
         try:
             copy = annotated.EventCopy(path)
         except (Ai4sError, OSError):
             copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
-    also = (loader.feed, names.feed, roof.feed, acc.feed, notes.feed) + ((copy.feed,) if copy else ())
+    also += (copy.feed,) if copy else ()
     try:
         rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
                                          also=also, taps=(raw.feed,) + ((copy.tap,) if copy else ()))
     except BaseException:
         if copy is not None:
             copy.discard()
+        for x in started:
+            x.cancel()
+        annotated.drop_spool(spool)
         raise
     if copy is not None:
         copy.finish()
@@ -197,11 +222,41 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
                            "roofline_totals": _totals(roof, "external_id"),
                            "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
+    if acc is not None:
+        out.update(_steps_of(acc))
+        del acc
+    else:
+        out.update(lanes.take(steps_lane, steps_part, path))
+    if loader is not None:
+        out.update(_reader_of(loader, notes, rank, wanted))
+        del loader, notes
+    else:
+        out.update(lanes.take(reader_lane, reader_part, path, rank, wanted))
+    if copy_lane is not None:
+        try:
+            annotated.adopt_copy(path, copy_lane.result(), spool)
+        except lanes.LaneError:
+            pass  # no copy: the writer reads the trace itself
+        finally:
+            annotated.drop_spool(spool)
+    stream.trim_heap()
+    return out
+
+
+def _steps_of(acc: host_timeline.StepAccountant) -> dict[str, Any]:
+    """``{"step_accounting": ...}`` from a step accountant fed the whole trace, or
+    ``{"step_accounting_error": why}``."""
     try:
-        out["step_accounting"] = acc.finish().model_dump(mode="json")
+        return {"step_accounting": acc.finish().model_dump(mode="json")}
     except Exception as e:  # noqa: BLE001 - the accounting is one more figure: its failure drops it only
-        out["step_accounting_error"] = str(e) if isinstance(e, Ai4sError) else f"{type(e).__name__}: {e}"[:200]
-    del acc
+        return {"step_accounting_error": str(e) if isinstance(e, Ai4sError) else f"{type(e).__name__}: {e}"[:200]}
+
+
+def _reader_of(loader: kineto.KinetoLoader, notes: host_sampling.Annotations, rank: int,
+               wanted: Callable[[str], bool]) -> dict[str, Any]:
+    """``{"reader", "steps_sampled"}`` from the verifier's reader fed the whole trace (its linking,
+    tables, communication kernels, sampled steps and kernel time by name), or ``{"reader_error": why}``."""
+    out: dict[str, Any] = {}
     try:
         tr = loader.finish(rank)
         stream.trim_heap()  # the reader's linking temporaries are gone
@@ -214,11 +269,52 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
         reader["kernel_us"] = kernel_time_by_name(tr, wanted)
         del tr
         out["reader"] = reader
-        stream.trim_heap()
     except Exception as e:  # noqa: BLE001 - any failure of that path: the verifier says inconclusive, why
         out["reader_error"] = str(e) if isinstance(e, Ai4sError) else \
             f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
     return out
+
+
+def _feed(path: str, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> None:
+    """Every event of ``path`` to ``consumers`` (a lane's own read), a malformed event named in one
+    line as the engine's pass names it (:func:`.guard.named_malformed_events`)."""
+    from pathlib import Path
+
+    from .guard import named_malformed_events
+
+    with named_malformed_events(Path(path)):
+        stream.feed_events(path, consumers, taps=taps)
+
+
+def reader_part(path: str, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:
+    """:func:`read_rank`'s verifier-reader part from a read of its own (a lane, :mod:`.lanes`):
+    ``{"reader", "steps_sampled"}`` or ``{"reader_error"}``. Raises what the engine's pass raises
+    for a trace it cannot read (InputError)."""
+    loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
+    _feed(path, (loader.feed, notes.feed))
+    return _reader_of(loader, notes, rank, wanted)
+
+
+def steps_part(path: str) -> dict[str, Any]:
+    """:func:`read_rank`'s step accounting from a read of its own (a lane, :mod:`.lanes`):
+    ``{"step_accounting"}`` or ``{"step_accounting_error"}``. Raises InputError (unreadable trace)."""
+    acc = host_timeline.StepAccountant(path)
+    _feed(path, (acc.feed,))
+    return _steps_of(acc)
+
+
+def copy_part(path: str, spool: str) -> dict[str, Any]:
+    """The annotated trace's copy (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) made
+    from a read of its own into the file ``spool`` (a lane, :mod:`.lanes`); what
+    :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer. Raises InputError
+    (unreadable trace) or OSError (``spool`` not writable)."""
+    copy = annotated.EventCopy(path, spool=spool)
+    try:
+        _feed(path, (copy.feed,), (copy.tap,))
+    except BaseException:
+        copy.discard()
+        raise
+    return copy.snapshot()
 
 
 def read_counts(path: str, wanted: Callable[[str], bool]) -> tuple[dict[str, int], dict[str, Any] | None]:

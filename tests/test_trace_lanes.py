@@ -1,0 +1,159 @@
+"""The rank read's lanes (tools/trace/lanes.py): the verifier's reader, the step accountant and
+the annotated copy read the trace in processes of their own. Their result must be the in-process
+one, to the last key and byte, on real traces of every bundled kind; a lane that fails, dies or
+cannot start must leave the same result (its part then runs in the caller's process)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.tools.errors import InputError
+from ai4s_graph.tools.report import annotated
+from ai4s_graph.tools.trace import lanes, onepass
+
+REPO = Path(__file__).resolve().parents[1]
+#: Real traces: the bundled examples' 1-GPU dispatch-bound GNN (92001), data-loader-bound ViT
+#: (92002), a 2-GPU NCCL rank (93001), and HTA's inference trace (tests/data/traces/README.md).
+TRACES = [REPO / "examples/perf-runs/92001/traces/trace_rank0.json.gz",
+          REPO / "examples/perf-runs/92002/traces/trace_rank0.json.gz",
+          REPO / "examples/perf-runs/93001/traces/trace_rank1.json.gz",
+          REPO / "tests/data/traces/hta_inference_rank_1.json.gz"]
+
+
+def _read(path: Path, monkeypatch: pytest.MonkeyPatch, on: str, annotate: bool = True) -> dict:
+    """``read_rank`` with lanes on (``"1"``) or off, computed (a cache folder of its own)."""
+    monkeypatch.setenv(lanes.LANES_ENV, on)
+    cache = tempfile.mkdtemp(prefix="ai4s-lanes-cache-")
+    return onepass.read_rank(str(path), 0, cache, "0", wanted=registry.event_name_wanted,
+                             raw_patterns=registry.raw_patterns(), annotate=annotate)
+
+
+def _annotated(path: Path, out: Path) -> bytes:
+    annotated.write_annotated_trace(path, out, rank=0)
+    return gzip.decompress(out.read_bytes())
+
+
+def _spools() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("ai4s-annotated-*")}
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.parent.parent.name + "/" + p.name)
+def test_lanes_give_the_in_process_result(trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _spools()
+    here = _read(trace, monkeypatch, "0")
+    text_here = _annotated(trace, tmp_path / "here.json.gz")
+    apart = _read(trace, monkeypatch, "1")
+    assert annotated._PREPARED, "the lane's copy is filed for the writer"
+    text_apart = _annotated(trace, tmp_path / "apart.json.gz")
+    assert apart == here
+    assert "reader" in apart and apart["reader"]["timeline"], "the verifier's reader ran"
+    assert ("step_accounting" in apart) == ("step_accounting" in here)
+    assert text_apart == text_here
+    assert _spools() == before, "the lane's copy file is removed"
+
+
+def test_lanes_are_chosen_by_size_and_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = TRACES[0]
+    monkeypatch.delenv(lanes.LANES_ENV, raising=False)
+    assert lanes.lanes_for(small) is False  # 0.3 MB on disk, ~4 MB of JSON: below MIN_JSON_BYTES
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    assert lanes.lanes_for(small) is True
+    monkeypatch.setenv(lanes.LANES_ENV, "0")
+    assert lanes.lanes_for(small) is False
+    monkeypatch.setenv(lanes.LANES_ENV, "yes")  # anything but 1: never
+    assert lanes.lanes_for(small) is False
+
+
+def _boom(msg: str) -> None:
+    raise ValueError(msg)
+
+
+def _chatty(x: int) -> int:
+    print("a lane's own print must not reach the answer's pipe")  # noqa: T201
+    os.write(1, b"nor a write to fd 1\n")
+    return x * 2
+
+
+def _die() -> None:
+    os._exit(3)
+
+
+def test_lane_value_and_its_prints() -> None:
+    lane = lanes.Lane(_chatty, 21)
+    assert lane.result() == 42
+    with pytest.raises(lanes.LaneError, match="already taken"):
+        lane.result()
+
+
+def test_lane_failure_is_one_line_and_take_runs_it_here() -> None:
+    lane = lanes.Lane(_boom, "a\nb")
+    with pytest.raises(lanes.LaneError, match=r"^ValueError: a b$"):
+        lane.result()
+    assert lanes.take(lanes.Lane(_chatty, 5), _chatty, 5) == 10
+    assert lanes.take(lanes.Lane(_die), _chatty, 7) == 14  # the lane died: the same function, here
+    assert lanes.take(None, _chatty, 8) == 16
+
+
+def test_a_dead_lane_says_so() -> None:
+    with pytest.raises(lanes.LaneError, match="process ended: exit 3"):
+        lanes.Lane(_die).result()
+
+
+def test_unpicklable_lane_does_not_start() -> None:
+    assert lanes.start(lambda: 1) is None
+    with pytest.raises(lanes.LaneError, match="not picklable"):
+        lanes.Lane(_chatty, lambda: 1)
+
+
+def test_a_killed_lane_leaves_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every lane killed as soon as it starts: the read falls back to its parts in this process."""
+    trace = TRACES[0]
+    here = _read(trace, monkeypatch, "0", annotate=False)
+    real = lanes.Lane.__init__
+
+    def killed(self: lanes.Lane, fn, *args) -> None:  # noqa: ANN001
+        real(self, fn, *args)
+        self.proc.kill()
+
+    monkeypatch.setattr(lanes.Lane, "__init__", killed)
+    assert _read(trace, monkeypatch, "1", annotate=False) == here
+
+
+@pytest.mark.parametrize("kind", ["truncated", "cpu-only"])
+def test_unreadable_trace_same_error_with_lanes(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace the engine refuses (cut short; a real CPU-only profile: no GPU event) fails the same
+    way with lanes, and leaves no lane file."""
+    if kind == "truncated":
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2,')
+    else:
+        bad = REPO / "tests/data/traces/steps/torch_save.json.gz"
+    before = _spools()
+    with pytest.raises(InputError) as here:
+        _read(bad, monkeypatch, "0")
+    with pytest.raises(InputError) as apart:
+        _read(bad, monkeypatch, "1")
+    assert str(apart.value) == str(here.value)
+    assert _spools() == before
+
+
+def test_adopt_refuses_a_copy_of_another_file(tmp_path: Path) -> None:
+    """A copy whose trace changed since the lane read it (size or mtime) is not filed."""
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(TRACES[0].read_bytes())
+    spool = annotated.copy_spool()
+    assert spool is not None
+    try:
+        snap = onepass.copy_part(str(src), spool)
+        os.utime(src, ns=(1, 1))
+        assert annotated.adopt_copy(src, snap, spool) is False
+        assert annotated.adopt_copy(src, {"error": "x"}, spool) is False
+    finally:
+        annotated.drop_spool(spool)
+    assert not Path(spool).exists()

@@ -1,0 +1,174 @@
+"""Readers of one rank trace run in processes of their own while the engine's pass reads it: the
+verifier's reader, the step accountant and the annotated copy of :func:`.onepass.read_rank`
+(issue 29, the ``run`` side).
+
+**Why.** ``run``'s read of a long trace fed seven per-event consumers in one Python thread; on the
+replicated 176 MB trace (``bench/make_long_trace.py``, the project's 2-core machine, 2026-12-03,
+cProfile of :func:`~ai4s_graph.graph.analysis.nodes.rank_worker.analyze_one`) the verifier's
+reader took ~25 % of that read (its feed, linking, figures and sampling), the step accountant ~24 %,
+the annotated copy ~11 %, against ~40 % for the parse, the engine and the TraceLens sheets. Each
+consumer sees every event in file order and keeps its own state, so each can read the trace by
+itself in another process (:func:`.stream.feed_events`: the same parse, the same events in the
+same order as the engine's pass hands its ``also`` consumers) and hand back only its result: the
+same result, computed beside the engine instead of after it. The parse is paid once more per
+lane (~2.6 s of CPU on that trace on the 2-core machine); the wall time is the longest lane's.
+
+**A lane** (:class:`Lane`) is a module-level function and picklable arguments, run in a fresh
+``python -c`` process (this process's ``sys.path``; it imports what the function's module imports),
+answered with a pickle on a pipe. Anything the function writes to its stdout goes to
+``/dev/null``; it raises nothing out of the lane: a failure is ``("fail", why)``, and
+:meth:`Lane.result` raises :class:`LaneError`. The caller then runs the same function in its own
+process (one more read, the result the same).
+
+**When** (:func:`lanes_for`): never in a process of a ``multiprocessing`` pool (the rank pools read
+one trace per CPU already); ``AI4S_TRACE_LANES`` when set (``0``: never; ``1``: always, the tests'
+switch on small traces); else for a document of at least :data:`.scan_parallel.MIN_JSON_BYTES`
+(32 MiB: a lane's start, ~0.3 s of imports, is what the one pass spends on ~8 MiB of JSON) on a
+process that may run on at least 2 CPUs.
+
+**Memory:** each lane holds its consumer's state (which the caller's process no longer holds) and
+its interpreter and imports (~30-50 MiB); what the caller's process adds is one pipe per lane.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+#: Environment variable: ``0`` never runs lanes, ``1`` always (any size); unset: by size and CPUs.
+LANES_ENV = "AI4S_TRACE_LANES"
+
+
+class LaneError(RuntimeError):
+    """A lane gave no result: its function raised, its process could not start or died (the message
+    says which, one line)."""
+
+
+def lanes_for(path: str | os.PathLike) -> bool:
+    """Whether :func:`.onepass.read_rank` runs its lanes for the trace at ``path`` (see the module
+    docstring). Never raises (an unreadable path: False; the engine reports it)."""
+    import multiprocessing
+
+    from .scan_parallel import MIN_JSON_BYTES, json_bytes
+
+    if multiprocessing.parent_process() is not None:
+        return False
+    env = os.environ.get(LANES_ENV, "").strip()
+    if env:
+        return env == "1"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus >= 2 and json_bytes(Path(path)) >= MIN_JSON_BYTES
+
+
+class Lane:
+    """``fn(*args)`` started now in a process of its own (see the module docstring); :meth:`result`
+    waits for its value. Raises :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a
+    lambda, a bound method of a local object) or the process cannot start."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise LaneError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
+        code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
+                "from ai4s_graph.tools.trace.lanes import lane_main; lane_main()")
+        self.name = getattr(fn, "__name__", "lane")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError as e:
+            raise LaneError(f"lane {self.name}: {type(e).__name__}: {e}"[:200]) from None
+        self._answer: tuple = ("fail", f"lane {self.name}: no answer")
+        self._thread = threading.Thread(target=self._talk, args=(payload,), name=f"lane-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _talk(self, payload: bytes) -> None:
+        """Send the call, read the answer (a thread: the answer is read as the lane writes it)."""
+        try:
+            self.proc.stdin.write(payload)  # type: ignore[union-attr]
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            self._answer = pickle.load(self.proc.stdout)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - a lane that died: the caller runs the function itself
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # an answer that does not read while the lane lives on
+                self.proc.kill()
+                code = self.proc.wait()
+            self._answer = ("fail", f"lane {self.name}: {type(e).__name__} (the process ended: exit {code})")
+        finally:
+            try:
+                self.proc.stdout.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+            self.proc.wait()
+
+    def result(self) -> Any:
+        """The function's value; waits for it. Raises :class:`LaneError` (why, one line)."""
+        self._thread.join()
+        kind, value = self._answer[0], self._answer[1]
+        self._answer = ("fail", f"lane {self.name}: result already taken")
+        if kind != "ok":
+            raise LaneError(str(value))
+        return value
+
+    def cancel(self) -> None:
+        """Stop the lane (its result is not wanted) and wait for its process."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self._thread.join(timeout=10)
+
+
+def start(fn: Callable[..., Any], *args: Any) -> Lane | None:
+    """:class:`Lane` ``fn(*args)``, or None when it cannot start (the caller runs ``fn`` itself)."""
+    try:
+        return Lane(fn, *args)
+    except LaneError:
+        return None
+
+
+def take(lane: Lane | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """The lane's value, or ``fn(*args)`` run here when there is no lane or it gave no result (the
+    same function and arguments the lane was started with: the same value)."""
+    if lane is not None:
+        try:
+            return lane.result()
+        except LaneError:
+            pass
+    return fn(*args)
+
+
+def lane_main() -> None:
+    """A lane process's body: read ``(fn, args)`` from stdin, write ``("ok", value)`` or
+    ``("fail", why)`` to the parent's pipe (the original stdout; the function's own prints go to
+    ``/dev/null``)."""
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    try:
+        fn, args = pickle.load(sys.stdin.buffer)
+        answer: tuple = ("ok", fn(*args))
+    except BaseException as e:  # noqa: BLE001 - everything is the parent's to judge
+        answer = ("fail", f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+    try:
+        pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an unpicklable value: say so
+        try:
+            pickle.dump(("fail", f"result not picklable: {type(e).__name__}"), out)
+        except OSError:
+            return
+    try:
+        out.flush()
+        out.close()
+    except OSError:
+        pass
