@@ -49,7 +49,7 @@ def test_lanes_give_the_in_process_result(trace: Path, tmp_path: Path, monkeypat
     here = _read(trace, monkeypatch, "0")
     text_here = _annotated(trace, tmp_path / "here.json.gz")
     apart = _read(trace, monkeypatch, "1")
-    assert annotated._PREPARED, "the lane's copy is filed for the writer"
+    assert annotated._file_key(trace) in annotated._PREPARED, "the lane's copy is filed for the writer"
     text_apart = _annotated(trace, tmp_path / "apart.json.gz")
     assert apart == here
     assert "reader" in apart and apart["reader"]["timeline"], "the verifier's reader ran"
@@ -112,9 +112,12 @@ def test_unpicklable_lane_does_not_start() -> None:
 
 
 def test_a_killed_lane_leaves_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every lane killed as soon as it starts: the read falls back to its parts in this process."""
+    """Every lane killed as soon as it starts: the read falls back to its parts in this process,
+    the annotated copy to the writer's own read; the same record and the same annotated text."""
     trace = TRACES[0]
-    here = _read(trace, monkeypatch, "0", annotate=False)
+    before = _spools()
+    here = _read(trace, monkeypatch, "0")
+    text_here = _annotated(trace, tmp_path / "here.json.gz")
     real = lanes.Lane.__init__
 
     def killed(self: lanes.Lane, fn, *args) -> None:  # noqa: ANN001
@@ -122,7 +125,10 @@ def test_a_killed_lane_leaves_the_same_result(tmp_path: Path, monkeypatch: pytes
         self.proc.kill()
 
     monkeypatch.setattr(lanes.Lane, "__init__", killed)
-    assert _read(trace, monkeypatch, "1", annotate=False) == here
+    assert _read(trace, monkeypatch, "1") == here
+    assert annotated._file_key(trace) not in annotated._PREPARED, "no copy filed: the writer reads the trace"
+    assert _annotated(trace, tmp_path / "apart.json.gz") == text_here
+    assert _spools() == before
 
 
 @pytest.mark.parametrize("kind", ["truncated", "cpu-only"])
@@ -150,10 +156,42 @@ def test_adopt_refuses_a_copy_of_another_file(tmp_path: Path) -> None:
     spool = annotated.copy_spool()
     assert spool is not None
     try:
-        snap = onepass.copy_part(str(src), spool)
+        snap = onepass.counts_part(str(src), registry.event_name_wanted, registry.raw_patterns(), spool)["copy"]
         os.utime(src, ns=(1, 1))
         assert annotated.adopt_copy(src, snap, spool) is False
         assert annotated.adopt_copy(src, {"error": "x"}, spool) is False
     finally:
         annotated.drop_spool(spool)
     assert not Path(spool).exists()
+
+
+def test_a_lane_ends_with_its_parent(tmp_path: Path) -> None:
+    """A run killed mid-read (SIGKILL: no cleanup runs) leaves no lane reading on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from ai4s_graph.tools.trace import lanes; "
+            "lane = lanes.Lane(time.sleep, 600); print(lane.proc.pid, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    try:
+        pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{pid}/cmdline").read_bytes().find(b"lane_main") < 0:  # the lane has started
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        while True:  # the lane gets SIGKILL from the kernel; poll until it is gone (or a zombie)
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            if state == "Z":
+                break
+            assert time.monotonic() < deadline, "the lane outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()

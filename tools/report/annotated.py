@@ -234,7 +234,7 @@ class EventCopy:
     header cannot be read.
 
     ``spool``: the file the compressed copy goes to (a lane's copy, :func:`~ai4s_graph.tools.trace.
-    onepass.copy_part`, handed to the report's process by :meth:`snapshot` and :func:`adopt_copy`);
+    onepass.counts_part`, handed to the report's process by :meth:`snapshot` and :func:`adopt_copy`);
     default an anonymous temporary file. Raises OSError when ``spool`` cannot be opened."""
 
     def __init__(self, path: str | os.PathLike[str], *, spool: str | os.PathLike[str] | None = None) -> None:

@@ -79,7 +79,7 @@ class Lane:
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             raise LaneError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
-                "from ai4s_graph.tools.trace.lanes import lane_main; lane_main()")
+                f"from ai4s_graph.tools.trace.lanes import lane_main; lane_main({os.getpid()})")
         self.name = getattr(fn, "__name__", "lane")
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
@@ -147,10 +147,35 @@ def take(lane: Lane | None, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def lane_main() -> None:
+#: prctl(2) option: the signal this process gets when its parent thread ends (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """Ask Linux for SIGKILL when the parent ends (a no-op elsewhere, or when libc has no prctl).
+    ``parent``: the pid of the process that started this one; when it is no longer the parent (it
+    died before the request took effect) exit at once."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def lane_main(parent: int | None = None) -> None:
     """A lane process's body: read ``(fn, args)`` from stdin, write ``("ok", value)`` or
     ``("fail", why)`` to the parent's pipe (the original stdout; the function's own prints go to
-    ``/dev/null``)."""
+    ``/dev/null``). On Linux the lane is killed when its parent dies (``PR_SET_PDEATHSIG``,
+    prctl(2): when the thread that started it ends; :func:`.onepass.read_rank`'s thread waits for
+    its lanes), ``parent`` being the pid that started it: a run stopped mid-read leaves no lane
+    reading on."""
+    _die_with_parent(parent)
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)

@@ -172,42 +172,45 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     which :func:`~ai4s_graph.tools.report.annotated.write_annotated_trace` then takes instead of
     reading the trace a second time.
 
-    On a long trace (:func:`.lanes.lanes_for`) the verifier's reader, the step accountant and the
-    annotated copy read the trace in processes of their own while the engine reads it here
-    (:mod:`.lanes`): :func:`reader_part`, :func:`steps_part` and :func:`copy_part`, the same
-    consumers fed the same events in the same order, so the same result; a lane that gives none is
-    run here after the engine's pass.
+    On a long trace (:func:`.lanes.lanes_for`) the verifier's reader, the step accountant, and the
+    counters with the annotated copy read the trace in processes of their own while the engine reads
+    it here (:mod:`.lanes`): :func:`reader_part`, :func:`steps_part` and :func:`counts_part`, the
+    same consumers fed the same events and bytes in the same order, so the same result; a lane that
+    gives none is run here after the engine's pass (the counters without the copy: the writer then
+    reads the trace itself).
 
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
-    names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
     spool = None
     if lanes.lanes_for(path):
         reader_lane, steps_lane = lanes.start(reader_part, path, rank, wanted), lanes.start(steps_part, path)
-        if annotate:
-            spool = annotated.copy_spool()
-            copy_lane = lanes.start(copy_part, path, spool) if spool is not None else None
-        else:
-            copy_lane = None
+        spool = annotated.copy_spool() if annotate else None
+        counts_lane = lanes.start(counts_part, path, wanted, raw_patterns, spool) \
+            if spool is not None or not annotate else None
     else:
-        reader_lane = steps_lane = copy_lane = None
-    started = [x for x in (reader_lane, steps_lane, copy_lane) if x is not None]
-    loader = notes = acc = copy = None
-    also: tuple = (names.feed, roof.feed)
+        reader_lane = steps_lane = counts_lane = None
+    started = [x for x in (reader_lane, steps_lane, counts_lane) if x is not None]
+    names = roof = raw = loader = notes = acc = copy = None
+    also: tuple = ()
+    taps: tuple = ()
+    if counts_lane is None:
+        names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
+        also, taps = (names.feed, roof.feed), (raw.feed,)
+        if annotate:
+            try:
+                copy = annotated.EventCopy(path)
+            except (Ai4sError, OSError):
+                copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
+            if copy is not None:
+                also, taps = also + (copy.feed,), taps + (copy.tap,)
     if reader_lane is None:
         loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
         also += (loader.feed, notes.feed)
     if steps_lane is None:
         acc = host_timeline.StepAccountant(path)
         also += (acc.feed,)
-    if annotate and copy_lane is None:
-        try:
-            copy = annotated.EventCopy(path)
-        except (Ai4sError, OSError):
-            copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
-    also += (copy.feed,) if copy else ()
     try:
         rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                         also=also, taps=(raw.feed,) + ((copy.tap,) if copy else ()))
+                                         also=also, taps=taps)
     except BaseException:
         if copy is not None:
             copy.discard()
@@ -219,28 +222,43 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
         copy.finish()
         del copy
     stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    out: dict[str, Any] = {"record": rec, "names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
-                           "roofline_totals": _totals(roof, "external_id"),
-                           "roofline_correlation": _totals(roof, "correlation"), "raw_counts": raw.counts()}
-    if acc is not None:
-        out.update(_steps_of(acc))
-        del acc
-    else:
-        out.update(lanes.take(steps_lane, steps_part, path))
-    if loader is not None:
-        out.update(_reader_of(loader, notes, rank, wanted))
-        del loader, notes
-    else:
-        out.update(lanes.take(reader_lane, reader_part, path, rank, wanted))
-    if copy_lane is not None:
-        try:
-            annotated.adopt_copy(path, copy_lane.result(), spool)
-        except lanes.LaneError:
-            pass  # no copy: the writer reads the trace itself
-        finally:
-            annotated.drop_spool(spool)
+    out: dict[str, Any] = {"record": rec}
+    try:
+        if names is not None:
+            out.update(_counts_of(names, roof, raw))
+            del names, roof, raw
+        else:
+            got = lanes.take(counts_lane, counts_part, path, wanted, raw_patterns, None)
+            snap = got.pop("copy", None)
+            if snap is not None:
+                annotated.adopt_copy(path, snap, spool)
+            out.update(got)
+        annotated.drop_spool(spool)  # an adopted copy holds it open
+        if acc is not None:
+            out.update(_steps_of(acc))
+            del acc
+        else:
+            out.update(lanes.take(steps_lane, steps_part, path))
+        if loader is not None:
+            out.update(_reader_of(loader, notes, rank, wanted))
+            del loader, notes
+        else:
+            out.update(lanes.take(reader_lane, reader_part, path, rank, wanted))
+    except BaseException:  # a part run here after its lane failed raised: the other lanes stop too
+        for x in started:
+            x.cancel()
+        annotated.drop_spool(spool)
+        raise
     stream.trim_heap()
     return out
+
+
+def _counts_of(names: NameCounter, roof: RooflineCollector, raw: RawCounter) -> dict[str, Any]:
+    """``{"names", "name_dur_us", "kernel_us", "roofline_totals", "roofline_correlation",
+    "raw_counts"}`` from the counters fed the whole trace (see :func:`read_rank`)."""
+    return {"names": names.counts, "name_dur_us": names.dur_us, "kernel_us": names.kernel_us,
+            "roofline_totals": _totals(roof, "external_id"), "roofline_correlation": _totals(roof, "correlation"),
+            "raw_counts": raw.counts()}
 
 
 def _steps_of(acc: host_timeline.StepAccountant) -> dict[str, Any]:
@@ -303,18 +321,28 @@ def steps_part(path: str) -> dict[str, Any]:
     return _steps_of(acc)
 
 
-def copy_part(path: str, spool: str) -> dict[str, Any]:
-    """The annotated trace's copy (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) made
-    from a read of its own into the file ``spool`` (a lane, :mod:`.lanes`); what
-    :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer. Raises InputError
-    (unreadable trace) or OSError (``spool`` not writable)."""
-    copy = annotated.EventCopy(path, spool=spool)
+def counts_part(path: str, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
+                spool: str | None) -> dict[str, Any]:
+    """:func:`read_rank`'s counters (:func:`_counts_of`: event names, roofline, raw text) from a read
+    of their own (a lane, :mod:`.lanes`), and with ``spool`` the annotated trace's copy
+    (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) made into that file: under ``copy``,
+    what :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer. Raises
+    InputError (unreadable trace) or OSError (``spool`` not writable)."""
+    names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
+    copy = annotated.EventCopy(path, spool=spool) if spool is not None else None
+    also, taps = (names.feed, roof.feed), (raw.feed,)
+    if copy is not None:
+        also, taps = also + (copy.feed,), taps + (copy.tap,)
     try:
-        _feed(path, (copy.feed,), (copy.tap,))
+        _feed(path, also, taps)
     except BaseException:
-        copy.discard()
+        if copy is not None:
+            copy.discard()
         raise
-    return copy.snapshot()
+    out = _counts_of(names, roof, raw)
+    if copy is not None:
+        out["copy"] = copy.snapshot()
+    return out
 
 
 def read_counts(path: str, wanted: Callable[[str], bool]) -> tuple[dict[str, int], dict[str, Any] | None]:
