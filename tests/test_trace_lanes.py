@@ -195,3 +195,21 @@ def test_a_lane_ends_with_its_parent(tmp_path: Path) -> None:
             time.sleep(0.05)
     finally:
         parent.kill()
+
+
+def _stale() -> dict:
+    return {"file": (0, 0, 0, 0), "x": "lane"}
+
+
+def _fresh() -> dict:
+    return {"file": ("any",), "x": "here"}
+
+
+def test_a_lane_that_read_another_file_is_run_here(tmp_path: Path) -> None:
+    """The trace replaced or rewritten while a lane read it: its value is not taken."""
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(TRACES[0].read_bytes())
+    ident = onepass._identity(str(src))
+    assert ident is not None and ident[2] == src.stat().st_size
+    assert onepass._take(lanes.Lane(_stale), ident, _fresh) == {"x": "here"}
+    assert onepass._take(lanes.Lane(_fresh), ("any",), _stale) == {"x": "here"}  # the same file: the lane's

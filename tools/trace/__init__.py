@@ -2,8 +2,9 @@
 
 One engine computes every per-rank figure at every size: ``stream.py`` (the bounded-memory streaming
 scan; its per-event loop ``scan_loop.py``, read in worker processes by ``scan_parallel.py`` for large
-traces) and ``engine.py`` (timeline, ops and kernels by category, kernel statistics, launch overhead,
-steps, hygiene findings), ``tables.py`` (TraceLens-shaped CSVs), ``rank_analysis.py`` (one rank, the
+traces; ``lanes.py`` runs a long trace's other readers beside it, in processes of their own) and
+``engine.py`` (timeline, ops and kernels by category, kernel statistics, launch overhead, steps,
+hygiene findings), ``tables.py`` (TraceLens-shaped CSVs), ``rank_analysis.py`` (one rank, the
 unit of the fan-out and of the SLURM array), ``cache.py`` (content-hash cache). Input hygiene:
 ``ranks.py`` (rank identity), ``hygiene.py`` (graph launches, steady-state window). Across ranks:
 ``collectives.py`` (matching, busbw), ``stragglers.py``, ``slurm_array.py``. Optional cross-checks:

@@ -1,12 +1,13 @@
 """Readers of one rank trace run in processes of their own while the engine's pass reads it: the
-verifier's reader, the step accountant and the annotated copy of :func:`.onepass.read_rank`
-(issue 29, the ``run`` side).
+verifier's reader, the step accountant, and the counters (event names, roofline, raw text) with
+the annotated copy, of :func:`.onepass.read_rank` (issue 29, the ``run`` side).
 
 **Why.** ``run``'s read of a long trace fed seven per-event consumers in one Python thread; on the
 replicated 176 MB trace (``bench/make_long_trace.py``, the project's 2-core machine, 2026-12-03,
 cProfile of :func:`~ai4s_graph.graph.analysis.nodes.rank_worker.analyze_one`) the verifier's
 reader took ~25 % of that read (its feed, linking, figures and sampling), the step accountant ~24 %,
-the annotated copy ~11 %, against ~40 % for the parse, the engine and the TraceLens sheets. Each
+the annotated copy ~11 %, the name, roofline and raw-text counters ~6 %, against ~34 % for the
+parse, the engine and the TraceLens sheets. Each
 consumer sees every event in file order and keeps its own state, so each can read the trace by
 itself in another process (:func:`.stream.feed_events`: the same parse, the same events in the
 same order as the engine's pass hands its ``also`` consumers) and hand back only its result: the

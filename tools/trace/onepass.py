@@ -21,11 +21,16 @@ and feeds, besides the engine:
   and its :class:`~.host_sampling.Annotations`): the same budget by a different method (sampling
   the host state on a grid of cells), for the re-derivation of the accounting's claims.
 
+On a long trace the readers other than the engine read it in processes of their own, beside the
+engine's pass (:mod:`.lanes`, :func:`read_rank`): the same consumers fed the same events, one read
+of the file each, the wall time of the longest.
+
 The tools count and tabulate; the rules (``graph/rules/``) decide what the numbers mean.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from typing import Any, Callable
@@ -180,7 +185,7 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     reads the trace itself).
 
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
-    spool = None
+    spool, ident = None, _identity(path)
     if lanes.lanes_for(path):
         reader_lane, steps_lane = lanes.start(reader_part, path, rank, wanted), lanes.start(steps_part, path)
         spool = annotated.copy_spool() if annotate else None
@@ -228,7 +233,7 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
             out.update(_counts_of(names, roof, raw))
             del names, roof, raw
         else:
-            got = lanes.take(counts_lane, counts_part, path, wanted, raw_patterns, None)
+            got = _take(counts_lane, ident, counts_part, path, wanted, raw_patterns, None)
             snap = got.pop("copy", None)
             if snap is not None:
                 annotated.adopt_copy(path, snap, spool)
@@ -238,12 +243,12 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
             out.update(_steps_of(acc))
             del acc
         else:
-            out.update(lanes.take(steps_lane, steps_part, path))
+            out.update(_take(steps_lane, ident, steps_part, path))
         if loader is not None:
             out.update(_reader_of(loader, notes, rank, wanted))
             del loader, notes
         else:
-            out.update(lanes.take(reader_lane, reader_part, path, rank, wanted))
+            out.update(_take(reader_lane, ident, reader_part, path, rank, wanted))
     except BaseException:  # a part run here after its lane failed raised: the other lanes stop too
         for x in started:
             x.cancel()
@@ -251,6 +256,27 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
         raise
     stream.trim_heap()
     return out
+
+
+def _identity(path: str) -> tuple[int, int, int, int] | None:
+    """The file at ``path`` as (device, inode, size, mtime ns), None when it cannot be read: what
+    tells a lane's read from a read of another file (replaced or rewritten meanwhile)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _take(lane: lanes.Lane | None, ident: tuple | None, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """A part's value from its lane (:func:`.lanes.take`: run here when the lane gave none), run here
+    again when the lane read another file than ``ident`` (the file as :func:`read_rank` found it);
+    the part's ``file`` key removed."""
+    got = lanes.take(lane, fn, *args)
+    if lane is not None and got.get("file") != ident:
+        got = fn(*args)
+    got.pop("file", None)
+    return got
 
 
 def _counts_of(names: NameCounter, roof: RooflineCollector, raw: RawCounter) -> dict[str, Any]:
@@ -293,32 +319,37 @@ def _reader_of(loader: kineto.KinetoLoader, notes: host_sampling.Annotations, ra
     return out
 
 
-def _feed(path: str, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> None:
+def _feed(path: str, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> tuple | None:
     """Every event of ``path`` to ``consumers`` (a lane's own read), a malformed event named in one
-    line as the engine's pass names it (:func:`.guard.named_malformed_events`)."""
+    line as the engine's pass names it (:func:`.guard.named_malformed_events`). Returns the file's
+    :func:`_identity` when it was the same before and after the read, else None."""
     from pathlib import Path
 
     from .guard import named_malformed_events
 
+    ident = _identity(path)
     with named_malformed_events(Path(path)):
         stream.feed_events(path, consumers, taps=taps)
+    return ident if _identity(path) == ident else None
 
 
 def reader_part(path: str, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:
     """:func:`read_rank`'s verifier-reader part from a read of its own (a lane, :mod:`.lanes`):
-    ``{"reader", "steps_sampled"}`` or ``{"reader_error"}``. Raises what the engine's pass raises
+    ``{"reader", "steps_sampled"}`` or ``{"reader_error"}``, and ``file``: the file read
+    (:func:`_identity`; None when it changed during the read). Raises what the engine's pass raises
     for a trace it cannot read (InputError)."""
     loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
-    _feed(path, (loader.feed, notes.feed))
-    return _reader_of(loader, notes, rank, wanted)
+    ident = _feed(path, (loader.feed, notes.feed))
+    return {**_reader_of(loader, notes, rank, wanted), "file": ident}
 
 
 def steps_part(path: str) -> dict[str, Any]:
     """:func:`read_rank`'s step accounting from a read of its own (a lane, :mod:`.lanes`):
-    ``{"step_accounting"}`` or ``{"step_accounting_error"}``. Raises InputError (unreadable trace)."""
+    ``{"step_accounting"}`` or ``{"step_accounting_error"}``, and ``file`` (as :func:`reader_part`).
+    Raises InputError (unreadable trace)."""
     acc = host_timeline.StepAccountant(path)
-    _feed(path, (acc.feed,))
-    return _steps_of(acc)
+    ident = _feed(path, (acc.feed,))
+    return {**_steps_of(acc), "file": ident}
 
 
 def counts_part(path: str, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
@@ -326,20 +357,20 @@ def counts_part(path: str, wanted: Callable[[str], bool], raw_patterns: dict[str
     """:func:`read_rank`'s counters (:func:`_counts_of`: event names, roofline, raw text) from a read
     of their own (a lane, :mod:`.lanes`), and with ``spool`` the annotated trace's copy
     (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) made into that file: under ``copy``,
-    what :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer. Raises
-    InputError (unreadable trace) or OSError (``spool`` not writable)."""
+    what :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer; ``file`` (as
+    :func:`reader_part`). Raises InputError (unreadable trace) or OSError (``spool`` not writable)."""
     names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
     copy = annotated.EventCopy(path, spool=spool) if spool is not None else None
     also, taps = (names.feed, roof.feed), (raw.feed,)
     if copy is not None:
         also, taps = also + (copy.feed,), taps + (copy.tap,)
     try:
-        _feed(path, also, taps)
+        ident = _feed(path, also, taps)
     except BaseException:
         if copy is not None:
             copy.discard()
         raise
-    out = _counts_of(names, roof, raw)
+    out = {**_counts_of(names, roof, raw), "file": ident}
     if copy is not None:
         out["copy"] = copy.snapshot()
     return out
