@@ -8,7 +8,9 @@ was built or from a computation over its raw JSON in the test, never from the en
   GPU idle near 100 %: its ``total_time`` spans the first GPU event to the last);
 - a shuffled ``train.log``: its out-of-order step lines counted, ``STATUS=partial``;
 - a trace without launch calls: kernels per step not confirmed (``not checked: no launch events``);
-- an artifact replaced at the same path between two runs: said, with both sizes and times.
+- an artifact replaced at the same path between two runs: said, with both sizes and times;
+- text, a second JSON object, a second gzip member or NUL bytes after the trace's document: said
+  as data after the document (not as the last event's ``ts`` failing to parse); whitespace is JSON.
 """
 
 from __future__ import annotations
@@ -411,3 +413,40 @@ def test_an_integer_wider_than_64_bits_in_the_manifest_is_refused_naming_it(tmp_
     assert not out.exists()
     with pytest.raises(ValueError, match="does not fit a 64-bit integer"):
         Manifest.read(run / "manifest.json")
+
+
+# ------------------------------------------------------------------- data after the JSON document
+
+def _appended(tmp_path: Path, how: str) -> Path:
+    """The bundled 92001 trace with something after its document: text, a second JSON object, a
+    second gzip member (``cat a.json.gz a.json.gz``), NUL padding; or only whitespace (still JSON)."""
+    src = EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    if how == "gzip-members":
+        out = tmp_path / "t.json.gz"
+        out.write_bytes(src.read_bytes() * 2)
+        return out
+    tail = {"text": b"\ngarbage {\n", "object": b'{"traceEvents": []}', "nul": b"\0" * 64,
+            "whitespace": b" \n\t\r\n"}[how]
+    out = tmp_path / "t.json"
+    out.write_bytes(text + tail)
+    return out
+
+
+@pytest.mark.parametrize("how", ["text", "object", "gzip-members", "nul"])
+def test_data_after_the_document_is_said_as_such(tmp_path: Path, how: str) -> None:
+    """Not "traceEvents[i] field 'ts' does not parse" about the last event (the message before)."""
+    p = _appended(tmp_path, how)
+    with pytest.raises(InputError) as e:
+        engine.analyze(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p.name}: more text after the end of the JSON document"), msg
+    assert "\n" not in msg and "traceEvents[" not in msg
+
+
+def test_whitespace_after_the_document_is_json(tmp_path: Path) -> None:
+    p = _appended(tmp_path, "whitespace")
+    ref = engine.analyze(EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz")
+    got = engine.analyze(p)
+    assert got.model_dump(exclude={"path"}) == ref.model_dump(exclude={"path"})
+    assert got.kernel_count == ref.kernel_count > 0

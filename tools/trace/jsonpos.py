@@ -40,7 +40,9 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     ``traceEvents`` or the file parses (the caller keeps its own message). Called only after a
     reader's parse failed (a second read of the file, through the same JSON bounds); ``error``: the
     parser's message, quoted when no bare word explains it; a parse that ran off the end of the data
-    (yajl's "premature EOF", pure-Python ijson's "Incomplete JSON content") is called truncated."""
+    (yajl's "premature EOF", pure-Python ijson's "Incomplete JSON content") is called truncated, and
+    one that failed after the root value closed (yajl's "trailing garbage": data appended, a second
+    gzip member) is said to lie after the document."""
     import re
 
     try:
@@ -53,7 +55,7 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     from .rawfile import decoded, raw_of
 
     p = Path(path)
-    idx, key, ev = -1, None, {}
+    idx, key, ev, closed = -1, None, {}, False
     try:
         with raw_of(p, None) as raw:
             tail = _Tail(decoded(raw))
@@ -66,9 +68,15 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
                 elif prefix in ("traceEvents.item.name", "traceEvents.item.cat", "traceEvents.item.ts") and \
                         event in ("string", "number"):
                     ev[prefix.rsplit(".", 1)[1]] = value
+                elif prefix == "" and event in ("end_map", "end_array"):
+                    closed = True  # the root value is whole: what fails now lies after the document
     except Ai4sError:
         return None
     except Exception as e:  # the parser's error: ijson.JSONError, or an I/O or gzip error
+        if closed:
+            return (f"{p.name}: more text after the end of the JSON document (another document or other data "
+                    "appended; a concatenated .json.gz holds two gzip members, which gunzip reads as one text); "
+                    "the rank is not analysed")
         if idx < 0 or key is None:
             return None
         label = ", ".join(f"{k} {ev[k]!r}" if k != "name" else f"name {str(ev[k])[:40]!r}"
