@@ -450,3 +450,39 @@ def test_whitespace_after_the_document_is_json(tmp_path: Path) -> None:
     got = engine.analyze(p)
     assert got.model_dump(exclude={"path"}) == ref.model_dump(exclude={"path"})
     assert got.kernel_count == ref.kernel_count > 0
+
+
+# ------------------------------------------------------------- the manifest and the trace disagree
+
+def test_device_for_prefers_the_trace_and_says_when_the_sources_disagree() -> None:
+    from ai4s_graph.tools.perfmodel.datasheet import device_for
+
+    assert device_for("NVIDIA H200", "NVIDIA H200") == ("NVIDIA H200", None)
+    assert device_for("H200", "NVIDIA H200") == ("NVIDIA H200", None)  # the same datasheet row
+    name, note = device_for("AMD Instinct MI300X", "NVIDIA H200")
+    assert name == "NVIDIA H200"
+    assert note is not None and "'AMD Instinct MI300X'" in note and "'NVIDIA H200'" in note and "disagree" in note
+    assert device_for("MI300X", None) == ("MI300X", None)  # no device in the trace: the manifest's
+    assert device_for("some lab GPU", "NVIDIA H200") == ("NVIDIA H200", None)  # one source unknown: no row to disagree
+    assert device_for("NVIDIA H200", "NVIDIA H100 PCIe") == ("NVIDIA H200", None)  # a PCIe card has no row here
+    assert device_for(None, None) == ("", None)
+
+
+def test_a_manifest_naming_another_gpu_than_the_trace_is_said(tmp_path: Path) -> None:
+    """92001 ran on an H200 (its trace's deviceProperties); a manifest that says MI300X: the report
+    says so with the inputs (not a missing input: STATUS stays ok), the roofline reads the H200."""
+    run = H.copy_run(tmp_path / "run")
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["gpu"] == "NVIDIA H200" and _trace(run / "traces" / "trace_rank0.json.gz")["deviceProperties"][0]["name"] \
+        == "NVIDIA H200"
+    m["gpu"] = "AMD Instinct MI300X"
+    (run / "manifest.json").write_text(json.dumps(m))
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    notes = [n for n in rep["input_notes"] if "disagree" in n]
+    assert len(notes) == 1 and "'AMD Instinct MI300X'" in notes[0] and "'NVIDIA H200'" in notes[0], rep["input_notes"]
+    assert notes[0] in (out / "report.md").read_text()
+    assert H.status_lines(cp)[-1].startswith("STATUS=ok")

@@ -114,6 +114,24 @@ def find_gpu(name: str) -> GPUSpec | None:
     return GPUS[k] if k else None
 
 
+def device_for(manifest_gpu: str | None, trace_device: str | None) -> tuple[str, str | None]:
+    """The device name whose datasheet row the roofline reads, and a one-line note when the two
+    sources disagree. ``manifest_gpu``: the run's ``manifest.json`` ``gpu`` (what the launcher or the
+    user wrote); ``trace_device``: the trace's ``deviceProperties[0].name`` (what the profiler
+    recorded of the device the rank ran on: the direct record, which wins when the datasheet knows
+    it). Returns ``(name, note)``: the trace's name when :func:`find_gpu` knows it, else the
+    manifest's (``""`` when neither is given); ``note`` is None unless both name datasheet GPUs and
+    they are different rows. Never raises."""
+    m, t = (manifest_gpu or "").strip(), (trace_device or "").strip()
+    sm, st = (find_gpu(m) if m else None), (find_gpu(t) if t else None)
+    if st is None:
+        return (m or t), None
+    if sm is not None and sm.name != st.name:
+        return t, (f"the manifest's gpu {m!r} ({sm.name}) and the trace's device {t!r} ({st.name}) disagree: the "
+                   "roofline uses the trace's, the profiler's record of the device the rank ran on")
+    return t, None
+
+
 def peak_tflops(gpu: GPUSpec, precision: str) -> float | None:
     """Dense peak TFLOP/s of ``gpu`` for ``precision`` (``bf16``, ``float32``...); fp32 matmuls
     use the fp32 (non-TF32) peak. None when the GPU has no dense path for it."""

@@ -35,6 +35,7 @@ from ....state import Claim, Evidence, Outcome, StatusLine
 from ....state.claimkit import PCT_TOL, claim
 from ....tools.errors import Ai4sError, InputError, NoGpuEventsError
 from ....tools.files import changed_since_adoption, fingerprint
+from ....tools.perfmodel.datasheet import device_for
 from ....tools.perfmodel.roofline import roofline_of
 from ....tools.slurm.scriptparse import env_from_script
 from ....tools.trace import collectives, onepass, tables as trace_tables, workers
@@ -224,16 +225,18 @@ def claims_for_rank(res: RankResult) -> list[Claim]:
     return out
 
 
-def _roofline(res: RankResult, gpu: str | None) -> dict[str, Any] | None:
+def _roofline(res: RankResult, gpu: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """The first rank's roofline from the pass's collector totals (None without totals, shapes or
-    a known GPU)."""
+    a known GPU), on the device :func:`~ai4s_graph.tools.perfmodel.datasheet.device_for` picks from
+    the manifest's ``gpu`` and the trace's device, and that choice's note when the two disagree."""
+    name, note = device_for(gpu, res.get("device_name"))
     totals = res.get("roofline_totals")
     if totals is None:
-        return None
+        return None, note
     try:
-        return roofline_of(totals, gpu or res.get("device_name") or "", Path(res["path"]).name)
+        return roofline_of(totals, name, Path(res["path"]).name), note
     except InputError:
-        return None
+        return None, note
 
 
 def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
@@ -260,7 +263,9 @@ def cause_claims(state: AnalysisState, trace_findings: dict[str, Any],
         return [], registry.not_checked(ANALYST, x)
     script = job_script(state)
     m = manifest.model_dump(mode="json", by_alias=False) if manifest is not None else {}
-    rf = _roofline(res, m.get("gpu"))
+    rf, device_note = _roofline(res, m.get("gpu"))
+    if device_note:
+        trace_findings["device_note"] = device_note
     x = Inputs(rank=res, event_names=res.get("event_names") or {}, roofline=rf,
                telemetry=findings.get("telemetry") or {}, log=findings.get("log") or {}, manifest=manifest,
                env={**env_from_script(script), **(m.get("env") or {})},
@@ -348,6 +353,8 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         findings["trace"]["multi_rank"] = _multi_rank(good)
     found, not_checked = cause_claims(state, findings["trace"], view)
     claims.extend(found)
+    if findings["trace"].get("device_note"):  # two sources disagree on the GPU: said with the inputs
+        input_notes.append(f"trace_analyst: rank {view[0].get('label')}: {findings['trace']['device_note']}")
     if len(good) > 1:
         claims.extend(findings["trace"]["multi_rank"].pop("claims", []))
         # what was done to the ranks' clocks: a note on the inputs, not a missing input (state/report.py:NOTE_KINDS)

@@ -27,6 +27,7 @@ from ...rules.figures import Reader
 from ...runtime import node
 from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
 from ....tools.errors import Ai4sError, InputError
+from ....tools.perfmodel.datasheet import device_for
 from ....tools.perfmodel.roofline import roofline, roofline_of
 from ....tools.trace import crossrank_check, onepass
 from ....tools.trace.kineto import REDERIVE_METHOD, rederive_figures
@@ -71,12 +72,13 @@ def cause_tables(res: RankResult, gpu: str | None) -> dict[str, Any]:
     if "roofline_correlation" in res:
         corr = res["roofline_correlation"]
         try:
-            rf = roofline_of(corr, gpu or res.get("device_name") or "", Path(path).name) if corr is not None else None
+            rf = roofline_of(corr, device_for(gpu, res.get("device_name"))[0], Path(path).name) \
+                if corr is not None else None
         except InputError:
             rf = None
     else:
         try:
-            rf = roofline(path, gpu, link="correlation")
+            rf = roofline(path, device_for(gpu, res.get("device_name"))[0] or None, link="correlation")
         except InputError:
             rf = None
     return {"raw_counts": raw, "roofline_correlation_rf": rf, "steps_sampled": res.get("steps_sampled"),

@@ -42,7 +42,7 @@ class RooflineMemoryBound(Cause):
         if not rf or not rf.get("shapes_recorded") or not x.rank:
             return []
         path, rank = str(x.rank["path"]), x.rank.get("rank")
-        gpu = x.manifest.gpu if x.manifest is not None else None
+        gpu = rf.get("gpu")  # the datasheet row the roofline read (the trace's device, else the manifest's)
         out = []
         for cat, a in rf["categories"].items():
             if a["bound"] != "memory" or not a["kernel_us"]:
