@@ -298,7 +298,17 @@ def test_the_linked_events_are_never_all_left_out(tmp_path):
     out, the figures would read the unlinked one alone; both readers keep them all instead."""
     p = _hand(tmp_path, "linked_late", [], [("k0", 5, 3e6, 5, 7), ("k1", 10, 4e6, 6, 8), ("u", 20, 5, 999, 9)])
     eng, ver, n_eng, n_ver = _both(p)
-    assert eng == pytest.approx(ver) and eng > 3000 and n_eng == n_ver == []
+    assert eng == pytest.approx(ver) and eng > 3000
+    assert n_eng == n_ver and len(n_eng) == 1 and n_eng[0].startswith("2 GPU event(s)") and "are kept" in n_eng[0]
+
+
+def test_every_gpu_event_late_is_kept_and_said(tmp_path):
+    """Every kernel ends seconds after the host activity: nothing is left to read without them, so
+    both readers keep them, and both say so in the same words (the figures rest on them)."""
+    p = _hand(tmp_path, "all_late", [], [("k0", 5, 3e6, 5, 7), ("k1", 10, 4e6, 6, 8)])
+    eng, ver, n_eng, n_ver = _both(p)
+    assert eng == pytest.approx(ver) and eng > 3000
+    assert n_eng == n_ver and len(n_eng) == 1 and "'k0'" in n_eng[0] and "are kept" in n_eng[0]
 
 
 def test_no_event_of_a_bundled_trace_ends_far_after_the_host_activity():

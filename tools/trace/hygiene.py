@@ -209,6 +209,15 @@ def tail_note(n: int, first_name: str, past_s: float, allowed_s: float) -> str:
             "could run on): a corrupt duration, left out of every figure")
 
 
+def tail_kept_note(n: int, first_name: str, past_s: float, allowed_s: float) -> str:
+    """The input note of :func:`tail_bound`'s events kept because they are every GPU event, or every
+    one the figures read (the linked ones): one line, the same in both readers."""
+    return (f"{n} GPU event(s) ending far after the profiled host activity (the first '{first_name[:60]}' ends "
+            f"{past_s:.3g} s after the last CPU-side event, later than the {allowed_s:.3g} s any recorded work "
+            "could run on) are kept: they are every GPU event the figures read, so the GPU timeline's span and "
+            "idle time rest on durations or host timestamps that may be wrong")
+
+
 #: Fewest GPU kernels a GPU timeline share can be measured over: with one, the window (first start
 #: to last end) IS that kernel, so it reads 100% busy by construction.
 MIN_GPU_KERNELS = 2

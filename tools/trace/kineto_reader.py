@@ -25,7 +25,8 @@ from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,
 from .kineto_pairs import INSTANT_PH as _INSTANT_PH, PAIR_PH as _PAIR_PH, Pairs
 from .kineto_pairs import finite as _finite, hashable as _hashable
 from .hygiene import (GRAPH_LAUNCH_RE, STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds,
-                      far_outside_note, graph_not_recorded_message, input_notes, tail_bound, tail_note)
+                      far_outside_note, graph_not_recorded_message, input_notes, tail_bound, tail_kept_note,
+                      tail_note)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -546,10 +547,13 @@ class KinetoLoader:
                 late = [g for g in gpu if g.ts + g.dur > bound]
                 drop = set(map(id, late))
                 kept = [g for g in gpu if id(g) not in drop]
-                if late and kept and (any(g.linked for g in kept) or not any(g.linked for g in gpu)):
-                    hi = max(ends)
-                    tail_note_ = tail_note(len(late), late[0].name, (late[0].ts + late[0].dur - hi) / 1e6,
-                                           (bound - hi) / 1e6)
+                hi = max(ends) if late else 0.0
+                said = (len(late), late[0].name, (late[0].ts + late[0].dur - hi) / 1e6, (bound - hi) / 1e6) \
+                    if late else None
+                if late and not (kept and (any(g.linked for g in kept) or not any(g.linked for g in gpu))):
+                    tail_note_ = tail_kept_note(*said)  # every event, or every linked one: kept, said
+                elif late:
+                    tail_note_ = tail_note(*said)
                     for g in kept:  # the clip anew without them (a clip at a dropped event's start undone)
                         g.dur = g.dur_raw
                     gpu = self.gpu = kept

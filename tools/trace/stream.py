@@ -69,7 +69,7 @@ from ..errors import InputError, NoGpuEventsError
 from ..files import check_input_file
 from ..jsonguard import GuardedReader
 from .hygiene import (STEP_NAME_RE, GraphKernelsNotRecordedError, as_id, far_outside_bounds, far_outside_note,
-                      graph_not_recorded_message, input_notes, tail_bound, tail_note)
+                      graph_not_recorded_message, input_notes, tail_bound, tail_kept_note, tail_note)
 from .categories import OTHER_DEVICE_CATEGORIES, canonical_category, no_gpu_events_message
 from . import fastscan
 from .scan_loop import ScanColumns
@@ -357,15 +357,16 @@ def drop_far_tail(scan: TraceScan) -> int:
     end = scan.ts + scan.dur  # clipped (:func:`clip_stream_overlaps` runs first)
     far = end > bound
     n = int(far.sum())
-    if n == 0 or n == far.size:
+    if n == 0:
         return 0
-    ids = scan.link_ids()
-    if ids.size:  # never every linked event either (the figures read the linked ones)
-        linked = np.isin(scan.corr, ids)
-        if linked.any() and not (linked & ~far).any():
-            return 0
     i = int(np.flatnonzero(far)[0])
-    scan.notes.append(tail_note(n, scan.names[scan.name_id[i]], (end[i] - hi) / 1e6, (bound - hi) / 1e6))
+    said = (n, scan.names[scan.name_id[i]], (end[i] - hi) / 1e6, (bound - hi) / 1e6)
+    ids = scan.link_ids()
+    linked = np.isin(scan.corr, ids) if ids.size else None
+    if n == far.size or (linked is not None and linked.any() and not (linked & ~far).any()):
+        scan.notes.append(tail_kept_note(*said))  # never all of them, nor every linked one: kept, said
+        return 0
+    scan.notes.append(tail_note(*said))
     _keep_gpu(scan, ~far)
     return n
 
