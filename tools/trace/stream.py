@@ -16,7 +16,9 @@ never materialized. Of each event only what the analyses need is kept, in compac
 * one copy of each distinct name.
 
 **The loop and the parallel pass.** The per-event loop is :class:`.scan_loop.ScanColumns`. A trace
-read with no other consumer (``trace timeline``, ``trace steps``, ``trace comm``), of at least
+read with no other consumer (``trace timeline`` without ``--csv``; ``trace steps``, ``trace comm`` and
+``run`` feed other consumers every event, in one process, and ``run``'s other readers run in
+:mod:`.lanes`), of at least
 :data:`.scan_parallel.MIN_JSON_BYTES` of JSON on a host with two CPUs or more, is read by
 :mod:`.scan_parallel`: the text cut into chunks here, each chunk decoded and looped over in a
 worker process, the chunks' columns joined in file order; the same scan, column for column, or a
