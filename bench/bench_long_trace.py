@@ -177,10 +177,10 @@ class Bench:
         return timed([self.py, "-m", "ai4s_graph.cli", "trace", "timeline", str(trace), "--json"], self.env,
                      self.a.timeout)
 
-    def run(self, run_dir: Path, jobid: str, tag: str) -> dict:
+    def run(self, run_dir: Path, jobid: str, tag: str, **env_more: str) -> dict:
         scratch = self.a.scratch / tag
         shutil.rmtree(scratch, ignore_errors=True)
-        env = dict(self.env, AI4S_STATE_DIR=str(scratch / "state"))
+        env = dict(self.env, AI4S_STATE_DIR=str(scratch / "state"), **env_more)
         return timed([self.py, "-m", "ai4s_graph.cli", "run", "--job", jobid, "--perf-run", str(run_dir),
                       "--out", str(scratch / "out"), "--checkpoint", str(scratch / "ck.sqlite")], env, self.a.timeout)
 
@@ -256,6 +256,8 @@ def main() -> None:  # noqa: C901 - one report, section by section
     print(f"timeline  {res['timeline']['status']} {res['timeline']['wall_s']:.1f} s")
     res["run"] = b.run(a.scratch / "run-long", jobid, "long")
     print(f"run       {res['run']['status']} {res['run']['wall_s']:.1f} s")
+    res["run_one"] = b.run(a.scratch / "run-long", jobid, "long-one", AI4S_TRACE_LANES="0")  # tools/trace/lanes.py
+    print(f"run (one process) {res['run_one']['status']} {res['run_one']['wall_s']:.1f} s")
     tl_out = a.scratch / "tracelens_csvs"
     res["tracelens"] = b.tracelens([trace], tl_out)
     print(f"tracelens {res['tracelens']['status']} {res['tracelens']['wall_s']:.1f} s")
@@ -309,6 +311,7 @@ def main() -> None:  # noqa: C901 - one report, section by section
              "TraceLens CPU / ours | TraceLens RSS / ours |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, label in (("timeline", "`ai4s-graph trace timeline --json`"), ("run", "`ai4s-graph run` (whole graph)"),
+                     ("run_one", "`ai4s-graph run`, the trace read in one process (`AI4S_TRACE_LANES=0`)"),
                      ("tracelens", "TraceLens `generate_perf_report_pytorch`")):
         r = res[k]
         one = k == "tracelens"
@@ -370,6 +373,9 @@ def main() -> None:  # noqa: C901 - one report, section by section
                 f"| `ai4s-graph run` (whole graph, the verifier's reader included) | {w(res['run'])} "
                 f"({_fx(_x(tlr, res['run'], 'wall_s'))} faster) | {res['run']['cpu_s']:.1f} s | {mib(res['run']['peak_rss'])} MiB "
                 f"({_fx(_x(tlr, res['run'], 'peak_rss'))} less) |",
+                f"| `run`, the trace read in one process (`AI4S_TRACE_LANES=0`) | {w(res['run_one'])} "
+                f"({_fx(_x(tlr, res['run_one'], 'wall_s'))} faster) | {res['run_one']['cpu_s']:.1f} s | "
+                f"{mib(res['run_one']['peak_rss'])} MiB |",
                 f"| TraceLens `generate_perf_report_pytorch` | {w(tlr)} | {tlr['cpu_s']:.1f} s | {mib(tlr['peak_rss'])} MiB |"]
         if big:
             rows += [f"| `trace timeline` / `run`, {big_size / 1e9:.2f} GB of JSON | {w(big['timeline'])} / {w(big['run'])} "

@@ -70,6 +70,31 @@ def test_lanes_are_chosen_by_size_and_switch(tmp_path: Path, monkeypatch: pytest
     assert lanes.lanes_for(small) is False
 
 
+def _claims_size(path: Path, size: int) -> Path:
+    """A gzip file whose trailer records ``size`` bytes of text (ISIZE, RFC 1952: what
+    :func:`.scan_parallel.json_bytes` reads of a .json.gz without inflating it)."""
+    data = bytearray(gzip.compress(b"{}"))
+    data[-4:] = (size % (1 << 32)).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_lanes_by_default_between_the_two_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ai4s_graph.tools.trace.scan_parallel import MIN_JSON_BYTES
+
+    monkeypatch.delenv(lanes.LANES_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert lanes.lanes_for(_claims_size(tmp_path / "mid.json.gz", MIN_JSON_BYTES)) is True
+    assert lanes.lanes_for(_claims_size(tmp_path / "low.json.gz", MIN_JSON_BYTES - 1)) is False
+    big = _claims_size(tmp_path / "big.json.gz", lanes.LANES_MAX_JSON_BYTES)  # one process keeps within it
+    assert lanes.lanes_for(big) is False
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    assert lanes.lanes_for(big) is True
+    monkeypatch.delenv(lanes.LANES_ENV)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # one CPU: the lanes would only wait
+    assert lanes.lanes_for(tmp_path / "mid.json.gz") is False
+
+
 def _boom(msg: str) -> None:
     raise ValueError(msg)
 

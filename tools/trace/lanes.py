@@ -24,11 +24,14 @@ process (one more read, the result the same).
 **When** (:func:`lanes_for`): never in a process of a ``multiprocessing`` pool (the rank pools read
 one trace per CPU already); ``AI4S_TRACE_LANES`` when set (``0``: never; ``1``: always, the tests'
 switch on small traces); else for a document of at least :data:`.scan_parallel.MIN_JSON_BYTES`
-(32 MiB: a lane's start, ~0.3 s of imports, is what the one pass spends on ~8 MiB of JSON) on a
-process that may run on at least 2 CPUs.
+(32 MiB: a lane's start, ~0.3 s of imports, is what the one pass spends on ~8 MiB of JSON) and
+below :data:`LANES_MAX_JSON_BYTES` (past it one process keeps within the document's size in
+memory, the lanes do not) on a process that may run on at least 2 CPUs.
 
 **Memory:** each lane holds its consumer's state (which the caller's process no longer holds) and
-its interpreter and imports (~30-50 MiB); what the caller's process adds is one pipe per lane.
+its interpreter and imports (~50 MiB); the lanes' peaks come together (in one process the engine's
+arrays are freed before the reader links its events), so the peak summed over the processes is
+higher: 460 against 276 MiB for ``run`` on 171.5 MiB of JSON on the device (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ from typing import Any, Callable
 
 #: Environment variable: ``0`` never runs lanes, ``1`` always (any size); unset: by size and CPUs.
 LANES_ENV = "AI4S_TRACE_LANES"
+#: Largest document (bytes of JSON) read with lanes by default: past it the one process's peak RSS
+#: is within the document's size (issue 29's bound) and the lanes' is not. Measured on the 16-core
+#: device, ``run`` on the replicated traces (bench/RESULTS.md): one process 276 MiB at 171.5 MiB of
+#: JSON and 811 MiB at 973 MiB (commit 2284861), ~161 MiB + 0.67 x the JSON, within it from
+#: ~486 MiB; with lanes 460 and 1275 MiB (commit 2d6cf48), 1.02 x the JSON: never within it.
+#: Below this size neither is within the bound and the lanes are faster (13.7 s against 21.4 s at
+#: 171.5 MiB; 60 s against 87 s at 973 MiB).
+LANES_MAX_JSON_BYTES = 480 << 20
 
 
 class LaneError(RuntimeError):
@@ -66,7 +77,7 @@ def lanes_for(path: str | os.PathLike) -> bool:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return cpus >= 2 and json_bytes(Path(path)) >= MIN_JSON_BYTES
+    return cpus >= 2 and MIN_JSON_BYTES <= json_bytes(Path(path)) < LANES_MAX_JSON_BYTES
 
 
 class Lane:
