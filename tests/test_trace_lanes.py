@@ -145,8 +145,8 @@ def test_a_killed_lane_leaves_the_same_result(tmp_path: Path, monkeypatch: pytes
     text_here = _annotated(trace, tmp_path / "here.json.gz")
     real = lanes.Lane.__init__
 
-    def killed(self: lanes.Lane, fn, *args) -> None:  # noqa: ANN001
-        real(self, fn, *args)
+    def killed(self: lanes.Lane, fn, *args, **kw) -> None:  # noqa: ANN001, ANN003
+        real(self, fn, *args, **kw)
         self.proc.kill()
 
     monkeypatch.setattr(lanes.Lane, "__init__", killed)
@@ -180,14 +180,40 @@ def test_adopt_refuses_a_copy_of_another_file(tmp_path: Path) -> None:
     src.write_bytes(TRACES[0].read_bytes())
     spool = annotated.copy_spool()
     assert spool is not None
-    try:
-        snap = onepass.counts_part(str(src), registry.event_name_wanted, registry.raw_patterns(), spool)["copy"]
+    with spool:
+        snap = onepass.counts_part(str(src), None, registry.event_name_wanted, registry.raw_patterns(),
+                                   spool.fileno())["copy"]
+        assert snap["size"] > 0 and spool.seek(0, os.SEEK_END) > 0  # the deflated events, in the anonymous file
         os.utime(src, ns=(1, 1))
         assert annotated.adopt_copy(src, snap, spool) is False
         assert annotated.adopt_copy(src, {"error": "x"}, spool) is False
-    finally:
-        annotated.drop_spool(spool)
-    assert not Path(spool).exists()
+
+
+def test_the_lanes_read_the_file_opened_even_when_the_path_is_replaced(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace swapped for another (a new inode at the same path) right after the read opened it:
+    the engine and every lane read the file opened, not the new one (before: the lanes read the
+    new file, and the verifier refuted two of the analyst's claims)."""
+    a, b = TRACES[0], REPO / "examples/perf-runs/92004/traces/trace_rank0.json.gz"
+    here = _read(a, monkeypatch, "0")
+    other = _read(b, monkeypatch, "0")
+    assert here["reader"]["kernel_count"] != other["reader"]["kernel_count"]  # two different runs
+    p = tmp_path / "trace_rank0.json.gz"
+    p.write_bytes(a.read_bytes())
+    real = onepass.rank_analysis.analyze_rank
+
+    def swapped(*args, **kw):  # noqa: ANN002, ANN003
+        q = tmp_path / "new.json.gz"
+        q.write_bytes(b.read_bytes())
+        os.replace(q, p)  # what a job writing its trace anew does
+        return real(*args, **kw)
+
+    monkeypatch.setattr(onepass.rank_analysis, "analyze_rank", swapped)
+    got = _read(p, monkeypatch, "1", annotate=False)
+    assert got["reader"] == here["reader"]
+    assert {**got["step_accounting"], "path": None} == {**here["step_accounting"], "path": None}
+    assert got["names"] == here["names"] and got["raw_counts"] == here["raw_counts"]
+    assert got["record"]["analysis"]["kernel_count"] == here["record"]["analysis"]["kernel_count"]
 
 
 def test_a_lane_ends_with_its_parent(tmp_path: Path) -> None:
@@ -234,7 +260,8 @@ def test_a_lane_that_read_another_file_is_run_here(tmp_path: Path) -> None:
     """The trace replaced or rewritten while a lane read it: its value is not taken."""
     src = tmp_path / "t.json.gz"
     src.write_bytes(TRACES[0].read_bytes())
-    ident = onepass._identity(str(src))
+    with open(src, "rb") as f:
+        ident = onepass._fd_identity(f)
     assert ident is not None and ident[2] == src.stat().st_size
     assert onepass._take(lanes.Lane(_stale), ident, _fresh) == {"x": "here"}
     assert onepass._take(lanes.Lane(_fresh), ("any",), _stale) == {"x": "here"}  # the same file: the lane's

@@ -233,11 +233,14 @@ class EventCopy:
     Raises InputError (from :func:`~ai4s_graph.tools.trace.stream.read_header`) for a trace whose
     header cannot be read.
 
-    ``spool``: the file the compressed copy goes to (a lane's copy, :func:`~ai4s_graph.tools.trace.
-    onepass.counts_part`, handed to the report's process by :meth:`snapshot` and :func:`adopt_copy`);
-    default an anonymous temporary file. Raises OSError when ``spool`` cannot be opened."""
+    ``spool_fd``: the descriptor of a file the compressed copy goes to (a lane's copy,
+    :func:`~ai4s_graph.tools.trace.onepass.counts_part`: an anonymous file of the report's process,
+    inherited; handed back by :meth:`snapshot` and :func:`adopt_copy`), default an anonymous
+    temporary file; ``raw``: the trace already open (its header is read from it). Raises OSError
+    when ``spool_fd`` cannot be opened."""
 
-    def __init__(self, path: str | os.PathLike[str], *, spool: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, spool_fd: int | None = None,
+                 raw: Any = None) -> None:
         import tempfile
         import zlib
 
@@ -245,11 +248,11 @@ class EventCopy:
 
         self.src = Path(path)
         self.key = _file_key(self.src)
-        self.head = read_header(self.src, HEADER_KEYS)
+        self.head = read_header(self.src, HEADER_KEYS, raw=raw)
         self._zlib = zlib
         self._z = zlib.compressobj(1, zlib.DEFLATED, -15)
         # closed by write() or when dropped
-        self._f = tempfile.TemporaryFile() if spool is None else open(spool, "w+b")  # noqa: SIM115
+        self._f = tempfile.TemporaryFile() if spool_fd is None else os.fdopen(os.dup(spool_fd), "w+b")  # noqa: SIM115
         # the CRC and the deflate run in a thread of their own (zlib releases the GIL on large
         # buffers: they overlap the pass's parse); at most 8 batches wait for it
         self._q: queue.Queue = queue.Queue(maxsize=8)
@@ -370,33 +373,24 @@ class EventCopy:
         return res
 
 
-def copy_spool() -> str | None:
-    """A new empty file for a lane's copy (:meth:`EventCopy.snapshot`), in the temporary folder;
+def copy_spool() -> Any:
+    """A new anonymous file for a lane's copy (:meth:`EventCopy.snapshot`; the lane writes it through
+    the inherited descriptor): nothing stays on disk when either process ends, however it ends.
     None when none can be made (the copy is then made in this process)."""
     import tempfile
 
     try:
-        fd, name = tempfile.mkstemp(prefix="ai4s-annotated-", suffix=".deflate")
+        return tempfile.TemporaryFile()  # noqa: SIM115 - closed by the caller, or by the adopted copy's write()
     except OSError:
         return None
-    os.close(fd)
-    return name
 
 
-def drop_spool(spool: str | None) -> None:
-    """Remove a lane's copy file (an adopted copy holds it open: its bytes stay readable)."""
-    if spool is not None:
-        try:
-            os.unlink(spool)
-        except OSError:
-            pass
-
-
-def adopt_copy(path: str | os.PathLike[str], snap: dict[str, Any], spool: str) -> bool:
-    """File the copy another process made of the trace at ``path`` into ``spool``
+def adopt_copy(path: str | os.PathLike[str], snap: dict[str, Any], spool: Any) -> bool:
+    """File the copy another process made of the trace at ``path`` into the open file ``spool``
     (:meth:`EventCopy.snapshot`) for :func:`write_annotated_trace`, as :meth:`EventCopy.finish`
-    files its own. Not when the copy was dropped, or when the trace is not the file the copy read
-    (its path, size or mtime changed since): then the writer reads the trace itself. Returns whether
+    files its own; the filed copy then owns ``spool`` (its write closes it). Not when the copy was
+    dropped, or when the trace is not the file the copy read (its path, size or mtime changed
+    since): then the writer reads the trace itself and the caller closes ``spool``. Returns whether
     it was filed; raises nothing."""
     import zlib
 
@@ -406,13 +400,9 @@ def adopt_copy(path: str | os.PathLike[str], snap: dict[str, Any], spool: str) -
         return False
     if snap.get("error") is not None or tuple(snap.get("key") or ()) != key:
         return False
-    try:
-        fh = open(spool, "rb")  # noqa: SIM115 - closed by write()
-    except OSError:
-        return False
     c = EventCopy.__new__(EventCopy)
     c.src, c.key, c.head, c._zlib = Path(path), key, snap["head"], zlib
-    c.crc, c.size, c.trailer, c.error, c._f = snap["crc"], snap["size"], snap["trailer"], None, fh
+    c.crc, c.size, c.trailer, c.error, c._f = snap["crc"], snap["size"], snap["trailer"], None, spool
     col = _Collect.__new__(_Collect)
     col.__dict__.update(snap["col"])
     c.col = col

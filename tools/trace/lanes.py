@@ -82,10 +82,12 @@ def lanes_for(path: str | os.PathLike) -> bool:
 
 class Lane:
     """``fn(*args)`` started now in a process of its own (see the module docstring); :meth:`result`
-    waits for its value. Raises :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a
-    lambda, a bound method of a local object) or the process cannot start."""
+    waits for its value. ``pass_fds``: file descriptors of this process the lane inherits under the
+    same numbers (an open trace, a spool file: :func:`.onepass.read_rank`). Raises
+    :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a lambda, a bound method of a
+    local object) or the process cannot start."""
 
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> None:
         try:
             payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -95,8 +97,8 @@ class Lane:
         self.name = getattr(fn, "__name__", "lane")
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        except OSError as e:
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=pass_fds)
+        except (OSError, ValueError) as e:  # ValueError: a closed descriptor in pass_fds
             raise LaneError(f"lane {self.name}: {type(e).__name__}: {e}"[:200]) from None
         self._answer: tuple = ("fail", f"lane {self.name}: no answer")
         self._thread = threading.Thread(target=self._talk, args=(payload,), name=f"lane-{self.name}", daemon=True)
@@ -140,10 +142,10 @@ class Lane:
         self._thread.join(timeout=10)
 
 
-def start(fn: Callable[..., Any], *args: Any) -> Lane | None:
+def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> Lane | None:
     """:class:`Lane` ``fn(*args)``, or None when it cannot start (the caller runs ``fn`` itself)."""
     try:
-        return Lane(fn, *args)
+        return Lane(fn, *args, pass_fds=pass_fds)
     except LaneError:
         return None
 

@@ -185,13 +185,35 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     reads the trace itself).
 
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
-    spool, ident = None, _identity(path)
+    fh = None
     if lanes.lanes_for(path):
-        reader_lane, steps_lane = lanes.start(reader_part, path, rank, wanted), lanes.start(steps_part, path)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - the one file every reader reads, closed below
+        except OSError:
+            fh = None  # the engine reports the missing or unreadable file
+    try:
+        return _read_rank(path, rank, cache_dir, label, fh, wanted=wanted, raw_patterns=raw_patterns,
+                          cross_check=cross_check, annotate=annotate)
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, fh: Any, *, wanted: Callable[[str], bool],
+               raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...], annotate: bool) -> dict[str, Any]:
+    """:func:`read_rank` with the trace open as ``fh`` (lanes: each reads this open file, through
+    its inherited descriptor) or None (one process)."""
+    spool = None
+    if fh is not None:
+        fd, ident = fh.fileno(), _fd_identity(fh)
+        reader_lane = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
+        steps_lane = lanes.start(steps_part, path, fd, pass_fds=(fd,))
         spool = annotated.copy_spool() if annotate else None
-        counts_lane = lanes.start(counts_part, path, wanted, raw_patterns, spool) \
+        counts_lane = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if spool else None,
+                                  pass_fds=(fd,) + ((spool.fileno(),) if spool else ())) \
             if spool is not None or not annotate else None
     else:
+        fd, ident = None, None
         reader_lane = steps_lane = counts_lane = None
     started = [x for x in (reader_lane, steps_lane, counts_lane) if x is not None]
     names = roof = raw = loader = notes = acc = copy = None
@@ -213,65 +235,60 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     if steps_lane is None:
         acc = host_timeline.StepAccountant(path)
         also += (acc.feed,)
+    adopted = False
     try:
         rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                         also=also, taps=taps)
-    except BaseException:
+                                         also=also, taps=taps, opened=fh)
         if copy is not None:
-            copy.discard()
-        for x in started:
-            x.cancel()
-        annotated.drop_spool(spool)
-        raise
-    if copy is not None:
-        copy.finish()
-        del copy
-    stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-    out: dict[str, Any] = {"record": rec}
-    try:
+            copy.finish()
+            copy = None
+        stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
+        out: dict[str, Any] = {"record": rec}
         if names is not None:
             out.update(_counts_of(names, roof, raw))
             del names, roof, raw
         else:
-            got = _take(counts_lane, ident, counts_part, path, wanted, raw_patterns, None)
+            got = _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)
             snap = got.pop("copy", None)
-            if snap is not None:
-                annotated.adopt_copy(path, snap, spool)
+            adopted = snap is not None and spool is not None and annotated.adopt_copy(path, snap, spool)
             out.update(got)
-        annotated.drop_spool(spool)  # an adopted copy holds it open
         if acc is not None:
             out.update(_steps_of(acc))
             del acc
         else:
-            out.update(_take(steps_lane, ident, steps_part, path))
+            out.update(_take(steps_lane, ident, steps_part, path, fd))
         if loader is not None:
             out.update(_reader_of(loader, notes, rank, wanted))
             del loader, notes
         else:
-            out.update(_take(reader_lane, ident, reader_part, path, rank, wanted))
-    except BaseException:  # a part run here after its lane failed raised: the other lanes stop too
+            out.update(_take(reader_lane, ident, reader_part, path, fd, rank, wanted))
+    except BaseException:  # the engine failed, or a part run here after its lane failed: the lanes stop
+        if copy is not None:
+            copy.discard()
         for x in started:
             x.cancel()
-        annotated.drop_spool(spool)
         raise
+    finally:
+        if spool is not None and not adopted:
+            spool.close()  # an anonymous file: nothing is left on disk
     stream.trim_heap()
     return out
 
 
-def _identity(path: str) -> tuple[int, int, int, int] | None:
-    """The file at ``path`` as (device, inode, size, mtime ns), None when it cannot be read: what
-    tells a lane's read from a read of another file (replaced or rewritten meanwhile)."""
+def _fd_identity(f: Any) -> tuple[int, int, int, int] | None:
+    """The open file ``f`` as (device, inode, size, mtime ns), None when it cannot be read: what
+    tells a lane's read from a read of another file (replaced, or rewritten in place, meanwhile)."""
     try:
-        st = os.stat(path)
-    except OSError:
+        st = os.fstat(f.fileno())
+    except (OSError, ValueError):
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _take(lane: lanes.Lane | None, ident: tuple | None, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """A part's value from its lane (:func:`.lanes.take`: run here when the lane gave none), run here
-    again when the lane read another file than ``ident`` (the file as :func:`read_rank` found it);
-    the part's ``file`` key removed."""
+    again (from this process's open file) when the lane read another file than ``ident`` (the file
+    :func:`read_rank` opened); the part's ``file`` key removed."""
     got = lanes.take(lane, fn, *args)
     if lane is not None and got.get("file") != ident:
         got = fn(*args)
@@ -319,57 +336,76 @@ def _reader_of(loader: kineto.KinetoLoader, notes: host_sampling.Annotations, ra
     return out
 
 
-def _feed(path: str, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> tuple | None:
-    """Every event of ``path`` to ``consumers`` (a lane's own read), a malformed event named in one
-    line as the engine's pass names it (:func:`.guard.named_malformed_events`). Returns the file's
-    :func:`_identity` when it was the same before and after the read, else None."""
+def _reopen(path: str, fd: int | None) -> Any:
+    """A new open file of the trace: of the descriptor ``fd`` (this process's, inherited from
+    :func:`read_rank`: the very file it opened, even when ``path`` was replaced since; reopened
+    through ``/proc/self/fd`` for an offset of its own), else of ``path`` (no ``/proc``: not Linux).
+    Raises OSError."""
+    if fd is not None:
+        try:
+            return open(f"/proc/self/fd/{fd}", "rb")  # noqa: SIM115 - closed by the caller
+        except OSError:
+            pass
+    return open(path, "rb")  # noqa: SIM115
+
+
+def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> tuple | None:
+    """Every event of the trace open as ``f`` (:func:`_reopen`) to ``consumers`` and its bytes to
+    ``taps`` (a lane's own read), a malformed event named in one line as the engine's pass names it
+    (:func:`.guard.named_malformed_events`). Returns the file's :func:`_fd_identity` when it was
+    the same before and after the read, else None. Raises InputError (unreadable trace)."""
     from pathlib import Path
 
     from .guard import named_malformed_events
 
-    ident = _identity(path)
+    ident = _fd_identity(f)
     with named_malformed_events(Path(path)):
-        stream.feed_events(path, consumers, taps=taps)
-    return ident if _identity(path) == ident else None
+        stream.feed_events(path, consumers, taps=taps, raw=f)
+    return ident if _fd_identity(f) == ident else None
 
 
-def reader_part(path: str, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:
-    """:func:`read_rank`'s verifier-reader part from a read of its own (a lane, :mod:`.lanes`):
-    ``{"reader", "steps_sampled"}`` or ``{"reader_error"}``, and ``file``: the file read
-    (:func:`_identity`; None when it changed during the read). Raises what the engine's pass raises
-    for a trace it cannot read (InputError)."""
+def reader_part(path: str, fd: int | None, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:
+    """:func:`read_rank`'s verifier-reader part from a read of its own (a lane, :mod:`.lanes`; ``fd``:
+    the descriptor of the trace :func:`read_rank` opened, :func:`_reopen`): ``{"reader",
+    "steps_sampled"}`` or ``{"reader_error"}``, and ``file``: the file read (:func:`_fd_identity`;
+    None when it changed during the read). Raises what the engine's pass raises for a trace it
+    cannot read (InputError), OSError."""
     loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
-    ident = _feed(path, (loader.feed, notes.feed))
+    with _reopen(path, fd) as f:
+        ident = _feed(path, f, (loader.feed, notes.feed))
     return {**_reader_of(loader, notes, rank, wanted), "file": ident}
 
 
-def steps_part(path: str) -> dict[str, Any]:
-    """:func:`read_rank`'s step accounting from a read of its own (a lane, :mod:`.lanes`):
-    ``{"step_accounting"}`` or ``{"step_accounting_error"}``, and ``file`` (as :func:`reader_part`).
-    Raises InputError (unreadable trace)."""
+def steps_part(path: str, fd: int | None) -> dict[str, Any]:
+    """:func:`read_rank`'s step accounting from a read of its own (a lane, :mod:`.lanes`; ``fd`` as
+    in :func:`reader_part`): ``{"step_accounting"}`` or ``{"step_accounting_error"}``, and ``file``
+    (as :func:`reader_part`). Raises InputError (unreadable trace), OSError."""
     acc = host_timeline.StepAccountant(path)
-    ident = _feed(path, (acc.feed,))
+    with _reopen(path, fd) as f:
+        ident = _feed(path, f, (acc.feed,))
     return {**_steps_of(acc), "file": ident}
 
 
-def counts_part(path: str, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
-                spool: str | None) -> dict[str, Any]:
+def counts_part(path: str, fd: int | None, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
+                spool_fd: int | None) -> dict[str, Any]:
     """:func:`read_rank`'s counters (:func:`_counts_of`: event names, roofline, raw text) from a read
-    of their own (a lane, :mod:`.lanes`), and with ``spool`` the annotated trace's copy
-    (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) made into that file: under ``copy``,
-    what :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer; ``file`` (as
-    :func:`reader_part`). Raises InputError (unreadable trace) or OSError (``spool`` not writable)."""
+    of their own (a lane, :mod:`.lanes`; ``fd`` as in :func:`reader_part`), and with ``spool_fd``
+    (the descriptor of an anonymous file :func:`read_rank` made) the annotated trace's copy
+    (:class:`~ai4s_graph.tools.report.annotated.EventCopy`) written there: under ``copy``, what
+    :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer; ``file`` (as
+    :func:`reader_part`). Raises InputError (unreadable trace) or OSError."""
     names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
-    copy = annotated.EventCopy(path, spool=spool) if spool is not None else None
     also, taps = (names.feed, roof.feed), (raw.feed,)
-    if copy is not None:
-        also, taps = also + (copy.feed,), taps + (copy.tap,)
-    try:
-        ident = _feed(path, also, taps)
-    except BaseException:
+    with _reopen(path, fd) as f:
+        copy = annotated.EventCopy(path, spool_fd=spool_fd, raw=f) if spool_fd is not None else None
         if copy is not None:
-            copy.discard()
-        raise
+            also, taps = also + (copy.feed,), taps + (copy.tap,)
+        try:
+            ident = _feed(path, f, also, taps)
+        except BaseException:
+            if copy is not None:
+                copy.discard()
+            raise
     out = {**_counts_of(names, roof, raw), "file": ident}
     if copy is not None:
         out["copy"] = copy.snapshot()

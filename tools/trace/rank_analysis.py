@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -179,7 +179,8 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
 
 
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
-                 label: str | None = None, progress=None, also: tuple = (), taps: tuple = ()) -> dict[str, Any]:
+                 label: str | None = None, progress=None, also: tuple = (), taps: tuple = (),
+                 opened: BinaryIO | None = None) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
@@ -195,7 +196,9 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     rank 0, see :mod:`.ranks`). ``also``: other event consumers fed during the engine's read
     (:func:`.stream.scan_trace`), ``taps``: consumers of its bytes; on a cache hit both are fed by a
     read of the same open file. The trace is opened once for the hash, the header, the events and
-    the consumers (the optional cross-checks open it themselves).
+    the consumers (the optional cross-checks open it themselves); ``opened``: that file already open
+    by the caller (read from its start, left open), so that other readers of the caller's can read
+    the same file (:func:`.onepass.read_rank`'s lanes).
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
@@ -228,16 +231,20 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
                                                rank=tr if isinstance(tr, int) else 0)
         return rec
 
-    try:
-        raw = open(p, "rb")  # noqa: SIM115 - one open: hash, header, events, consumers
-    except OSError:
-        raw = None  # the hash reports the missing or unreadable file
+    if opened is not None:
+        raw: BinaryIO | None = opened
+        raw.seek(0)
+    else:
+        try:
+            raw = open(p, "rb")  # noqa: SIM115 - one open: hash, header, events, consumers
+        except OSError:
+            raw = None  # the hash reports the missing or unreadable file
     try:
         rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params, raw=raw)
         if hit and (also or taps):
             ts_mod.feed_events(p, also, taps=taps, raw=raw)
     finally:
-        if raw is not None:
+        if raw is not None and opened is None:
             raw.close()
     return _label(rec, p, rank, hit, label)
 
