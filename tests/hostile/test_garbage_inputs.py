@@ -474,8 +474,13 @@ def test_device_for_prefers_the_trace_and_says_when_the_sources_disagree() -> No
     assert note is not None and "'AMD Instinct MI300X'" in note and "'NVIDIA H200'" in note and "disagree" in note
     assert device_for("MI300X", None) == ("MI300X", None)  # no device in the trace: the manifest's
     assert device_for("some lab GPU", "NVIDIA H200") == ("NVIDIA H200", None)  # one source unknown: no row to disagree
-    assert device_for("NVIDIA H200", "NVIDIA H100 PCIe") == ("NVIDIA H200", None)  # a PCIe card has no row here
+    name, note = device_for("NVIDIA H100", "NVIDIA H100 PCIe")  # a PCIe card: other peaks, no row here
+    assert name == "NVIDIA H100 PCIe" and note is not None and "no roofline" in note
+    assert device_for(None, "NVIDIA H200 NVL") == ("NVIDIA H200 NVL", None)  # no row, and nothing to disagree with
     assert device_for(None, None) == ("", None)
+    assert device_for(7, ["NVIDIA H200"]) == ("", None)  # not strings: no name (never raises)
+    name, note = device_for("AMD Instinct MI300X " + "x" * 20000, "NVIDIA H200")
+    assert name == "NVIDIA H200" and note is not None and len(note) < 400
 
 
 def test_a_manifest_naming_another_gpu_than_the_trace_is_said(tmp_path: Path) -> None:
@@ -496,3 +501,31 @@ def test_a_manifest_naming_another_gpu_than_the_trace_is_said(tmp_path: Path) ->
     assert len(notes) == 1 and "'AMD Instinct MI300X'" in notes[0] and "'NVIDIA H200'" in notes[0], rep["input_notes"]
     assert notes[0] in (out / "report.md").read_text()
     assert H.status_lines(cp)[-1].startswith("STATUS=ok")
+
+
+@pytest.mark.parametrize("pad", [0, 2 << 20])
+def test_a_damaged_gzip_stream_is_said_as_such(tmp_path: Path, pad: int) -> None:
+    """A .json.gz whose CRC does not match its text (altered after it was written), with or without
+    2 MiB of whitespace after the document: said as damaged gzip data, not as an event's field nor
+    as text after the document."""
+    text = gzip.decompress((EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz").read_bytes())
+    raw = bytearray(gzip.compress(text + b" " * pad, 1))
+    raw[-8] ^= 0xFF  # the CRC-32 of RFC 1952's trailer
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(InputError) as e:
+        engine.analyze(p)
+    assert str(e.value).startswith("t.json.gz: the gzip data is damaged (CRC check failed"), str(e.value)
+
+
+def test_a_broken_key_after_the_list_is_not_the_last_events(tmp_path: Path) -> None:
+    """``"traceName": }`` after the events: said at that key, not as the last event's ``ts``."""
+    text = gzip.decompress((EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz").read_bytes()).rstrip()
+    i = text.rfind(b"]")
+    p = tmp_path / "t.json"
+    p.write_bytes(text[:i + 1] + b', "traceName": }')
+    for read in (engine.analyze, kineto.load_events):
+        with pytest.raises(InputError) as e:
+            read(p)
+        assert str(e.value).startswith("t.json: the JSON after the traceEvents list does not parse (at the top-level "
+                                       "key 'traceName')"), str(e.value)

@@ -12,6 +12,7 @@ A missing key means the GPU has no dense matrix path for that precision.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -114,21 +115,28 @@ def find_gpu(name: str) -> GPUSpec | None:
     return GPUS[k] if k else None
 
 
-def device_for(manifest_gpu: str | None, trace_device: str | None) -> tuple[str, str | None]:
+def device_for(manifest_gpu: Any, trace_device: Any) -> tuple[str, str | None]:
     """The device name whose datasheet row the roofline reads, and a one-line note when the two
     sources disagree. ``manifest_gpu``: the run's ``manifest.json`` ``gpu`` (what the launcher or the
     user wrote); ``trace_device``: the trace's ``deviceProperties[0].name`` (what the profiler
-    recorded of the device the rank ran on: the direct record, which wins when the datasheet knows
-    it). Returns ``(name, note)``: the trace's name when :func:`find_gpu` knows it, else the
-    manifest's (``""`` when neither is given); ``note`` is None unless both name datasheet GPUs and
-    they are different rows. Never raises."""
-    m, t = (manifest_gpu or "").strip(), (trace_device or "").strip()
+    recorded of the device the rank ran on: the direct record, which wins). Returns ``(name,
+    note)``: the trace's name when :func:`find_gpu` knows it, or when it names a PCIe or NVL card
+    (other peaks, no row here: no roofline rather than another card's); else the manifest's (``""``
+    when neither is a string). ``note`` is None unless both name GPUs and they are different rows
+    (or the trace's card has no row where the manifest's has one). Names in the note are cut at 60
+    characters. Never raises."""
+    m = manifest_gpu.strip() if isinstance(manifest_gpu, str) else ""
+    t = trace_device.strip() if isinstance(trace_device, str) else ""
     sm, st = (find_gpu(m) if m else None), (find_gpu(t) if t else None)
-    if st is None:
+    variant = bool(t) and st is None and any(v in t.upper().replace(" ", "") for v in ("PCIE", "NVL"))
+    if st is None and not variant:
         return (m or t), None
-    if sm is not None and sm.name != st.name:
-        return t, (f"the manifest's gpu {m!r} ({sm.name}) and the trace's device {t!r} ({st.name}) disagree: the "
-                   "roofline uses the trace's, the profiler's record of the device the rank ran on")
+    if sm is not None and (variant or sm.name != st.name):  # type: ignore[union-attr]
+        got = "has no datasheet row (PCIe and NVL cards have other peaks): no roofline" if variant else \
+            f"({st.name}): the roofline uses the trace's"  # type: ignore[union-attr]
+        return t, (f"the manifest's gpu {m[:60]!r} ({sm.name}) and the trace's device {t[:60]!r} disagree: the "
+                   f"trace's {got}, the profiler's record of the device the rank ran on; the telemetry's board "
+                   "limits read the manifest's")
     return t, None
 
 

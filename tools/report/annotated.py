@@ -460,10 +460,11 @@ class _Collect:
         cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
         if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
             return
-        if cat in GPU_CATS:
+        if type(cat) is str and cat in GPU_CATS:  # (a list or dict as cat: not a GPU event, not hashable)
             self.g_ts.append(float(ts))
             self.g_end.append(float(ts) + float(dur))
-            self.g_cls.append(self._gpu_class(cat, ev.get("name") or ""))
+            n = ev.get("name")
+            self.g_cls.append(self._gpu_class(cat, n if type(n) is str else ""))  # a number or null: no name
             return
         name = ev.get("name") or ""
         if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):

@@ -19,8 +19,10 @@ GRAPH_LAUNCH_RE = re.compile(r"^(cuda|cu|hip)GraphLaunch")
 
 #: A profiler step annotation: torch.profiler names them ``ProfilerStep#<n>``
 #: (torch/profiler/profiler.py, ``record_function("ProfilerStep#" + str(self.step_num))``);
-#: spaces around ``#`` are accepted (hand-written and converted traces).
-STEP_NAME_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
+#: spaces around ``#`` are accepted (hand-written and converted traces). At most 18 digits, so that
+#: every step number is an int64 (the readers' arrays); a longer one is no step number torch can
+#: write (``step_num`` counts steps) and the event is not a step (an OverflowError stopped the run before).
+STEP_NAME_RE = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})(?!\d)")
 
 #: How to record graph-replayed kernels: a CUDA/HIP graph captured before the profiler was first
 #: initialised replays without kernel records (pytorch/pytorch PR #100441, which added the workaround).

@@ -6,6 +6,8 @@ a cycle."""
 from __future__ import annotations
 
 import os
+import gzip
+import zlib
 from typing import Any
 
 from ..errors import Ai4sError
@@ -42,7 +44,9 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     parser's message, quoted when no bare word explains it; a parse that ran off the end of the data
     (yajl's "premature EOF", pure-Python ijson's "Incomplete JSON content") is called truncated, and
     one that failed after the root value closed (yajl's "trailing garbage": data appended, a second
-    gzip member) is said to lie after the document."""
+    gzip member) is said to lie after the document, one in a top-level key after the list is said
+    to lie there (not in the last event), and a damaged gzip stream (a bad CRC or length) is said
+    to be one (it is not JSON's fault)."""
     import re
 
     try:
@@ -55,7 +59,7 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
     from .rawfile import decoded, raw_of
 
     p = Path(path)
-    idx, key, ev, closed = -1, None, {}, False
+    idx, key, ev, closed, listed, top = -1, None, {}, False, False, None
     try:
         with raw_of(p, None) as raw:
             tail = _Tail(decoded(raw))
@@ -70,12 +74,27 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
                     ev[prefix.rsplit(".", 1)[1]] = value
                 elif prefix == "" and event in ("end_map", "end_array"):
                     closed = True  # the root value is whole: what fails now lies after the document
+                elif prefix == "" and event == "map_key":
+                    top = value
+                elif prefix == "traceEvents" and event == "end_array":
+                    listed = True  # the events are whole: what fails now is a top-level key's value
     except Ai4sError:
         return None
-    except Exception as e:  # the parser's error: ijson.JSONError, or an I/O or gzip error
+    except (gzip.BadGzipFile, zlib.error) as e:  # the compressed stream, not its JSON
+        return (f"{p.name}: the gzip data is damaged ({' '.join(str(e).split())[:80] or type(e).__name__}): the "
+                ".json.gz was altered or cut after it was written (its checksum, length or blocks do not match); "
+                "the rank is not analysed")
+    except (EOFError, OSError):
+        return None  # a gzip stream cut short, a read error: the caller's own message
+    except Exception as e:  # the parser's error: ijson.JSONError
         if closed:
             return (f"{p.name}: more text after the end of the JSON document (another document or other data "
                     "appended; a concatenated .json.gz holds two gzip members, which gunzip reads as one text); "
+                    "the rank is not analysed")
+        if listed:
+            return (f"{p.name}: the JSON after the traceEvents list does not parse"
+                    + (f" (at the top-level key {str(top)[:60]!r})" if top is not None else "")
+                    + f": not valid JSON ({' '.join((error or str(e) or type(e).__name__).split())[:100]}); "
                     "the rank is not analysed")
         if idx < 0 or key is None:
             return None
