@@ -529,3 +529,24 @@ def test_a_broken_key_after_the_list_is_not_the_last_events(tmp_path: Path) -> N
             read(p)
         assert str(e.value).startswith("t.json: the JSON after the traceEvents list does not parse (at the top-level "
                                        "key 'traceName')"), str(e.value)
+
+
+# ----------------------------------------------------------- values of another type or size in events
+
+def test_a_step_number_past_int64_and_a_numbered_kernel_leave_a_report(tmp_path: Path) -> None:
+    """``ProfilerStep#`` with 23 digits (no int64: it stopped the run with an OverflowError) is no
+    step; a kernel whose ``name`` is a number stopped the annotated copy (TypeError). Both: a report."""
+    run = H.copy_run(tmp_path / "run")
+    d = H.read_trace(run)
+    steps = [e for e in d["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") == "user_annotation"]
+    assert len(steps) == 3
+    steps[0]["name"] = "ProfilerStep#" + "9" * 23
+    next(e for e in d["traceEvents"] if e.get("cat") == "kernel")["name"] = 12345
+    H.write_trace(run, d)
+    out = tmp_path / "out"
+    cp = H.cli("run", "--job", "92001", "--perf-run", str(run), "--out", str(out), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0, (cp.stdout[-1500:], cp.stderr[-1500:])
+    assert (out / "report.md").is_file() and (out / "annotated_trace.json.gz").is_file()
+    assert engine.analyze(run / "traces" / "trace_rank0.json.gz").n_steps == 2
