@@ -51,8 +51,8 @@ LANES_ENV = "AI4S_TRACE_LANES"
 #: device, ``run`` on the replicated traces (bench/RESULTS.md): one process 276 MiB at 171.5 MiB of
 #: JSON and 811 MiB at 973 MiB (commit 2284861), ~161 MiB + 0.67 x the JSON, within it from
 #: ~486 MiB; with lanes 460 and 1275 MiB (commit 2d6cf48), 1.02 x the JSON: never within it.
-#: Below this size neither is within the bound and the lanes are faster (13.7 s against 21.4 s at
-#: 171.5 MiB; 60 s against 87 s at 973 MiB).
+#: Below this size neither is within the bound and the lanes are faster (11.2 s against 17.8 s at
+#: 171.5 MiB side by side, commit 3c76f71; 60 s against 87 s at 973 MiB in two runs).
 LANES_MAX_JSON_BYTES = 480 << 20
 
 
