@@ -550,3 +550,65 @@ def test_a_step_number_past_int64_and_a_numbered_kernel_leave_a_report(tmp_path:
     assert cp.returncode == 0, (cp.stdout[-1500:], cp.stderr[-1500:])
     assert (out / "report.md").is_file() and (out / "annotated_trace.json.gz").is_file()
     assert engine.analyze(run / "traces" / "trace_rank0.json.gz").n_steps == 2
+
+
+def test_the_key_after_the_list_and_a_cut_there_are_named_right(tmp_path: Path) -> None:
+    """A comma missing after ``]`` is not blamed on the ``traceEvents`` key that parsed; a file cut
+    right after ``]`` is truncated (both readers)."""
+    text = gzip.decompress((EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz").read_bytes()).rstrip()
+    i = text.rfind(b"]")
+    for name, body, want in (("comma.json", text[:i + 1] + b' "traceName": "x"}', "the JSON after the traceEvents "
+                              "list does not parse: not valid JSON"),
+                             ("cut.json", text[:i + 1], "truncated: the JSON ends after the traceEvents list")):
+        p = tmp_path / name
+        p.write_bytes(body)
+        for read in (engine.analyze, kineto.load_events):
+            with pytest.raises(InputError) as e:
+                read(p)
+            assert str(e.value).startswith(f"{name}: {want}"), str(e.value)
+
+
+def test_the_verifiers_reader_says_a_damaged_gzip_stream_too(tmp_path: Path) -> None:
+    raw = bytearray((EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz").read_bytes())
+    raw[-8] ^= 0xFF
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(InputError) as e:
+        kineto.load_events(p)
+    assert str(e.value).startswith("t.json.gz: the gzip data is damaged (CRC check failed"), str(e.value)
+
+
+def test_gpu_names_of_other_cards_find_no_row() -> None:
+    """GH200 is not an H200 (another memory system); "PCI-E" is a PCIe card (other peaks)."""
+    from ai4s_graph.tools.perfmodel.datasheet import gpu_key
+
+    assert gpu_key("NVIDIA GH200 480GB") is None and gpu_key("NVIDIA H100 PCI-E") is None
+    assert gpu_key("NVIDIA H200") == "H200" and gpu_key("NVIDIA A100-SXM4-80GB") == "A100"
+    assert gpu_key("AMD Instinct MI300X") == "MI300X" and gpu_key("NVIDIA H100 80GB HBM3") == "H100"
+
+
+def test_copies_never_written_do_not_hold_a_file_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived process reading traces with the annotated copy and never writing it: at most
+    MAX_PREPARED spool files stay open (before: one per read)."""
+    import os
+
+    from ai4s_graph.graph.rules import registry
+    from ai4s_graph.tools.report import annotated
+    from ai4s_graph.tools.trace import onepass
+
+    def drop_all() -> None:
+        while annotated._PREPARED:
+            annotated._PREPARED.popitem()[1]._f.close()
+
+    monkeypatch.setenv("AI4S_TRACE_LANES", "0")
+    src = (EXAMPLES / "92001" / "traces" / "trace_rank0.json.gz").read_bytes()
+    drop_all()
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(annotated.MAX_PREPARED + 3):
+        p = tmp_path / f"t{i}.json.gz"
+        p.write_bytes(src)
+        onepass.read_rank(str(p), 0, str(tmp_path / f"c{i}"), "0", wanted=registry.event_name_wanted,
+                          raw_patterns=registry.raw_patterns(), annotate=True)
+    assert len(annotated._PREPARED) == annotated.MAX_PREPARED
+    assert len(os.listdir("/proc/self/fd")) - before <= annotated.MAX_PREPARED
+    drop_all()

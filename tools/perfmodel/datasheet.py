@@ -11,6 +11,7 @@ A missing key means the GPU has no dense matrix path for that precision.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,11 +101,13 @@ def gpu_key(name: str) -> str | None:
     """The :data:`GPUS` key (``H200``, ``MI300X``...) of a device name such as ``NVIDIA H200``,
     ``NVIDIA H100 80GB HBM3`` or ``AMD Instinct MI300X``; None when unknown. PCIe and NVL
     variants have other peaks: None."""
-    up = name.upper().replace(" ", "")
-    if "PCIE" in up or "NVL" in up:
+    up = name.upper()
+    flat = up.replace(" ", "").replace("-", "")
+    if "PCIE" in flat or "NVL" in flat:  # "PCIe", "PCI-E", "H200 NVL": other peaks
         return None
     for key in sorted(GPUS, key=len, reverse=True):  # longest first: MI325X is not MI32...
-        if key in up:
+        # the key as a word's start: not inside another name (GH200 is not an H200)
+        if re.search(r"(?<![A-Z0-9])" + re.escape(key), up):
             return key
     return None
 

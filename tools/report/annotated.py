@@ -327,7 +327,7 @@ class EventCopy:
         self._f.write(self._z.flush(self._zlib.Z_SYNC_FLUSH))
         self.trailer = trailer_keys(bytes(self._tail[-self._keep:]), whole=self._total <= self._keep)
         self._tail = bytearray()
-        _PREPARED[self.key] = self
+        _file(self.key, self)
 
     def snapshot(self) -> dict[str, Any]:
         """:meth:`finish`, then what :func:`adopt_copy` needs to file this copy in another process:
@@ -406,8 +406,25 @@ def adopt_copy(path: str | os.PathLike[str], snap: dict[str, Any], spool: Any) -
     col = _Collect.__new__(_Collect)
     col.__dict__.update(snap["col"])
     c.col = col
-    _PREPARED[key] = c
+    _file(key, c)
     return True
+
+
+#: Prepared copies kept at most: a process that reads traces and never writes their annotated copy
+#: (a long-lived caller of :func:`~ai4s_graph.tools.trace.onepass.read_rank`) would otherwise hold
+#: one open spool file per read (an adversarial trial, 2026-12-03); a run writes the one it made.
+MAX_PREPARED = 4
+
+
+def _file(key: tuple[str, int, int], copy: "EventCopy") -> None:
+    """File ``copy`` for :func:`write_annotated_trace` under ``key``: a copy filed before under the
+    same key, and the oldest past :data:`MAX_PREPARED`, are dropped (their spool files closed)."""
+    old = _PREPARED.pop(key, None)
+    if old is not None and old is not copy:
+        old._f.close()
+    _PREPARED[key] = copy
+    while len(_PREPARED) > MAX_PREPARED:
+        _PREPARED.pop(next(iter(_PREPARED)))._f.close()
 
 
 def _write(src: Path, fh: Any, head: dict[str, Any], out: str | os.PathLike[str], rank: int | None,

@@ -92,8 +92,12 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
                     "appended; a concatenated .json.gz holds two gzip members, which gunzip reads as one text); "
                     "the rank is not analysed")
         if listed:
+            text = " ".join((error or str(e) or type(e).__name__).split())
+            if re.search(r"premature EOF|Incomplete JSON|unexpected end", text, re.IGNORECASE):
+                return (f"{p.name}: truncated: the JSON ends after the traceEvents list, before the document's "
+                        "end: the file was cut short; the rank is not analysed")
             return (f"{p.name}: the JSON after the traceEvents list does not parse"
-                    + (f" (at the top-level key {str(top)[:60]!r})" if top is not None else "")
+                    + (f" (at the top-level key {str(top)[:60]!r})" if top not in (None, "traceEvents") else "")
                     + f": not valid JSON ({' '.join((error or str(e) or type(e).__name__).split())[:100]}); "
                     "the rank is not analysed")
         if idx < 0 or key is None:

@@ -138,7 +138,8 @@ def _stream_events(p: Path):
         except (ijson.JSONError, EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as e:
             msg = " ".join(str(e).split())[:120] or type(e).__name__
             from .jsonpos import locate_invalid_json  # the error path only: names the event and field
-            where = locate_invalid_json(p, msg) if isinstance(e, ijson.JSONError) else None
+            where = locate_invalid_json(p, msg) if isinstance(e, (ijson.JSONError, gzip.BadGzipFile, zlib.error)) \
+                else None  # a damaged gzip stream: said as one, as the engine says it
             raise InputError(where or f"{p.name}: truncated or not valid JSON ({msg})") from e
         if n == 0:
             raise InputError(f"{p.name}: JSON has no traceEvents list (not a PyTorch profiler trace)")
