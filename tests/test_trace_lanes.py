@@ -40,7 +40,17 @@ def _annotated(path: Path, out: Path) -> bytes:
 
 
 def _spools() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("ai4s-annotated-*")}
+    """The deleted files this process holds open (a lane's copy spool is an anonymous file) and any
+    named spool left in the temporary folder."""
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)"):
+            held.add(target)
+    return held | {p.name for p in Path(tempfile.gettempdir()).glob("ai4s-annotated-*")}
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.parent.parent.name + "/" + p.name)
