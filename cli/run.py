@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..graph.analysis.configuration import RunRequest
+from ..graph.analysis.configuration import RunRequest, trace_cache_dir
 from ..state import StatusLine
 from ..state.publish import UnsafePathError
 from ..state.status import one_line
@@ -235,6 +235,34 @@ class RankProgress:
             self.bar = None
 
 
+def prefetch_trace(req: RunRequest, manifest: Any) -> bool:
+    """Start the read of the run's rank trace now, when the run directory lists exactly one (the
+    case ``trace_rank`` reads in this process): its lanes (:func:`ai4s_graph.tools.trace.onepass.prefetch`)
+    read the trace while the graph is imported and the launcher and the telemetry's database start
+    (~2.5 s on the 16-core device, 2026-12-03), the engine's pass in a lane of its own too;
+    ``trace_rank``'s read adopts them when it reads the same file with the same arguments (its cache
+    folder, the rank and label its name gives, the registry's event names and raw patterns, the
+    cross-checks, the annotated copy), and they are stopped otherwise (after the graph, or at exit).
+    Returns whether lanes started. Never raises."""
+    traces = list(getattr(getattr(manifest, "artifacts", None), "traces", None) or [])
+    if len(traces) != 1 or not req.perf_run or req.submit or req.slurm_array:
+        return False
+    from ..graph.rules import registry
+    from ..tools.trace import onepass
+    from ..tools.trace import ranks as rank_identity
+
+    path = Path(req.perf_run) / traces[0]
+    # what trace_rank reads it with (graph/analysis/nodes/trace_analyst.py): its cache folder, and the
+    # rank and label the file name gives (nothing read, as the fan-out)
+    cache_dir = trace_cache_dir(req)
+    try:
+        files, _ = rank_identity.identify_ranks([path], header_ranks=[None])
+        return onepass.prefetch(str(path), files[0].rank, cache_dir, files[0].label, wanted=registry.event_name_wanted,
+                                raw_patterns=registry.raw_patterns(), cross_check=req.cross_check, annotate=True)
+    except (Ai4sError, OSError, ValueError):
+        return False
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``run`` command to ``app``."""
     @app.command("run")
@@ -356,6 +384,7 @@ def register(app: typer.Typer) -> None:
                 print(line)
             raise typer.Exit(code)
 
+        prefetched = found is not None and prefetch_trace(req, found)
         from ..graph.checkpoint import CheckpointRefusedError, ThreadBusyError  # here: langgraph's import is slow
 
         try:
@@ -380,6 +409,10 @@ def register(app: typer.Typer) -> None:
             err_console.print("The finished nodes are checkpointed: re-run the same command to resume. Until then the "
                               "report in the output directory is marked stale (diff refuses the folder).")
             finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
+        if prefetched:  # a resumed run that did not read the trace again: its lanes stop here
+            from ..tools.trace import onepass
+
+            onepass.drop_prefetched()
         rep = final.get("report")
         if final.get("stop"):
             finish(StatusLine.make("fail", f"stopped: {final['stop']}").format(), 1)

@@ -402,3 +402,49 @@ def test_a_rerun_takes_rank_results_from_the_trace_cache(perf_runs, tracelens_re
     assert code == 0
     assert f"rank 0: engine (stream), {n_kernels} kernels (from the trace cache: same content hash)" in second
     assert _report(tmp_path).bottleneck.klass.value == "compute-bound"
+
+
+def test_lanes_give_the_report_of_one_process(perf_runs, tmp_path, monkeypatch):
+    """``run`` with its trace read in lanes started before the graph (AI4S_TRACE_LANES=1: the CLI's
+    prefetch, the engine's pass among them, adopted by ``trace_rank``) gives the report of a run
+    that reads it in its own process (0): the same PNG bytes, report.json, report.md and
+    report.html, the annotated trace and the CSVs."""
+    from ai4s_graph.tools.trace import lanes, onepass
+
+    started: list[str] = []
+    real = lanes.start
+
+    def counted(fn, *args, **kw):
+        started.append(fn.__name__)
+        return real(fn, *args, **kw)
+
+    monkeypatch.setattr(lanes, "start", counted)
+    runs = {}
+    for on in ("0", "1"):
+        monkeypatch.setenv(lanes.LANES_ENV, on)
+        out = tmp_path / f"lanes{on}"
+        code, text = _run("--job", "92001", "--perf-run", str(perf_runs / "92001"), "--out", str(out),
+                          "--checkpoint", str(out / "ck.sqlite"))
+        assert code == 0, text
+        runs[on] = out
+        assert onepass._PREFETCHED == {}
+    # the trace's lanes once (the prefetch's, the engine's pass too, adopted: trace_rank started none)
+    assert sorted(started) == ["counts_part", "engine_part", "reader_part", "steps_part"]
+    pngs = sorted(p.name for p in runs["0"].glob("*.png"))
+    assert pngs == ["gpu_time_breakdown.png", "step_time_breakdown.png", "telemetry.png"]
+    for name in pngs:
+        assert (runs["0"] / name).read_bytes() == (runs["1"] / name).read_bytes(), name
+
+    def same(p: Path, out: Path) -> str:
+        return re.sub(r"127\.0\.0\.1:\d+", "VM", p.read_text().replace(str(out), "OUT"))
+
+    for name in ("report.json", "report.html", "report.md"):
+        assert same(runs["0"] / name, runs["0"]) == same(runs["1"] / name, runs["1"]), name
+    import gzip
+
+    assert gzip.decompress((runs["0"] / "annotated_trace.json.gz").read_bytes()) == \
+        gzip.decompress((runs["1"] / "annotated_trace.json.gz").read_bytes())  # the lane's copy, adopted
+    csvs = sorted(p.relative_to(runs["0"]) for p in (runs["0"] / "perf_report_csvs").rglob("*.csv"))
+    assert len(csvs) > 5
+    for rel in csvs:
+        assert (runs["0"] / rel).read_bytes() == (runs["1"] / rel).read_bytes(), rel

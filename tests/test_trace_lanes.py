@@ -26,10 +26,10 @@ TRACES = [REPO / "examples/perf-runs/92001/traces/trace_rank0.json.gz",
           REPO / "tests/data/traces/hta_inference_rank_1.json.gz"]
 
 
-def _read(path: Path, monkeypatch: pytest.MonkeyPatch, on: str, annotate: bool = True) -> dict:
-    """``read_rank`` with lanes on (``"1"``) or off, computed (a cache folder of its own)."""
+def _read(path: Path, monkeypatch: pytest.MonkeyPatch, on: str, annotate: bool = True, cache: str | None = None) -> dict:
+    """``read_rank`` with lanes on (``"1"``) or off, computed (a cache folder of its own unless ``cache``)."""
     monkeypatch.setenv(lanes.LANES_ENV, on)
-    cache = tempfile.mkdtemp(prefix="ai4s-lanes-cache-")
+    cache = cache or tempfile.mkdtemp(prefix="ai4s-lanes-cache-")
     return onepass.read_rank(str(path), 0, cache, "0", wanted=registry.event_name_wanted,
                              raw_patterns=registry.raw_patterns(), annotate=annotate)
 
@@ -275,3 +275,140 @@ def test_a_lane_that_read_another_file_is_run_here(tmp_path: Path) -> None:
     assert ident is not None and ident[2] == src.stat().st_size
     assert onepass._take(lanes.Lane(_stale), ident, _fresh) == {"x": "here"}
     assert onepass._take(lanes.Lane(_fresh), ("any",), _stale) == {"x": "here"}  # the same file: the lane's
+
+
+# --------------------------------------------------------------------------- prefetch (issue 29)
+def _prefetch(path: Path, cache: str, rank: int = 0) -> bool:
+    return onepass.prefetch(str(path), rank, cache, "0", wanted=registry.event_name_wanted,
+                            raw_patterns=registry.raw_patterns(), annotate=True)
+
+
+def _count_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the lanes started from now on (``lanes.start`` wrapped)."""
+    seen: list[str] = []
+    real = lanes.start
+
+    def counted(fn, *args, **kw):  # noqa: ANN001, ANN003
+        seen.append(fn.__name__)
+        return real(fn, *args, **kw)
+
+    monkeypatch.setattr(lanes, "start", counted)
+    return seen
+
+
+def test_prefetched_lanes_are_adopted_and_give_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lanes started before the read (``ai4s-graph run`` starts them before the graph's imports) are
+    the read's lanes: no other starts, the same rank result and annotated trace as lanes started by
+    the read itself, none left behind."""
+    trace = TRACES[1]
+    before = _spools()
+    want = _read(trace, monkeypatch, "1")
+    text_want = _annotated(trace, tmp_path / "want.json.gz")
+    cache = str(tmp_path / "cache")
+    assert _prefetch(trace, cache)
+    (st,) = onepass._PREFETCHED.values()
+    procs = [x.proc for x in st.running()]
+    assert len(procs) == 4 and st.engine is not None  # the engine's pass too
+    seen = _count_starts(monkeypatch)
+    got = _read(trace, monkeypatch, "1", cache=cache)
+    assert seen == [], "the read started no lane of its own"
+    assert onepass._PREFETCHED == {}
+    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]  # they ran to their end
+    assert got == want
+    assert _annotated(trace, tmp_path / "got.json.gz") == text_want
+    assert _spools() == before
+    again = _read(trace, monkeypatch, "0", cache=cache)  # the engine's lane filled the run's cache
+    assert again["record"]["from_cache"] is True and again["record"]["timeline"] == want["record"]["timeline"]
+
+
+def test_prefetched_lanes_of_other_arguments_are_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the same file for another rank does not adopt the prefetched lanes (they are
+    killed) and starts its own; the result is the one a read without prefetch gives."""
+    trace = TRACES[0]
+    want = _read(trace, monkeypatch, "1", annotate=True)
+    cache = str(tmp_path / "cache")
+    assert _prefetch(trace, cache, rank=5)
+    (st,) = onepass._PREFETCHED.values()
+    procs = [x.proc for x in st.running()]
+    seen = _count_starts(monkeypatch)
+    got = _read(trace, monkeypatch, "1", cache=cache)
+    assert sorted(seen) == ["counts_part", "reader_part", "steps_part"]
+    assert all(p.returncode is not None and p.returncode != 0 for p in procs), [p.returncode for p in procs]
+    assert got == want and onepass._PREFETCHED == {}
+
+
+def test_a_trace_replaced_after_its_prefetch_is_read_anew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefetched lanes read the file that was there; when another file is put at the path
+    before the read, the read is of that file (its own lanes), never the prefetched one's."""
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    link = tmp_path / "trace_rank0.json.gz"
+    link.write_bytes(TRACES[0].read_bytes())
+    cache = str(tmp_path / "cache")
+    assert _prefetch(link, cache)
+    other = tmp_path / "new.json.gz"
+    other.write_bytes(TRACES[1].read_bytes())
+    os.replace(other, link)
+    seen = _count_starts(monkeypatch)
+    got = _read(link, monkeypatch, "1", cache=cache)
+    assert sorted(seen) == ["counts_part", "reader_part", "steps_part"]
+    want = _read(TRACES[1], monkeypatch, "1")
+    def unplaced(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k != "path"}
+
+    assert got["reader"] == want["reader"]
+    assert unplaced(got["step_accounting"]) == unplaced(want["step_accounting"])
+    assert got["record"]["sha256"] == want["record"]["sha256"] and got["names"] == want["names"]
+    assert onepass._PREFETCHED == {}
+
+
+def test_lanes_never_adopted_are_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _spools()
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    assert _prefetch(TRACES[0], str(tmp_path))
+    procs = [x.proc for st in onepass._PREFETCHED.values() for x in st.running()]
+    onepass.drop_prefetched()
+    assert onepass._PREFETCHED == {}
+    assert all(p.returncode is not None for p in procs)
+    assert _spools() == before
+    monkeypatch.setenv(lanes.LANES_ENV, "0")
+    assert not _prefetch(TRACES[0], str(tmp_path)) and onepass._PREFETCHED == {}  # no lanes for this trace: nothing started
+
+
+def test_the_run_prefetches_only_a_single_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ai4s-graph run``'s prefetch (cli/run.py): the run directory's one rank trace, under the
+    rank its file name gives (what the graph's fan-out sends); none for two traces."""
+    from ai4s_graph.cli.run import prefetch_trace
+    from ai4s_graph.graph.analysis.configuration import RunRequest
+    from ai4s_graph.state import Manifest
+
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    monkeypatch.delenv("AI4S_TRACE_CACHE", raising=False)
+    req = RunRequest(jobid="1", perf_run=str(tmp_path), out_dir=str(tmp_path / "out"))
+    (tmp_path / "traces").mkdir()
+    for r in (0, 3):
+        (tmp_path / "traces" / f"trace_rank{r}.json.gz").write_bytes(TRACES[0].read_bytes())
+    one = Manifest.model_validate({"jobid": "1", "artifacts": {"traces": ["traces/trace_rank3.json.gz"]}})
+    assert prefetch_trace(req, one)
+    (key,) = onepass._PREFETCHED
+    assert key[0] == str((tmp_path / "traces" / "trace_rank3.json.gz").resolve()) and key[1] == 3 and key[4] is True
+    assert key[5:] == (str(tmp_path / "out" / ".ai4s-graph" / "trace-cache"), "3", ())  # trace_rank's cache and label
+    onepass.drop_prefetched()
+    two = Manifest.model_validate({"jobid": "1", "artifacts": {"traces": ["traces/trace_rank0.json.gz",
+                                                                            "traces/trace_rank3.json.gz"]}})
+    assert not prefetch_trace(req, two) and onepass._PREFETCHED == {}
+
+
+def test_prefetch_by_default_from_four_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset, lanes are prefetched for a trace they apply to (between the two sizes) only where
+    each of the four gets a CPU (onepass.PREFETCH_MIN_CPUS); AI4S_TRACE_LANES=1 always."""
+    from ai4s_graph.tools.trace import scan_parallel
+
+    monkeypatch.delenv(lanes.LANES_ENV, raising=False)
+    monkeypatch.setattr(scan_parallel, "json_bytes", lambda _p: 171 << 20)  # the replicated trace's JSON
+    got = {}
+    for n in (2, 3, 4, 16):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=n: set(range(n)))
+        got[n] = _prefetch(TRACES[0], str(tmp_path))
+        onepass.drop_prefetched()
+    assert onepass.PREFETCH_MIN_CPUS == 4
+    assert got == {2: False, 3: False, 4: True, 16: True}

@@ -87,6 +87,14 @@ def run_dir(state: Mapping[str, Any]) -> Path:
     return Path(req.perf_run or ".")
 
 
+def trace_cache_dir(req: RunRequest) -> str:
+    """The content-hash cache folder of the run's per-rank analyses: ``$AI4S_TRACE_CACHE``, else
+    ``<out>/.ai4s-graph/trace-cache``."""
+    import os
+
+    return os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
+
+
 def trace_paths(state: Mapping[str, Any]) -> list[Path]:
     """The rank traces the manifest lists (``artifacts.traces``) under :func:`run_dir`, in its order."""
     manifest = state.get("manifest")

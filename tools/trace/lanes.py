@@ -1,6 +1,8 @@
 """Readers of one rank trace run in processes of their own while the engine's pass reads it: the
 verifier's reader, the step accountant, and the counters (event names, roofline, raw text) with
-the annotated copy, of :func:`.onepass.read_rank` (issue 29, the ``run`` side).
+the annotated copy, of :func:`.onepass.read_rank` (issue 29, the ``run`` side); started by the read
+itself or, earlier, by :func:`.onepass.prefetch` (``ai4s-graph run``, before the graph's imports,
+the engine's pass in a lane too).
 
 **Why.** ``run``'s read of a long trace fed seven per-event consumers in one Python thread; on the
 replicated 176 MB trace (``bench/make_long_trace.py``, the project's 2-core machine, 2026-12-03,
@@ -73,11 +75,15 @@ def lanes_for(path: str | os.PathLike) -> bool:
     env = os.environ.get(LANES_ENV, "").strip()
     if env:
         return env == "1"
+    return usable_cpus() >= 2 and MIN_JSON_BYTES <= json_bytes(Path(path)) < LANES_MAX_JSON_BYTES
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; the machine's count where that is unknown)."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return cpus >= 2 and MIN_JSON_BYTES <= json_bytes(Path(path)) < LANES_MAX_JSON_BYTES
+        return os.cpu_count() or 1
 
 
 class Lane:

@@ -184,42 +184,172 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     gives none is run here after the engine's pass (the counters without the copy: the writer then
     reads the trace itself).
 
+    Lanes :func:`prefetch` started for the same file and arguments are adopted (the read then began
+    when they did; the engine's pass too, in a lane of its own: :func:`engine_part`).
+
     Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
-    fh = None
-    if lanes.lanes_for(path):
-        try:
-            fh = open(path, "rb")  # noqa: SIM115 - the one file every reader reads, closed below
-        except OSError:
-            fh = None  # the engine reports the missing or unreadable file
+    key = _prefetch_key(path, rank, wanted, raw_patterns, annotate, cache_dir, label, cross_check)
+    started = _adopt(key, path)
+    if started is None and lanes.lanes_for(path):
+        started = _Lanes.start(path, rank, wanted, raw_patterns, annotate)
     try:
-        return _read_rank(path, rank, cache_dir, label, fh, wanted=wanted, raw_patterns=raw_patterns,
+        return _read_rank(path, rank, cache_dir, label, started, wanted=wanted, raw_patterns=raw_patterns,
                           cross_check=cross_check, annotate=annotate)
     finally:
-        if fh is not None:
-            fh.close()
+        if started is not None:
+            started.close()
 
 
-def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, fh: Any, *, wanted: Callable[[str], bool],
-               raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...], annotate: bool) -> dict[str, Any]:
-    """:func:`read_rank` with the trace open as ``fh`` (lanes: each reads this open file, through
-    its inherited descriptor) or None (one process)."""
-    spool = None
-    if fh is not None:
-        fd, ident = fh.fileno(), _fd_identity(fh)
-        reader_lane = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
-        steps_lane = lanes.start(steps_part, path, fd, pass_fds=(fd,))
+class _Lanes:
+    """:func:`read_rank`'s lanes started on the trace open as ``fh``: the verifier's reader, the step
+    accountant, the counters (with the annotated copy's ``spool`` when annotating) and, when
+    prefetched, the engine's pass; a lane that could not start is None (its part runs in the
+    reading process)."""
+
+    def __init__(self, fh: Any, spool: Any, reader: lanes.Lane | None, steps: lanes.Lane | None,
+                 counts: lanes.Lane | None, engine: lanes.Lane | None = None) -> None:
+        self.fh, self.spool, self.reader, self.steps, self.counts = fh, spool, reader, steps, counts
+        self.engine = engine
+        self.fd, self.ident = fh.fileno(), _fd_identity(fh)
+        self.adopted = False  # the spool was handed to the annotated-trace writer
+
+    @classmethod
+    def start(cls, path: str, rank: int, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
+              annotate: bool, engine: tuple | None = None) -> _Lanes | None:
+        """The lanes started now on ``path`` opened now, with ``engine`` (``(cache_dir, label,
+        cross_check)``) the engine's pass's too; None when it cannot be opened (the engine reports
+        the missing or unreadable file)."""
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - the one file every reader reads, closed by close()
+        except OSError:
+            return None
+        fd = fh.fileno()
+        reader = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
+        steps = lanes.start(steps_part, path, fd, pass_fds=(fd,))
         spool = annotated.copy_spool() if annotate else None
-        counts_lane = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if spool else None,
-                                  pass_fds=(fd,) + ((spool.fileno(),) if spool else ())) \
+        counts = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if spool else None,
+                             pass_fds=(fd,) + ((spool.fileno(),) if spool else ())) \
             if spool is not None or not annotate else None
+        eng = lanes.start(engine_part, path, fd, rank, *engine, pass_fds=(fd,)) if engine is not None else None
+        return cls(fh, spool, reader, steps, counts, eng)
+
+    def running(self) -> list[lanes.Lane]:
+        return [x for x in (self.reader, self.steps, self.counts, self.engine) if x is not None]
+
+    def cancel(self) -> None:
+        """Stop every lane (their results are not wanted)."""
+        for x in self.running():
+            x.cancel()
+
+    def close(self) -> None:
+        """Close the trace and the spool (unless adopted: an anonymous file, nothing is left on disk)."""
+        if self.spool is not None and not self.adopted:
+            self.spool.close()
+        self.fh.close()
+
+
+#: CPUs from which :func:`prefetch` starts lanes by default: one per lane (the engine's pass with
+#: the three readers). On the project's 2-core machine (2 vCPUs, 2026-12-03) the four lanes beside
+#: the graph's imports made ``run`` on the replicated 176 MB trace 15 -> 21 s (the lanes' CPU time
+#: 31.5 s against ~21 s one at a time): the CPUs, not the imports, were then the limit.
+PREFETCH_MIN_CPUS = 4
+
+#: Lanes :func:`prefetch` started, by :func:`_prefetch_key`, until a :func:`read_rank` adopts them.
+_PREFETCHED: dict[tuple, _Lanes] = {}
+_AT_EXIT = False  # drop_prefetched is registered to run at exit
+
+
+def _prefetch_key(path: str, rank: int, wanted: Callable[[str], bool], raw_patterns: dict[str, str],
+                  annotate: bool, cache_dir: str | None, label: str, cross_check: bool | tuple[str, ...]) -> tuple:
+    """What the lanes' results depend on: the file (its real path), the rank, the name filter, the
+    raw patterns, whether the annotated copy is made, and the engine's cache folder, rank label and
+    cross-checks."""
+    cc = cross_check if isinstance(cross_check, bool) else tuple(cross_check)
+    return (os.path.realpath(path), int(rank), wanted, tuple(sorted(raw_patterns.items())), bool(annotate),
+            cache_dir, str(label), cc)
+
+
+def prefetch(path: str, rank: int, cache_dir: str | None, label: str, *, wanted: Callable[[str], bool],
+             raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...] = (), annotate: bool = False) -> bool:
+    """Start :func:`read_rank`'s lanes for the trace at ``path`` now (where :func:`.lanes.lanes_for`
+    applies), the engine's pass in a lane of its own too (:func:`engine_part`), so that they read
+    it while the caller does other work (``ai4s-graph run``: the graph's imports, the launcher, the
+    telemetry's database start: ~2.5 s on the 16-core device, 2026-12-03); a :func:`read_rank` of
+    the same file with the same arguments adopts them, where the file is still the one opened here
+    (its identity: :func:`_fd_identity`). Lanes not adopted are stopped by :func:`drop_prefetched`,
+    by a :func:`read_rank` of the same path with other arguments, or at exit. Only on
+    :data:`PREFETCH_MIN_CPUS` CPUs or more unless ``AI4S_TRACE_LANES=1``. Returns whether lanes
+    started. Never raises (a trace that cannot be opened: False)."""
+    if not lanes.lanes_for(path):
+        return False
+    if os.environ.get(lanes.LANES_ENV, "").strip() != "1" and lanes.usable_cpus() < PREFETCH_MIN_CPUS:
+        return False
+    key = _prefetch_key(path, rank, wanted, raw_patterns, annotate, cache_dir, label, cross_check)
+    old = _PREFETCHED.pop(key, None)
+    if old is not None:
+        old.cancel()
+        old.close()
+    started = _Lanes.start(path, rank, wanted, raw_patterns, annotate, engine=(cache_dir, label, cross_check))
+    if started is None:
+        return False
+    global _AT_EXIT
+    if not _AT_EXIT:
+        import atexit
+
+        atexit.register(drop_prefetched)
+        _AT_EXIT = True
+    _PREFETCHED[key] = started
+    return True
+
+
+def drop_prefetched() -> None:
+    """Stop and close every prefetched lane no :func:`read_rank` adopted."""
+    while _PREFETCHED:
+        _, st = _PREFETCHED.popitem()
+        st.cancel()
+        st.close()
+
+
+def _adopt(key: tuple, path: str) -> _Lanes | None:
+    """The prefetched lanes of ``key`` when the file at ``path`` is still the one they read (else
+    they are stopped); prefetched lanes of the same path with other arguments are stopped."""
+    st = _PREFETCHED.pop(key, None)
+    for k in [k for k in _PREFETCHED if k[0] == key[0]]:
+        other = _PREFETCHED.pop(k)
+        other.cancel()
+        other.close()
+    if st is None:
+        return None
+    try:
+        now = os.stat(path)
+        same = (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == st.ident
+    except OSError:
+        same = False
+    if not same:  # replaced or rewritten since the prefetch: read the file there now
+        st.cancel()
+        st.close()
+        return None
+    return st
+
+
+def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: _Lanes | None, *,
+               wanted: Callable[[str], bool], raw_patterns: dict[str, str], cross_check: bool | tuple[str, ...],
+               annotate: bool) -> dict[str, Any]:
+    """:func:`read_rank` with its lanes started on the trace open as ``lanes_.fh`` (each reads this
+    open file, through its inherited descriptor), or None (one process)."""
+    if lanes_ is not None:
+        fh, fd, ident, spool = lanes_.fh, lanes_.fd, lanes_.ident, lanes_.spool
+        reader_lane, steps_lane, counts_lane = lanes_.reader, lanes_.steps, lanes_.counts
     else:
-        fd, ident = None, None
+        fh, fd, ident, spool = None, None, None, None
         reader_lane = steps_lane = counts_lane = None
-    started = [x for x in (reader_lane, steps_lane, counts_lane) if x is not None]
+    engine_lane = lanes_.engine if lanes_ is not None else None
     names = roof = raw = loader = notes = acc = copy = None
     also: tuple = ()
     taps: tuple = ()
-    if counts_lane is None:
+    # the consumers of a lane that did not start ride on the engine's pass here; with the engine's
+    # pass in a lane (prefetched) such a part reads the trace here by itself (_take)
+    if counts_lane is None and engine_lane is None:
         names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
         also, taps = (names.feed, roof.feed), (raw.feed,)
         if annotate:
@@ -229,16 +359,18 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, fh: Any,
                 copy = None  # the engine reports an unreadable trace; the writer reads it itself otherwise
             if copy is not None:
                 also, taps = also + (copy.feed,), taps + (copy.tap,)
-    if reader_lane is None:
+    if reader_lane is None and engine_lane is None:
         loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
         also += (loader.feed, notes.feed)
-    if steps_lane is None:
+    if steps_lane is None and engine_lane is None:
         acc = host_timeline.StepAccountant(path)
         also += (acc.feed,)
-    adopted = False
     try:
-        rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                         also=also, taps=taps, opened=fh)
+        if engine_lane is None:
+            rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
+                                             also=also, taps=taps, opened=fh)
+        else:
+            rec = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)["record"]
         if copy is not None:
             copy.finish()
             copy = None
@@ -250,7 +382,8 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, fh: Any,
         else:
             got = _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)
             snap = got.pop("copy", None)
-            adopted = snap is not None and spool is not None and annotated.adopt_copy(path, snap, spool)
+            if snap is not None and spool is not None and lanes_ is not None:
+                lanes_.adopted = annotated.adopt_copy(path, snap, spool)
             out.update(got)
         if acc is not None:
             out.update(_steps_of(acc))
@@ -265,12 +398,9 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, fh: Any,
     except BaseException:  # the engine failed, or a part run here after its lane failed: the lanes stop
         if copy is not None:
             copy.discard()
-        for x in started:
-            x.cancel()
+        if lanes_ is not None:
+            lanes_.cancel()
         raise
-    finally:
-        if spool is not None and not adopted:
-            spool.close()  # an anonymous file: nothing is left on disk
     stream.trim_heap()
     return out
 
@@ -362,6 +492,18 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
     with named_malformed_events(Path(path)):
         stream.feed_events(path, consumers, taps=taps, raw=f)
     return ident if _fd_identity(f) == ident else None
+
+
+def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, label: str,
+                cross_check: bool | tuple[str, ...]) -> dict[str, Any]:
+    """:func:`read_rank`'s engine pass (:func:`~.rank_analysis.analyze_rank`, its cache included) from
+    a read of its own (a prefetched lane, :func:`prefetch`; ``fd`` as in :func:`reader_part`):
+    ``{"record"}`` and ``file`` (as :func:`reader_part`). Raises what ``analyze_rank`` raises."""
+    with _reopen(path, fd) as f:
+        ident = _fd_identity(f)
+        rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check, opened=f)
+        same = _fd_identity(f) == ident
+    return {"record": rec, "file": ident if same else None}
 
 
 def reader_part(path: str, fd: int | None, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:

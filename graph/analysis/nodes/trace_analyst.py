@@ -22,7 +22,7 @@ from typing import Any
 
 from langgraph.types import Send
 
-from ..configuration import llm_manifest, llm_request, run_dir, trace_paths
+from ..configuration import llm_manifest, llm_request, run_dir, trace_cache_dir, trace_paths
 from ..inputs import job_script
 from ..schema import AnalysisState, RankResult, RankTask
 from .rank_worker import VERIFIER_KEYS, analyze_one, as_rank_result
@@ -106,7 +106,7 @@ def trace_rank(task: RankTask) -> tuple[dict[str, Any], StatusLine]:
     cross-check's failure (HTA, TraceLens) is a note in the status line, never the rank's failure."""
     req = task["request"]
     n_workers = req.workers or max(1, min(os.cpu_count() or 1, 8))
-    cache_dir = os.environ.get("AI4S_TRACE_CACHE") or str(Path(req.out_dir) / ".ai4s-graph" / "trace-cache")
+    cache_dir = trace_cache_dir(req)
     rank, path = task["rank"], task["path"]
     label = task.get("label") or str(rank)
     try:
