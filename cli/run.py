@@ -235,17 +235,22 @@ class RankProgress:
             self.bar = None
 
 
-def prefetch_trace(req: RunRequest, manifest: Any) -> bool:
-    """Start the read of the run's rank trace now, when the run directory lists exactly one (the
-    case ``trace_rank`` reads in this process): its lanes (:func:`ai4s_graph.tools.trace.onepass.prefetch`)
+def prefetch_trace(req: RunRequest) -> bool:
+    """Start the read of the run's rank trace now, when the run directory holds exactly one (the
+    traces the launcher adopts, :func:`~ai4s_graph.tools.slurm.jobs.discover_artifacts`; the case
+    ``trace_rank`` reads in this process): its lanes (:func:`ai4s_graph.tools.trace.onepass.prefetch`)
     read the trace while the graph is imported and the launcher and the telemetry's database start
     (~2.5 s on the 16-core device, 2026-12-03), the engine's pass in a lane of its own too;
     ``trace_rank``'s read adopts them when it reads the same file with the same arguments (its cache
     folder, the rank and label its name gives, the registry's event names and raw patterns, the
     cross-checks, the annotated copy), and they are stopped otherwise (after the graph, or at exit).
     Returns whether lanes started. Never raises."""
-    traces = list(getattr(getattr(manifest, "artifacts", None), "traces", None) or [])
-    if len(traces) != 1 or not req.perf_run or req.submit or req.slurm_array:
+    if not req.perf_run or req.submit or req.slurm_array:
+        return False
+    from ..tools.slurm.jobs import discover_artifacts
+
+    traces = discover_artifacts(Path(req.perf_run)).traces
+    if len(traces) != 1:
         return False
     from ..graph.rules import registry
     from ..tools.trace import onepass
@@ -384,11 +389,17 @@ def register(app: typer.Typer) -> None:
                 print(line)
             raise typer.Exit(code)
 
-        prefetched = found is not None and prefetch_trace(req, found)
+        prefetched = perf_run is not None and prefetch_trace(req)
         from ..graph.checkpoint import CheckpointRefusedError, ThreadBusyError  # here: langgraph's import is slow
 
         try:
-            final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+            try:
+                final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+            finally:
+                if prefetched:  # lanes no read adopted (a refused or resumed run, a failed node) stop here
+                    from ..tools.trace import onepass
+
+                    onepass.drop_prefetched()
         except ThreadBusyError as e:  # a refusal: the other process's run is untouched
             err_console.print(f"error: {one_line(e)}")
             finish(StatusLine.make("fail", str(e)).format(), 2)
@@ -409,10 +420,6 @@ def register(app: typer.Typer) -> None:
             err_console.print("The finished nodes are checkpointed: re-run the same command to resume. Until then the "
                               "report in the output directory is marked stale (diff refuses the folder).")
             finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
-        if prefetched:  # a resumed run that did not read the trace again: its lanes stop here
-            from ..tools.trace import onepass
-
-            onepass.drop_prefetched()
         rep = final.get("report")
         if final.get("stop"):
             finish(StatusLine.make("fail", f"stopped: {final['stop']}").format(), 1)

@@ -448,3 +448,32 @@ def test_lanes_give_the_report_of_one_process(perf_runs, tmp_path, monkeypatch):
     assert len(csvs) > 5
     for rel in csvs:
         assert (runs["0"] / rel).read_bytes() == (runs["1"] / rel).read_bytes(), rel
+
+
+def test_a_run_refused_after_its_prefetch_writes_nothing(perf_runs, tmp_path, monkeypatch):
+    """The trace's lanes start before the checkpoint is opened (cli/run.py prefetch_trace); a run
+    refused there (a file that is no checkpoint) writes nothing: no output folder, no trace cache
+    (the engine's lane writes the cache only when trace_rank adopts it), and no lane is left."""
+    from ai4s_graph.tools.trace import lanes, onepass
+
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    monkeypatch.delenv("AI4S_TRACE_CACHE", raising=False)
+    procs = []
+    real = onepass.prefetch
+
+    def spy(*a, **kw):
+        ok = real(*a, **kw)
+        procs.extend(x.proc for st in onepass._PREFETCHED.values() for x in st.running())
+        return ok
+
+    monkeypatch.setattr(onepass, "prefetch", spy)
+    bad = tmp_path / "ck.sqlite"
+    bad.write_text("not a database\n")
+    out = tmp_path / "out"
+    code, text = _run("--job", "92001", "--perf-run", str(perf_runs / "92001"), "--out", str(out),
+                      "--checkpoint", str(bad))
+    lines = [ln for ln in text.splitlines() if ln.startswith("STATUS=")]
+    assert code != 0 and lines and lines[-1].startswith("STATUS=fail"), text
+    assert len(procs) == 4, "the lanes were prefetched"
+    assert all(p.poll() is not None for p in procs) and onepass._PREFETCHED == {}
+    assert not out.exists()

@@ -375,27 +375,93 @@ def test_lanes_never_adopted_are_stopped(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_the_run_prefetches_only_a_single_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ai4s-graph run``'s prefetch (cli/run.py): the run directory's one rank trace, under the
-    rank its file name gives (what the graph's fan-out sends); none for two traces."""
+    """``ai4s-graph run``'s prefetch (cli/run.py): the one rank trace the launcher adopts from the
+    run directory (tools/slurm/jobs.py discover_artifacts, whatever manifest.json lists), under the
+    rank and label its file name gives and trace_rank's cache folder; none for two traces."""
     from ai4s_graph.cli.run import prefetch_trace
     from ai4s_graph.graph.analysis.configuration import RunRequest
-    from ai4s_graph.state import Manifest
 
     monkeypatch.setenv(lanes.LANES_ENV, "1")
     monkeypatch.delenv("AI4S_TRACE_CACHE", raising=False)
     req = RunRequest(jobid="1", perf_run=str(tmp_path), out_dir=str(tmp_path / "out"))
     (tmp_path / "traces").mkdir()
-    for r in (0, 3):
-        (tmp_path / "traces" / f"trace_rank{r}.json.gz").write_bytes(TRACES[0].read_bytes())
-    one = Manifest.model_validate({"jobid": "1", "artifacts": {"traces": ["traces/trace_rank3.json.gz"]}})
-    assert prefetch_trace(req, one)
+    (tmp_path / "traces" / "trace_rank3.json.gz").write_bytes(TRACES[0].read_bytes())
+    assert prefetch_trace(req)
     (key,) = onepass._PREFETCHED
     assert key[0] == str((tmp_path / "traces" / "trace_rank3.json.gz").resolve()) and key[1] == 3 and key[4] is True
     assert key[5:] == (str(tmp_path / "out" / ".ai4s-graph" / "trace-cache"), "3", ())  # trace_rank's cache and label
     onepass.drop_prefetched()
-    two = Manifest.model_validate({"jobid": "1", "artifacts": {"traces": ["traces/trace_rank0.json.gz",
-                                                                            "traces/trace_rank3.json.gz"]}})
-    assert not prefetch_trace(req, two) and onepass._PREFETCHED == {}
+    (tmp_path / "traces" / "trace_rank0.json.gz").write_bytes(TRACES[0].read_bytes())  # the launcher finds two
+    assert not prefetch_trace(req) and onepass._PREFETCHED == {}
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fifo_is_never_opened_by_the_prefetch(tmp_path: Path) -> None:
+    """A FIFO where the trace should be: the prefetch and the size probe return at once (an open
+    would wait for a writer forever); the launcher refuses the file later."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "trace_rank0.json.gz"
+    os.mkfifo(fifo)
+    code = ("import sys; from ai4s_graph.graph.rules import registry; from pathlib import Path\n"
+            "from ai4s_graph.tools.trace import onepass, scan_parallel\n"
+            f"p = {str(fifo)!r}\n"
+            "print(scan_parallel.json_bytes(Path(p)), onepass.prefetch(p, 0, None, '0', "
+            "wanted=registry.event_name_wanted, raw_patterns=registry.raw_patterns(), annotate=True))")
+    for env in ("1", ""):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, lanes.LANES_ENV: env})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["0", "False"]
+
+
+def test_a_prefetched_engine_pass_writes_no_cache_until_adopted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's lane reads the cache but never writes it (a run refused after the prefetch
+    writes nothing); the adopting read writes the entry, the same one a read without lanes writes."""
+    trace = TRACES[0]
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    assert _prefetch(trace, str(cache))
+    (st,) = onepass._PREFETCHED.values()
+    assert st.engine is not None
+    st.engine.result()  # waits for the lane's pass: it is done, and wrote nothing
+    assert not cache.exists()
+    onepass.drop_prefetched()
+    got = _read(trace, monkeypatch, "1", cache=str(cache))
+    entries = sorted(p.relative_to(cache) for p in cache.rglob("*.json"))
+    assert len(entries) == 1 and got["record"]["from_cache"] is False
+    plain = tmp_path / "plain"
+    _read(trace, monkeypatch, "0", cache=str(plain))
+    assert sorted(p.relative_to(plain) for p in plain.rglob("*.json")) == entries
+    assert (cache / entries[0]).read_bytes() == (plain / entries[0]).read_bytes()
+
+
+def test_a_trace_rewritten_in_place_with_its_mtime_restored_is_read_anew(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same size, same mtime (os.utime), other bytes: the ctime tells, so the prefetched lanes are
+    not adopted and the read is of the new bytes."""
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    link = tmp_path / "trace_rank0.json"
+    text = gzip.decompress(TRACES[0].read_bytes())
+    link.write_bytes(text)
+    cache = str(tmp_path / "cache")
+    assert _prefetch(link, cache)
+    before = link.stat()
+    import time
+
+    time.sleep(0.01)  # a later ctime (ns clock)
+    new = text.replace(b'"name": "ProfilerStep#', b'"name": "ProfilerStep!', 1)
+    assert len(new) == len(text) and new != text
+    link.write_bytes(new)
+    os.utime(link, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (link.stat().st_size, link.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    seen = _count_starts(monkeypatch)
+    got = _read(link, monkeypatch, "1", cache=cache)
+    assert sorted(seen) == ["counts_part", "reader_part", "steps_part"]
+    import hashlib
+
+    assert got["record"]["sha256"] == hashlib.sha256(new).hexdigest()
 
 
 def test_prefetch_by_default_from_four_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

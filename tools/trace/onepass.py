@@ -23,7 +23,9 @@ and feeds, besides the engine:
 
 On a long trace the readers other than the engine read it in processes of their own, beside the
 engine's pass (:mod:`.lanes`, :func:`read_rank`): the same consumers fed the same events, one read
-of the file each, the wall time of the longest.
+of the file each, the wall time of the longest. :func:`prefetch` starts them earlier (``ai4s-graph
+run``, before the graph's imports), the engine's pass in a lane too, and :func:`read_rank` adopts
+them.
 
 The tools count and tabulate; the rules (``graph/rules/``) decide what the numbers mean.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections import Counter
 from typing import Any, Callable
 
@@ -280,6 +283,11 @@ def prefetch(path: str, rank: int, cache_dir: str | None, label: str, *, wanted:
     by a :func:`read_rank` of the same path with other arguments, or at exit. Only on
     :data:`PREFETCH_MIN_CPUS` CPUs or more unless ``AI4S_TRACE_LANES=1``. Returns whether lanes
     started. Never raises (a trace that cannot be opened: False)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open; the launcher refuses it
+            return False
+    except OSError:
+        return False
     if not lanes.lanes_for(path):
         return False
     if os.environ.get(lanes.LANES_ENV, "").strip() != "1" and lanes.usable_cpus() < PREFETCH_MIN_CPUS:
@@ -321,8 +329,7 @@ def _adopt(key: tuple, path: str) -> _Lanes | None:
     if st is None:
         return None
     try:
-        now = os.stat(path)
-        same = (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == st.ident
+        same = _identity(os.stat(path)) == st.ident
     except OSError:
         same = False
     if not same:  # replaced or rewritten since the prefetch: read the file there now
@@ -370,7 +377,8 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
             rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
                                              also=also, taps=taps, opened=fh)
         else:
-            rec = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)["record"]
+            got = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)
+            rec = rank_analysis.store_rank(path, rank, cache_dir, got, cross_check=cross_check, label=label)
         if copy is not None:
             copy.finish()
             copy = None
@@ -405,14 +413,19 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
     return out
 
 
-def _fd_identity(f: Any) -> tuple[int, int, int, int] | None:
-    """The open file ``f`` as (device, inode, size, mtime ns), None when it cannot be read: what
-    tells a lane's read from a read of another file (replaced, or rewritten in place, meanwhile)."""
+def _fd_identity(f: Any) -> tuple[int, int, int, int, int] | None:
+    """The open file ``f`` as (device, inode, size, mtime ns, ctime ns), None when it cannot be read:
+    what tells a lane's read from a read of another file (replaced, or rewritten in place meanwhile:
+    a write moves the ctime even when the mtime is set back, ``os.utime``)."""
     try:
         st = os.fstat(f.fileno())
     except (OSError, ValueError):
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return _identity(st)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _take(lane: lanes.Lane | None, ident: tuple | None, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -496,14 +509,17 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
 
 def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, label: str,
                 cross_check: bool | tuple[str, ...]) -> dict[str, Any]:
-    """:func:`read_rank`'s engine pass (:func:`~.rank_analysis.analyze_rank`, its cache included) from
+    """:func:`read_rank`'s engine pass (:func:`~.rank_analysis.analyze_rank`, read from its cache,
+    never written to it: :func:`~.rank_analysis.store_rank` writes it when the read adopts it) from
     a read of its own (a prefetched lane, :func:`prefetch`; ``fd`` as in :func:`reader_part`):
-    ``{"record"}`` and ``file`` (as :func:`reader_part`). Raises what ``analyze_rank`` raises."""
+    ``{"value", "from_cache", "sha256"}`` and ``file`` (as :func:`reader_part`). Raises what
+    ``analyze_rank`` raises."""
     with _reopen(path, fd) as f:
         ident = _fd_identity(f)
-        rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check, opened=f)
+        got = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check, opened=f,
+                                         store=False)
         same = _fd_identity(f) == ident
-    return {"record": rec, "file": ident if same else None}
+    return {**got, "file": ident if same else None}
 
 
 def reader_part(path: str, fd: int | None, rank: int, wanted: Callable[[str], bool]) -> dict[str, Any]:

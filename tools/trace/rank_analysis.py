@@ -154,14 +154,15 @@ def _rank_params(path: Path, cross_check: bool | tuple[str, ...]) -> dict[str, A
             "sheets": SHEETS_VERSION}
 
 
-def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | None = None) -> dict[str, Any]:
+def _label(rec: dict[str, Any], path: Path, rank: int, hit: bool, label: str | None = None,
+           digest: str | None = None) -> dict[str, Any]:
     rec = dict(rec)
     rec["rank"] = int(rank)
     rec["label"] = label if label is not None else str(int(rank))
     rec["path"] = str(path)
     if isinstance(rec.get("analysis"), dict):
         rec["analysis"] = dict(rec["analysis"], rank=int(rank), path=str(path))
-    rec["sha256"] = file_sha256(path)
+    rec["sha256"] = digest or file_sha256(path)
     rec["from_cache"] = hit
     return rec
 
@@ -180,7 +181,7 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
 
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                  label: str | None = None, progress=None, also: tuple = (), taps: tuple = (),
-                 opened: BinaryIO | None = None) -> dict[str, Any]:
+                 opened: BinaryIO | None = None, store: bool = True) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
@@ -198,7 +199,10 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     read of the same open file. The trace is opened once for the hash, the header, the events and
     the consumers (the optional cross-checks open it themselves); ``opened``: that file already open
     by the caller (read from its start, left open), so that other readers of the caller's can read
-    the same file (:func:`.onepass.read_rank`'s lanes).
+    the same file (:func:`.onepass.read_rank`'s lanes). ``store=False``: a computed result is not
+    written to the cache; the call returns ``{"value", "from_cache", "sha256"}`` for
+    :func:`store_rank` to write and label later (a pass run before the command may write anything:
+    :func:`.onepass.engine_part`).
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
@@ -240,13 +244,32 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
         except OSError:
             raw = None  # the hash reports the missing or unreadable file
     try:
-        rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params, raw=raw)
+        if store:
+            rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params, raw=raw)
+            digest = None
+        else:  # the caller stores it (store_rank): a lane's pass before the run may write anything
+            digest = file_sha256(p, raw)
+            got = cache.get("rank", digest, ANALYSIS_VERSION, params)
+            rec, hit = (got, True) if got is not None else (compute(), False)
         if hit and (also or taps):
             ts_mod.feed_events(p, also, taps=taps, raw=raw)
     finally:
         if raw is not None and opened is None:
             raw.close()
+    if not store:
+        return {"value": rec, "from_cache": hit, "sha256": digest}
     return _label(rec, p, rank, hit, label)
+
+
+def store_rank(path: str, rank: int, cache_dir: str | None, got: dict[str, Any], *,
+               cross_check: bool | tuple[str, ...] = (), label: str | None = None) -> dict[str, Any]:
+    """:func:`analyze_rank`'s result from what ``analyze_rank(..., store=False)`` returned (``got``:
+    ``{"value", "from_cache", "sha256"}``), the computed value written to the cache now (under the
+    content hash that pass took). Raises OSError when the cache cannot be written."""
+    p = Path(path)
+    if not got["from_cache"]:
+        TraceCache(cache_dir).put("rank", got["sha256"], ANALYSIS_VERSION, got["value"], _rank_params(p, cross_check))
+    return _label(got["value"], p, rank, got["from_cache"], label, got["sha256"])
 
 
 def _analyze_rank_star(args: tuple) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import stat
 import struct
 import subprocess
 import sys
@@ -104,7 +105,10 @@ def json_bytes(path: Path) -> int:
     """The document's size in bytes: the file's, or for a gzip file the larger of its size and the
     size its trailer records (ISIZE, RFC 1952 section 2.3.1: the input's size modulo 2^32)."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device: opening or reading it here would block or eat it
+            return 0
+        size = st.st_size
         with open(path, "rb") as fh:
             if fh.read(2) != b"\x1f\x8b" or size < 18:
                 return size
