@@ -88,6 +88,30 @@ def test_another_jobs_report_is_refused_unless_force(tmp_path, good):
     assert json.loads((good["out"] / "report.json").read_text())["jobid"] == "92001"
 
 
+def test_another_jobs_whole_report_folder_is_replaced_with_force(tmp_path, good):
+    """Another job's report folder as this tool writes it (its manifest.json the adoption's copy,
+    beside the report): refused without --force as another job's report, replaced with it; a run
+    directory of another job (its own traces) stays refused with --force."""
+    other = tmp_path / "other-run"
+    shutil.copytree(good["run"], other)
+    man = json.loads((other / "manifest.json").read_text())
+    man["jobid"] = "93001"
+    (other / "manifest.json").write_text(json.dumps(man))
+    rep_dir = tmp_path / "other-report"
+    cp = _run(tmp_path, other, rep_dir, job="93001")
+    assert cp.returncode == 0, cp.stdout[-1500:]
+    assert json.loads((rep_dir / "manifest.json").read_text())["jobid"] == "93001"  # the folder says whose it is
+    before = H.snapshot(rep_dir)
+    H.assert_refused(_run(tmp_path, good["run"], rep_dir), "holds job 93001's report", "--force")
+    assert H.snapshot(rep_dir) == before
+    cp = _run(tmp_path, good["run"], rep_dir, "--force")
+    assert cp.returncode == 0 and H.status_lines(cp)[-1].startswith("STATUS=ok"), cp.stdout[-1500:]
+    assert json.loads((rep_dir / "report.json").read_text())["jobid"] == "92001"
+    # a run directory is never a report folder to replace
+    H.assert_refused(_run(tmp_path, good["run"], other, "--force"), "is job 93001's run directory")
+    assert json.loads((other / "manifest.json").read_text())["jobid"] == "93001"
+
+
 def test_a_run_that_analyses_nothing_keeps_the_good_report(tmp_path, good):
     empty = tmp_path / "empty"
     empty.mkdir()

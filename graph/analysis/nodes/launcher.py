@@ -42,6 +42,12 @@ def default_perf_run(jobid: str, model: str | None = None) -> Path:
     return hits[0]
 
 
+def _report_folder(d: Path) -> bool:
+    """Whether ``d`` is a report folder this tool wrote (a report in it, no rank traces of its own),
+    not a run directory."""
+    return has_report(d) and not discover_artifacts(d).traces
+
+
 def _manifest_jobid(path: Path) -> str | None:
     """The job id in ``path`` (a manifest.json), or None when it is missing or unreadable (the
     launcher reports a malformed manifest itself)."""
@@ -84,7 +90,9 @@ def preflight(req: RunRequest) -> None:
     out = Path(req.out_dir)
     if run_dir is None or out.resolve() != run_dir.resolve():
         other = _manifest_jobid(out / "manifest.json")
-        if other is not None and owner and other != str(owner):
+        # another job's report folder (a report, no traces of its own: its manifest.json is the copy an
+        # earlier run's adoption wrote) is check_out_dir's to refuse or, with --force, to replace
+        if other is not None and owner and other != str(owner) and not _report_folder(out):
             raise InputError(f"--out {out} is job {other}'s run directory, not job {owner}'s: refused, nothing written")
 
 
