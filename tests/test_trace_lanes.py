@@ -478,3 +478,57 @@ def test_prefetch_by_default_from_four_cpus(tmp_path: Path, monkeypatch: pytest.
         onepass.drop_prefetched()
     assert onepass.PREFETCH_MIN_CPUS == 4
     assert got == {2: False, 3: False, 4: True, 16: True}
+
+
+def _with_bad_name(src: Path, dst: Path, drop_gpu: bool = False) -> Path:
+    """``src`` with one user_annotation's name made a list (a consumer refuses that event) and, with
+    ``drop_gpu``, no kernel, memcpy or memset event (the engine refuses the trace at its end)."""
+    import json
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    evs = doc["traceEvents"]
+    i = next(k for k, e in enumerate(evs) if e.get("cat") == "user_annotation")
+    evs[i]["name"] = [evs[i]["name"]]
+    if drop_gpu:
+        doc["traceEvents"] = [e for e in evs if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def _refusal(path: Path, monkeypatch: pytest.MonkeyPatch, on: str, cache: str, prefetch: bool = False):
+    if prefetch:
+        monkeypatch.setenv(lanes.LANES_ENV, "1")
+        assert _prefetch(path, cache)
+    with pytest.raises(Exception) as e:
+        _read(path, monkeypatch, on, cache=cache)
+    return type(e.value).__name__, str(e.value)
+
+
+@pytest.mark.parametrize("drop_gpu", [False, True], ids=["event-refused", "event-refused-and-no-gpu-events"])
+def test_a_refused_event_is_the_same_refusal_with_lanes_and_writes_no_cache(drop_gpu: bool, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer that refuses an event: the same error with lanes (started by the read or
+    prefetched) as in one process, even where the engine also refuses the trace at its end (the
+    event comes first), and no cache entry (in one process the pass never reached the store)."""
+    bad = _with_bad_name(TRACES[0], tmp_path / "trace_rank0.json", drop_gpu)
+    got = {}
+    for mode, on, pre in (("one", "0", False), ("lanes", "1", False), ("prefetched", "1", True)):
+        cache = tmp_path / f"cache-{mode}"
+        got[mode] = _refusal(bad, monkeypatch, on, str(cache), prefetch=pre)
+        assert not list(cache.rglob("*.json")), (mode, "a cache entry was written")
+        assert onepass._PREFETCHED == {}
+    assert got["lanes"] == got["one"] and got["prefetched"] == got["one"]
+    assert got["one"][0] == "InputError" and "traceEvents[" in got["one"][1], got["one"]
+
+
+def test_the_consumers_of_a_cached_trace_name_the_event_they_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the engine's result in the cache the consumers read the trace by themselves: an event
+    they refuse is named as the full pass names it (not a bare TypeError)."""
+    from ai4s_graph.tools.trace import rank_analysis
+
+    bad = _with_bad_name(TRACES[0], tmp_path / "trace_rank0.json")
+    cache = str(tmp_path / "cache")
+    rank_analysis.analyze_rank(str(bad), 0, cache)  # the engine alone takes the event: cached
+    _, fresh = _refusal(bad, monkeypatch, "0", str(tmp_path / "fresh"))
+    _, cached = _refusal(bad, monkeypatch, "0", cache)
+    assert cached == fresh and "traceEvents[" in cached

@@ -39,7 +39,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from . import crossrank_check, host_sampling, host_timeline, kineto, lanes, rank_analysis, stream
-from ..errors import Ai4sError
+from ..errors import Ai4sError, NoGpuEventsError
 from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
 
@@ -373,17 +373,27 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
         acc = host_timeline.StepAccountant(path)
         also += (acc.feed,)
     try:
-        if engine_lane is None:
-            rec = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                             also=also, taps=taps, opened=fh)
-        else:
-            got = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)
-            rec = rank_analysis.store_rank(path, rank, cache_dir, got, cross_check=cross_check, label=label)
+        try:  # the engine's result is stored in the cache only after every part gave its own (the end)
+            if engine_lane is None:
+                engine = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
+                                                    also=also, taps=taps, opened=fh, store=False)
+            else:
+                engine = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)
+        except NoGpuEventsError:
+            # refused at the end of the read: an event a part refuses comes first, as in one process
+            # (its consumers see every event before the engine's end-of-read check)
+            if counts_lane is not None:
+                _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)
+            if steps_lane is not None:
+                _take(steps_lane, ident, steps_part, path, fd)
+            if reader_lane is not None:
+                _take(reader_lane, ident, reader_part, path, fd, rank, wanted)
+            raise
         if copy is not None:
             copy.finish()
             copy = None
         stream.trim_heap()  # the engine's arrays are gone: hand their pages back before the reader's work
-        out: dict[str, Any] = {"record": rec}
+        out: dict[str, Any] = {"record": None}
         if names is not None:
             out.update(_counts_of(names, roof, raw))
             del names, roof, raw
@@ -403,6 +413,7 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
             del loader, notes
         else:
             out.update(_take(reader_lane, ident, reader_part, path, fd, rank, wanted))
+        out["record"] = rank_analysis.store_rank(path, rank, cache_dir, engine, cross_check=cross_check, label=label)
     except BaseException:  # the engine failed, or a part run here after its lane failed: the lanes stop
         if copy is not None:
             copy.discard()

@@ -252,7 +252,8 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
             got = cache.get("rank", digest, ANALYSIS_VERSION, params)
             rec, hit = (got, True) if got is not None else (compute(), False)
         if hit and (also or taps):
-            ts_mod.feed_events(p, also, taps=taps, raw=raw)
+            with named_malformed_events(p):  # the consumers' refusal of an event named as in the pass
+                ts_mod.feed_events(p, also, taps=taps, raw=raw)
     finally:
         if raw is not None and opened is None:
             raw.close()
