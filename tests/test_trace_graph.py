@@ -19,11 +19,12 @@ from ai4s_graph.cli import app
 from ai4s_graph.state import Report
 
 from test_trace_hygiene import _steps_trace, hipgraph_no_kernels_case, overflow_dur_case, partial_ac2g_case
+from conftest import UNKNOWN_JOBID
 
 runner = CliRunner()
 
 
-def _run(run_dir: Path, out: Path, job: str = "900") -> tuple[Report, str]:
+def _run(run_dir: Path, out: Path, job: str = UNKNOWN_JOBID) -> tuple[Report, str]:
     r = runner.invoke(app, ["run", "--job", job, "--perf-run", str(run_dir), "--out", str(out),
                             "--checkpoint", str(out.parent / f"{out.name}.sqlite")])
     assert (out / "report.json").is_file(), r.output

@@ -20,6 +20,7 @@ from ai4s_graph.graph.analysis.nodes import trace_analyst as TA  # noqa: E402
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims  # noqa: E402
 from ai4s_graph.state import Report  # noqa: E402
 from ai4s_graph.tools.trace import crossrank_check, rank_analysis  # noqa: E402
+from conftest import UNKNOWN_JOBID  # noqa: E402
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -122,7 +123,7 @@ def test_run_names_the_true_straggler_and_says_the_clocks_were_aligned(tmp_path)
     for r, o in {0: 400.0, 1: 0.0}.items():
         tb.write(tmp_path / "in" / "traces" / f"trace_rank{r}.json", _rank(r, 2, lambda c, o=o: o, {1: 100.0}))
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["run", "--job", "900", "--perf-run", str(tmp_path / "in"), "--out", str(out),
+    res = CliRunner().invoke(app, ["run", "--job", UNKNOWN_JOBID, "--perf-run", str(tmp_path / "in"), "--out", str(out),
                                    "--checkpoint", str(tmp_path / "c.sqlite")])
     rep = Report.model_validate_json((out / "report.json").read_text())
     s = {v.claim.id: v for v in rep.claims}["tl.multi.straggler"]

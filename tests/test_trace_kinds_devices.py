@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import trace_build as tb  # noqa: E402
 
 from ai4s_graph.cli import app  # noqa: E402
+from conftest import UNKNOWN_JOBID  # noqa: E402
 
 
 def _rows(res: dict, reader: str) -> dict:
@@ -139,7 +140,7 @@ def test_run_reports_the_unrecorded_replays_and_several_gpus(tmp_path):
     tb.write(tmp_path / "in" / "traces" / "trace_rank0.json", _graph_steps({1, 4, 8}))
     tb.write(tmp_path / "in" / "traces" / "trace_rank1.json", tb.doc(_devices([(0.0, 800.0), (800.0, 1000.0)]), 1))
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["run", "--job", "900", "--perf-run", str(tmp_path / "in"), "--out", str(out),
+    r = CliRunner().invoke(app, ["run", "--job", UNKNOWN_JOBID, "--perf-run", str(tmp_path / "in"), "--out", str(out),
                                  "--checkpoint", str(tmp_path / "c.sqlite")])
     text = (out / "report.md").read_text()
     assert "5 of 8 graph launches (cudaGraphLaunch) (in step(s) 2, 3, 5, 6, 7) have no recorded kernels" in text, r.output

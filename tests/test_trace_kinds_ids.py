@@ -22,6 +22,7 @@ import trace_build as tb  # noqa: E402
 from ai4s_graph.cli import app  # noqa: E402
 from ai4s_graph.tools.errors import NoGpuEventsError  # noqa: E402
 from ai4s_graph.tools.trace import categories, kineto, stream  # noqa: E402
+from conftest import UNKNOWN_JOBID  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "traces"
 
@@ -204,7 +205,7 @@ def test_run_on_an_mtia_trace_says_what_the_trace_holds(tmp_path):
     (tmp_path / "in" / "traces").mkdir(parents=True)
     tb.write(tmp_path / "in" / "traces" / "trace_rank0.json", _mtia())
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["run", "--job", "900", "--perf-run", str(tmp_path / "in"), "--out", str(out),
+    r = CliRunner().invoke(app, ["run", "--job", UNKNOWN_JOBID, "--perf-run", str(tmp_path / "in"), "--out", str(out),
                                  "--checkpoint", str(tmp_path / "c.sqlite")])
     text = (out / "report.md").read_text()
     assert "mtia_ccp_events (MTIA device events)" in text, r.output
