@@ -13,10 +13,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PERF_RUNS = REPO / "examples" / "perf-runs"
 TRACELENS_REFS = REPO / "tests" / "data" / "tracelens-ref"
-#: The job of a run directory without manifest.json whose job sacct must not know: an id the local
-#: cluster never reaches (its counter starts at 1; SLURM's MaxJobId defaults to 67043328, slurm.conf(5)).
-#: Job 900 was used before, and it existed once a day's suites on this machine had submitted 900 jobs.
-UNKNOWN_JOBID = "67043327"
 
 
 @pytest.fixture(scope="session")

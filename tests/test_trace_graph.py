@@ -19,7 +19,7 @@ from ai4s_graph.cli import app
 from ai4s_graph.state import Report
 
 from test_trace_hygiene import _steps_trace, hipgraph_no_kernels_case, overflow_dur_case, partial_ac2g_case
-from conftest import UNKNOWN_JOBID
+from slurm_faults import UNKNOWN_JOBID
 
 runner = CliRunner()
 

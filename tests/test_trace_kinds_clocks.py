@@ -20,7 +20,7 @@ from ai4s_graph.graph.analysis.nodes import trace_analyst as TA  # noqa: E402
 from ai4s_graph.graph.analysis.nodes.trace_verifier import verify_trace_claims  # noqa: E402
 from ai4s_graph.state import Report  # noqa: E402
 from ai4s_graph.tools.trace import crossrank_check, rank_analysis  # noqa: E402
-from conftest import UNKNOWN_JOBID  # noqa: E402
+from slurm_faults import UNKNOWN_JOBID  # noqa: E402
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import trace_build as tb  # noqa: E402
 
 from ai4s_graph.cli import app  # noqa: E402
-from conftest import UNKNOWN_JOBID  # noqa: E402
+from slurm_faults import UNKNOWN_JOBID  # noqa: E402
 
 
 def _rows(res: dict, reader: str) -> dict:

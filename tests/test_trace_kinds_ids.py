@@ -22,7 +22,7 @@ import trace_build as tb  # noqa: E402
 from ai4s_graph.cli import app  # noqa: E402
 from ai4s_graph.tools.errors import NoGpuEventsError  # noqa: E402
 from ai4s_graph.tools.trace import categories, kineto, stream  # noqa: E402
-from conftest import UNKNOWN_JOBID  # noqa: E402
+from slurm_faults import UNKNOWN_JOBID  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "traces"
 
