@@ -372,6 +372,10 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
     if steps_lane is None and engine_lane is None:
         acc = host_timeline.StepAccountant(path)
         also += (acc.feed,)
+    # each part's value from its lane (run here when the lane gives none: _take)
+    take_counts = lambda: _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)  # noqa: E731
+    take_steps = lambda: _take(steps_lane, ident, steps_part, path, fd)  # noqa: E731
+    take_reader = lambda: _take(reader_lane, ident, reader_part, path, fd, rank, wanted)  # noqa: E731
     try:
         try:  # the engine's result is stored in the cache only after every part gave its own (the end)
             if engine_lane is None:
@@ -382,12 +386,9 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
         except NoGpuEventsError:
             # refused at the end of the read: an event a part refuses comes first, as in one process
             # (its consumers see every event before the engine's end-of-read check)
-            if counts_lane is not None:
-                _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)
-            if steps_lane is not None:
-                _take(steps_lane, ident, steps_part, path, fd)
-            if reader_lane is not None:
-                _take(reader_lane, ident, reader_part, path, fd, rank, wanted)
+            for lane, take in ((counts_lane, take_counts), (steps_lane, take_steps), (reader_lane, take_reader)):
+                if lane is not None:
+                    take()
             raise
         if copy is not None:
             copy.finish()
@@ -398,7 +399,7 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
             out.update(_counts_of(names, roof, raw))
             del names, roof, raw
         else:
-            got = _take(counts_lane, ident, counts_part, path, fd, wanted, raw_patterns, None)
+            got = take_counts()
             snap = got.pop("copy", None)
             if snap is not None and spool is not None and lanes_ is not None:
                 lanes_.adopted = annotated.adopt_copy(path, snap, spool)
@@ -407,12 +408,12 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
             out.update(_steps_of(acc))
             del acc
         else:
-            out.update(_take(steps_lane, ident, steps_part, path, fd))
+            out.update(take_steps())
         if loader is not None:
             out.update(_reader_of(loader, notes, rank, wanted))
             del loader, notes
         else:
-            out.update(_take(reader_lane, ident, reader_part, path, fd, rank, wanted))
+            out.update(take_reader())
         out["record"] = rank_analysis.store_rank(path, rank, cache_dir, engine, cross_check=cross_check, label=label)
     except BaseException:  # the engine failed, or a part run here after its lane failed: the lanes stop
         if copy is not None:
