@@ -6,8 +6,12 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -167,7 +171,11 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             raise CheckpointRefusedError(f"refused checkpoint {where}: it does not deserialize to a checkpoint "
                                          f"({type(e).__name__}; delete the file or pass another "
                                          "--checkpoint)") from None
-        if snap.values and not snap.next:
+        # complete: no task left at the latest checkpoint. A superstep whose every task wrote its
+        # result but was never committed (a run stopped while its last task finished) has no
+        # ``next`` either (LangGraph leaves out the tasks with writes) but still has its tasks: it
+        # resumes, taking their checkpointed writes (they do not run again)
+        if snap.values and not snap.next and not snap.tasks:
             values = dict(snap.values)
             out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)
             theirs = report_write.report_job(out_dir)
@@ -184,11 +192,14 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             printer("graph", f"STATUS=ok; reason=already complete (thread {cfg['configurable']['thread_id']}); "
                              "use --fresh to run again")
             return values
-        inputs = None if snap.next else {"request": req}
+        inputs = None if (snap.next or snap.tasks) else {"request": req}
         # from here nodes write into out_dir: its report is stale until this run publishes its own
         report_write.mark_in_progress(req.out_dir, req.jobid, cfg["configurable"]["thread_id"])
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
+        elif snap.tasks:
+            printer("graph", f"STATUS=ok; reason=resuming after {', '.join(t.name for t in snap.tasks)} "
+                             "(their results were checkpointed)")
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
             for node_name, update in chunk.items():
                 if isinstance(update, dict):
@@ -233,6 +244,64 @@ class RankProgress:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+#: Signals that stop a run at once (:func:`stop_on_signal`): Ctrl-C, and what ``kill``, ``scancel``
+#: and a SLURM time limit send first.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_on_signal(emit: Callable[[str, int], None]) -> Iterator[None]:
+    """While the graph runs: a SIGINT or SIGTERM prints ``error: interrupted (SIGINT) ...`` on
+    stderr and, through ``emit(line, exit code)``, ``STATUS=fail; reason=interrupted (SIGINT); re-run
+    the same command to resume``, stops the prefetched trace lanes and the VictoriaMetrics servers
+    this process started (:func:`~ai4s_graph.tools.telemetry.victoria.stop_all`), and exits at once
+    with 128 + the signal's number (130, 143: the shell's convention), without waiting for the nodes
+    still running (LangGraph's executor would wait for them, and a trace read runs on for
+    minutes). The nodes that finished are checkpointed (durability ``sync``: each task's writes as it
+    ends); the ones cut short run again when the same command resumes. Outside the main thread
+    (where Python delivers signals) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        code = 128 + signum
+        for s in STOP_SIGNALS:  # a second signal while stopping: the same exit
+            signal.signal(s, lambda *_: os._exit(code))
+        steps = (lambda: err_console.print(f"error: interrupted ({name}); the finished nodes are checkpointed: "
+                                           "re-run the same command to resume"),
+                 lambda: emit(StatusLine.make("fail", f"interrupted ({name}); re-run the same command to "
+                                                      "resume").format(), code),
+                 _stop_helpers, sys.stdout.flush, sys.stderr.flush)
+        try:
+            for step in steps:
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - on the way out (a print cut into another): the next step
+                    pass
+        finally:
+            os._exit(code)
+
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _stop_helpers() -> None:
+    """Stop the processes a run started that would outlive an immediate exit: the prefetched trace
+    lanes (:func:`~ai4s_graph.tools.trace.onepass.drop_prefetched`; the other lanes and workers die
+    with this process) and the VictoriaMetrics servers."""
+    from ..tools.telemetry import victoria
+    from ..tools.trace import onepass
+
+    onepass.drop_prefetched()
+    victoria.stop_all()
 
 
 def prefetch_trace(req: RunRequest) -> bool:
@@ -381,12 +450,15 @@ def register(app: typer.Typer) -> None:
             if node == "trace_rank":
                 progress.rank_done()
 
-        def finish(line: str, code: int, rep: Any = None, out_final: Path | None = None) -> None:
+        def emit(line: str, code: int, rep: Any = None, out_final: Path | None = None) -> None:
             progress.close()
             if as_json:
                 options.echo_json("run", line, **_summary(req, rep, out_final, statuses, code))
             else:
                 print(line)
+
+        def finish(line: str, code: int, rep: Any = None, out_final: Path | None = None) -> None:
+            emit(line, code, rep, out_final)
             raise typer.Exit(code)
 
         prefetched = perf_run is not None and prefetch_trace(req)
@@ -394,7 +466,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             try:
-                final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+                with stop_on_signal(lambda line, code: emit(line, code)):
+                    final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
             finally:
                 if prefetched:  # lanes no read adopted (a refused or resumed run, a failed node) stop here
                     from ..tools.trace import onepass

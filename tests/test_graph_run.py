@@ -12,6 +12,7 @@ import re
 import statistics
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -220,6 +221,82 @@ def test_a_node_that_raises_is_resumed_at_that_node(perf_runs, tmp_path):
     starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
     assert starts.count("telemetry_verifier") == 1 and starts.count("trace_analyst") == 1
     assert starts.count("synthesizer") == 1  # raised before it started the first time
+
+
+def test_a_superstep_stopped_after_its_tasks_wrote_is_resumed_not_called_complete(perf_runs, tmp_path):
+    """Stopped in the main thread while the analysts' superstep ends (a KeyboardInterrupt where the
+    graph's stream hands over the first analyst's update: LangGraph's executor still waits for the
+    other, and each task's writes are checkpointed as it ends, but the superstep is never
+    committed): the checkpoint then has no ``next`` node (LangGraph leaves out tasks with writes),
+    which the run once took for a finished graph ("already complete", no report, exit 1 until
+    --fresh). The same request resumes after those tasks without running them again."""
+    from ai4s_graph.cli.run import execute
+    from ai4s_graph.graph.analysis.configuration import RunRequest
+
+    run = shutil.copytree(perf_runs / "92003", tmp_path / "run")
+    req = RunRequest(jobid="92003", perf_run=str(run), out_dir=str(tmp_path / "out"))
+    ck = str(tmp_path / "ck.sqlite")
+    seen: list[str] = []
+
+    def stop_at_an_analyst(node: str, line: str) -> None:
+        seen.append(node)
+        if node in ("telemetry_analyst", "trace_rank"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(req, checkpoint=ck, printer=stop_at_an_analyst)
+    assert not (tmp_path / "out" / "report.md").exists()
+    lines: list[tuple[str, str]] = []
+    final = execute(req, checkpoint=ck, printer=lambda node, line: lines.append((node, line)))
+    assert lines[0] == ("graph", "STATUS=ok; reason=resuming after telemetry_analyst, trace_rank "
+                                 "(their results were checkpointed)")
+    assert final["report"].bottleneck.klass.value == "compute-bound"
+    assert (tmp_path / "out" / "report.md").is_file()
+    starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
+    assert starts.count("telemetry_analyst") == starts.count("trace_rank") == 1  # taken from the checkpoint
+    assert starts.count("synthesizer") == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_run_at_once_with_a_status_line_and_it_resumes(sig, perf_runs, tmp_path):
+    """Ctrl-C (SIGINT) or SIGTERM while a node runs: the run exits at once with 128 + the signal
+    (not after the running node: here one that sleeps 600 s; before, SIGINT waited for the running
+    nodes, and the run went on or ended without a STATUS line), the last stdout line a
+    ``STATUS=fail`` naming the signal, no report; the same command resumes where it stopped. The
+    signal is sent once trace_verifier's line is out: trace_verifier starts only after trace_analyst's
+    superstep is committed, so trace_analyst never runs again; a node that ended just before the
+    signal but whose writes were not yet checkpointed (trace_verifier's) may run again."""
+    env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "PYTHONUNBUFFERED": "1",
+           "AI4S_FAULT": "sleep-before:synthesizer:600"}
+    args = ["--job", "92003", "--perf-run", str(perf_runs / "92003"), "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen([sys.executable, "-m", "ai4s_graph.cli", "run", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        printed = []
+        for line in proc.stdout:  # the node lines as they end: trace_verifier comes after trace_analyst
+            printed.append(line)
+            if line.startswith("trace_verifier"):
+                break
+        assert printed and printed[-1].startswith("trace_verifier"), printed
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)  # the sleeping node would hold it 600 s
+    finally:
+        proc.kill()
+        proc.wait()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, (out, err)
+    assert out.splitlines()[-1] == f"STATUS=fail; reason=interrupted ({name}); re-run the same command to resume"
+    assert f"error: interrupted ({name})" in err
+    assert not (tmp_path / "out" / "report.md").exists()
+    ended = {r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "end"}
+    assert "trace_verifier" in ended and "synthesizer" not in ended
+    env.pop("AI4S_FAULT")
+    second = _cli(args, env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "STATUS=ok; reason=resuming " in second.stdout  # at the synthesizer, or after the verifiers
+    starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
+    assert starts.count("trace_analyst") == 1 and starts.count("synthesizer") == 1
+    assert _report(tmp_path / "out").bottleneck.klass.value == "compute-bound"
 
 
 # ---- bad input: one-line error, a fail/partial STATUS for that branch, and a report naming what is missing

@@ -94,3 +94,45 @@ def test_own_server_starts_and_stops_cleanly(tmp_path):
         requests.get(f"{url}/health", timeout=2)
     assert (tmp_path / "vmdata").is_dir()  # a given storage dir is kept
     vm.stop()  # idempotent
+
+
+
+#: A process that starts two servers, stops one, then calls stop_all (in a process of its own: in
+#: the suite's, stop_all would stop the session's shared server too).
+_STOP_ALL = """
+import json, sys
+import requests
+from ai4s_graph.tools.telemetry import victoria
+done = victoria.VictoriaMetrics(sys.argv[1], stop_timeout_s=5).start()
+done.stop()
+left = victoria.VictoriaMetrics(stop_timeout_s=5).start()
+url, store = left.url, left.storage_dir
+was = store.is_dir()
+n, again = victoria.stop_all(), victoria.stop_all()
+try:
+    requests.get(url + "/health", timeout=2)
+    answered = True
+except requests.ConnectionError:
+    answered = False
+print(json.dumps({"stopped": n, "again": again, "running": left.running, "store_was": was,
+                  "store_is": store.exists(), "answered": answered}))
+"""
+
+
+@pytest.mark.vm
+def test_stop_all_stops_the_servers_left_running(tmp_path):
+    """What an interrupted ``run`` calls before it exits at once: every server started and not
+    stopped is stopped (its port closed, its temporary storage removed); one stopped already is not
+    counted again."""
+    import subprocess
+    import sys
+
+    try:
+        find_binary()
+    except ToolUnavailableError as e:
+        pytest.skip(str(e))
+    got = subprocess.run([sys.executable, "-c", _STOP_ALL, str(tmp_path / "done")], capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout.splitlines()[-1]) == {"stopped": 1, "again": 0, "running": False, "store_was": True,
+                                                       "store_is": False, "answered": False}

@@ -28,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -85,6 +86,24 @@ _retry_connection = retry(
     wait=wait_fixed(0.2),
     reraise=True,
 )
+
+
+#: Servers started and not stopped in this process (:func:`stop_all`).
+_LIVE: "weakref.WeakSet[VictoriaMetrics]" = weakref.WeakSet()
+
+
+def stop_all() -> int:
+    """Stop every server this process started and has not stopped (:meth:`VictoriaMetrics.stop`):
+    what a run interrupted by a signal calls before it exits at once (``ai4s-graph run``), since the
+    thread that started a server does not unwind then. Returns how many were stopped; never raises."""
+    n = 0
+    for vm in list(_LIVE):
+        try:
+            vm.stop()
+            n += 1
+        except Exception:  # noqa: BLE001 - stopping on the way out: the next one still gets its turn
+            pass
+    return n
 
 
 class VictoriaMetrics:
@@ -167,6 +186,7 @@ class VictoriaMetrics:
                 cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
             if self._wait_healthy():
+                _LIVE.add(self)
                 return self
             last_err = self._log_tail()
             self._terminate()
@@ -228,6 +248,7 @@ class VictoriaMetrics:
     def stop(self) -> None:
         """SIGTERM, wait up to ``stop_timeout_s`` (VictoriaMetrics flushes on SIGTERM), then
         SIGKILL; removes a temporary storage directory. Safe to call twice."""
+        _LIVE.discard(self)
         self._terminate()
         self._session.close()
         self._cleanup_dirs()
