@@ -48,7 +48,8 @@ for _mod in (run, trace, optimize, diff, health, cluster):
 
 def main() -> None:
     """Run the ``ai4s-graph`` command line. A usage error (unknown option, bad value) prints one
-    ``error:`` line and a ``STATUS=fail`` line and exits 2."""
+    ``error:`` line and a ``STATUS=fail`` line and exits 2; Ctrl-C, ``STATUS=fail; reason=interrupted
+    (SIGINT)`` and exit 130 (``run`` stops by itself: :class:`~.run.SignalStop`)."""
     try:  # typer ships its own copy of click
         from typer._click.exceptions import ClickException, UsageError
     except ImportError:  # pragma: no cover - typer versions that use click itself
@@ -67,8 +68,10 @@ def main() -> None:
         print(f"STATUS=fail; reason={msg}")
         sys.exit(1)
     except KeyboardInterrupt:
-        print("STATUS=fail; reason=interrupted; re-run the same command to resume")
-        sys.exit(130)
+        rv = 130
+    if rv == 130:  # Ctrl-C: typer turns the KeyboardInterrupt into exit 130 (``run`` exits by itself: SignalStop)
+        print("error: interrupted (SIGINT)", file=sys.stderr)
+        print("STATUS=fail; reason=interrupted (SIGINT)")
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

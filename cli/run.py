@@ -10,8 +10,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -149,6 +148,7 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     from ..graph.analysis.graph import build_analysis_graph
     from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
     from ..graph.checkpoint import CheckpointRefusedError, check_state, open_checkpointer, thread_lock
+    from ..graph.runtime import read_journal
     from ..tools.report import write as report_write
 
     printer = printer or (lambda node, line: None)
@@ -194,6 +194,8 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             return values
         inputs = None if (snap.next or snap.tasks) else {"request": req}
         # from here nodes write into out_dir: its report is stale until this run publishes its own
+        unmarked = report_write.in_progress(req.out_dir) is None
+        journaled = len(read_journal(req.out_dir))
         report_write.mark_in_progress(req.out_dir, req.jobid, cfg["configurable"]["thread_id"])
         if snap.next:
             printer("graph", f"STATUS=ok; reason=resuming at {', '.join(snap.next)}")
@@ -208,7 +210,14 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
                         printer("graph:ranks", str(len(man.artifacts.traces)))
                     for n, line in (update.get("statuses") or {}).items():
                         printer(n, line)
-        return dict(graph.get_state(cfg).values)
+        end = graph.get_state(cfg)
+        if unmarked and end.values.get("report") and not end.next and not end.tasks and \
+                not any(r.get("event") == "start" and r.get("pid") == os.getpid()
+                        for r in read_journal(req.out_dir)[journaled:]):
+            # resumed after the synthesizer's checkpointed writes: no node ran, nothing was written
+            # here by this call; the folder's report is the one that synthesizer published
+            report_write.clear_in_progress(req.out_dir)
+        return dict(end.values)
 
 
 class RankProgress:
@@ -246,35 +255,62 @@ class RankProgress:
             self.bar = None
 
 
-#: Signals that stop a run at once (:func:`stop_on_signal`): Ctrl-C, and what ``kill``, ``scancel``
+#: Signals that stop a run at once (:class:`SignalStop`): Ctrl-C, and what ``kill``, ``scancel``
 #: and a SLURM time limit send first.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@contextmanager
-def stop_on_signal(emit: Callable[[str, int], None]) -> Iterator[None]:
-    """While the graph runs: a SIGINT or SIGTERM prints ``error: interrupted (SIGINT) ...`` on
-    stderr and, through ``emit(line, exit code)``, ``STATUS=fail; reason=interrupted (SIGINT); re-run
-    the same command to resume``, stops the prefetched trace lanes and the VictoriaMetrics servers
-    this process started (:func:`~ai4s_graph.tools.telemetry.victoria.stop_all`), and exits at once
-    with 128 + the signal's number (130, 143: the shell's convention), without waiting for the nodes
-    still running (LangGraph's executor would wait for them, and a trace read runs on for
-    minutes). The nodes that finished are checkpointed (durability ``sync``: each task's writes as it
-    ends); the ones cut short run again when the same command resumes. Outside the main thread
-    (where Python delivers signals) nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class SignalStop:
+    """A run's stop on SIGINT or SIGTERM (:data:`STOP_SIGNALS`), from :meth:`install` (the start of
+    ``ai4s-graph run``) to :meth:`settled` (its final line begins: a signal after it is ignored, the
+    run's own exit follows) or :meth:`restore`.
 
-    def stop(signum: int, _frame: Any) -> None:
+    On a signal, in this order: further signals are ignored (a double Ctrl-C lets the stop finish);
+    checkpoint writes are frozen (:func:`~ai4s_graph.graph.checkpoint.freeze_writes`: a node thread
+    that ends now, its telemetry server or trace lane stopped under it, cannot checkpoint that
+    result; it runs again on resume); publishing is frozen and the temporary files being written
+    are removed (:func:`~ai4s_graph.state.publish.freeze`: every report file is its old or its new
+    version, none half renamed); ``error: interrupted (SIGINT) ...`` goes to stderr and, through
+    :attr:`emit` (``emit(line, exit code)``: the run's plain or ``--json`` output),
+    ``STATUS=fail; reason=interrupted (SIGINT); re-run the same command to resume``; the prefetched
+    trace lanes and the VictoriaMetrics servers this process started, the ones that would outlive
+    it, are stopped (:func:`_stop_helpers`); then the process exits at once with 128 + the signal's
+    number (130, 143: the shell's convention), without waiting for the nodes still running
+    (LangGraph's executor would wait for them, and a trace read runs on for minutes). The nodes
+    that finished are checkpointed (durability ``sync``: each task's writes as it ends). Outside
+    the main thread (where Python delivers signals) nothing is installed."""
+
+    def __init__(self, emit: Callable[[str, int], None]) -> None:
+        self.emit = emit
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> SignalStop:
+        if threading.current_thread() is threading.main_thread() and not self._old:
+            self._old = {s: signal.signal(s, self._stop) for s in STOP_SIGNALS}
+        return self
+
+    def settled(self) -> None:
+        """The run's final line is being written: from here a signal is ignored."""
+        if self._old:
+            for s in STOP_SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        """Give the signals their handlers from before :meth:`install` back."""
+        while self._old:
+            s, h = self._old.popitem()
+            signal.signal(s, h)
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
         name = signal.Signals(signum).name
         code = 128 + signum
-        for s in STOP_SIGNALS:  # a second signal while stopping: the same exit
-            signal.signal(s, lambda *_: os._exit(code))
-        steps = (lambda: err_console.print(f"error: interrupted ({name}); the finished nodes are checkpointed: "
+        steps = (_freeze_checkpoints, _freeze_publishing,
+                 lambda: err_console.print(f"error: interrupted ({name}); the finished nodes are checkpointed: "
                                            "re-run the same command to resume"),
-                 lambda: emit(StatusLine.make("fail", f"interrupted ({name}); re-run the same command to "
-                                                      "resume").format(), code),
+                 lambda: self.emit(StatusLine.make("fail", f"interrupted ({name}); re-run the same command to "
+                                                           "resume").format(), code),
                  _stop_helpers, sys.stdout.flush, sys.stderr.flush)
         try:
             for step in steps:
@@ -285,23 +321,28 @@ def stop_on_signal(emit: Callable[[str, int], None]) -> Iterator[None]:
         finally:
             os._exit(code)
 
-    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+
+def _freeze_checkpoints() -> None:
+    mod = sys.modules.get("ai4s_graph.graph.checkpoint")  # not imported yet: no checkpoint open
+    if mod is not None:
+        mod.freeze_writes()
+
+
+def _freeze_publishing() -> None:
+    from ..state import publish
+
+    publish.freeze()
 
 
 def _stop_helpers() -> None:
     """Stop the processes a run started that would outlive an immediate exit: the prefetched trace
     lanes (:func:`~ai4s_graph.tools.trace.onepass.drop_prefetched`; the other lanes and workers die
     with this process) and the VictoriaMetrics servers."""
-    from ..tools.telemetry import victoria
-    from ..tools.trace import onepass
-
-    onepass.drop_prefetched()
-    victoria.stop_all()
+    for name, fn in (("ai4s_graph.tools.trace.onepass", "drop_prefetched"),
+                     ("ai4s_graph.tools.telemetry.victoria", "stop_all")):
+        mod = sys.modules.get(name)  # not imported: nothing of it started
+        if mod is not None:
+            getattr(mod, fn)()
 
 
 def prefetch_trace(req: RunRequest) -> bool:
@@ -341,6 +382,7 @@ def register(app: typer.Typer) -> None:
     """Add the ``run`` command to ``app``."""
     @app.command("run")
     def run(
+        ctx: typer.Context,
         job: Optional[str] = typer.Option(None, "--job", "-j", help="SLURM job id of a profiled run to analyse."),
         perf_run_arg: Optional[str] = typer.Option(
             None, "--perf-run", help="Run directory (default $AI4S_SHARED_DIR/models/<model>/perf-runs/<job>/)."),
@@ -394,6 +436,11 @@ def register(app: typer.Typer) -> None:
                                    "--time=00:05:00 node probe (GPU clocks and power cap) on one of the job's nodes."),
     ) -> None:
         """Analyse one profiled job: launcher → trace and telemetry analysts → verifiers → report."""
+        # a signal from here on stops the run at once with its STATUS line (SignalStop); before the
+        # request exists, the refusal's output
+        stopper = SignalStop(lambda line, code: (options.echo_json("run", line, outcome="fail", exit_code=code)
+                                                  if as_json else print(line))).install()
+        ctx.call_on_close(stopper.restore)
         options.set_quiet(quiet)
         if model is not None:
             err_console.print("warning: `run --model` is deprecated: it names the LLM, use --llm-model "
@@ -458,16 +505,18 @@ def register(app: typer.Typer) -> None:
                 print(line)
 
         def finish(line: str, code: int, rep: Any = None, out_final: Path | None = None) -> None:
+            stopper.settled()
             emit(line, code, rep, out_final)
             raise typer.Exit(code)
+
+        stopper.emit = lambda line, code: emit(line, code)
 
         prefetched = perf_run is not None and prefetch_trace(req)
         from ..graph.checkpoint import CheckpointRefusedError, ThreadBusyError  # here: langgraph's import is slow
 
         try:
             try:
-                with stop_on_signal(lambda line, code: emit(line, code)):
-                    final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
+                final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
             finally:
                 if prefetched:  # lanes no read adopted (a refused or resumed run, a failed node) stop here
                     from ..tools.trace import onepass

@@ -32,9 +32,10 @@ import time
 import types
 import typing
 import uuid
+import weakref
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import ormsgpack
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -274,15 +275,50 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
         with PostgresSaver.from_conn_string(url) as saver:
             saver.serde = serde  # the same allow-list as SQLite (from_conn_string takes no serde)
             saver.setup()
-            yield saver
+            _OPEN.add(saver)
+            try:
+                yield saver
+            finally:
+                _OPEN.discard(saver)
         return
     path = Path(url.removeprefix("sqlite:///"))
     path.parent.mkdir(parents=True, exist_ok=True)
     saver, conn = sqlite_saver(path, types)
+    _OPEN.add(saver)
     try:
         yield saver
     finally:
+        _OPEN.discard(saver)
         conn.close()
+
+
+#: The checkpointers :func:`open_checkpointer` opened and has not closed (:func:`freeze_writes`).
+_OPEN: "weakref.WeakSet[BaseCheckpointSaver]" = weakref.WeakSet()
+
+#: Seconds :func:`freeze_writes` waits for a write in progress in another thread to end (a write of
+#: a node's result or a step: milliseconds; one held by the calling thread itself never ends).
+FREEZE_WAIT_S = 5.0
+
+
+def freeze_writes(wait_s: float = FREEZE_WAIT_S) -> Callable[[], None]:
+    """Stop every open checkpointer of this process from writing (a run about to exit at once on a
+    signal, ``ai4s-graph run``): takes each saver's own lock (LangGraph's SQLite and Postgres savers
+    hold ``saver.lock`` around every read and write), waiting up to ``wait_s`` for a write in
+    progress, so a node thread that ends after this point cannot checkpoint a result made while
+    the run stops (a telemetry query cut off by its server's stop, a trace part whose lane was
+    stopped): it blocks until the exit, and the node runs again on resume. Returns the function
+    that gives the locks back (the tests'; a stopping run never calls it). Never raises."""
+    held = []
+    for saver in list(_OPEN):
+        lock = getattr(saver, "lock", None)
+        if lock is not None and lock.acquire(timeout=wait_s):
+            held.append(lock)
+
+    def thaw() -> None:
+        while held:
+            held.pop().release()
+
+    return thaw
 
 
 class ThreadBusyError(InputError):

@@ -35,12 +35,56 @@ import os
 import secrets
 import stat
 import contextlib
+import threading
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Sequence, Union
+from typing import IO, Callable, Iterable, Iterator, Sequence, Union
 
 Data = Union[bytes, bytearray, memoryview, str]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+#: Held while temporary files are renamed over their targets (:func:`publish_many`'s rename of all
+#: its files, :func:`publish_stream`'s): what :func:`freeze` takes, so that a process stopping at once
+#: never leaves a set half renamed by another thread (a new report.json beside the old report.md).
+_RENAMING = threading.RLock()
+#: The temporary files being written and not yet renamed or removed: ``(folder fd, name)`` -> shown
+#: path (:func:`freeze` removes them).
+_IN_FLIGHT: dict[tuple[int, str], Path] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _staging(dfd: int, tmp: str, shown: Path) -> None:
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT[(dfd, tmp)] = shown
+
+
+def _staged_done(dfd: int, tmp: str) -> None:
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.pop((dfd, tmp), None)
+
+
+#: Seconds :func:`freeze` waits for a rename in progress in another thread (renames and a folder
+#: ``fsync``: milliseconds).
+FREEZE_WAIT_S = 5.0
+
+
+def freeze(wait_s: float = FREEZE_WAIT_S) -> Callable[[], None]:
+    """Stop this process's publishing before it exits at once (``ai4s-graph run`` on a signal):
+    waits up to ``wait_s`` for a rename in progress in another thread to end and keeps any other
+    from starting (every target is then either its old file or its new one, a set of files all old
+    or all new), then removes the temporary files being written (``.<name>.<hex>.tmp``, which the
+    exit would leave behind). Returns the function that lets publishing go on (the tests'; a
+    stopping process never calls it: its publishing threads wait until the exit). Never raises."""
+    got = _RENAMING.acquire(timeout=wait_s)
+    with _IN_FLIGHT_LOCK:
+        items = list(_IN_FLIGHT.items())
+        _IN_FLIGHT.clear()
+    for (dfd, tmp), _shown in items:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:  # renamed or removed meanwhile, or its folder closed: nothing left of it here
+            pass
+    return _RENAMING.release if got else (lambda: None)
 
 
 class UnsafePathError(PermissionError):
@@ -197,6 +241,7 @@ def publish_many(items: Iterable[tuple[str | os.PathLike[str], Data]],
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                          dir_fd=dfd)
             staged.append((dfd, tmp, name, shown))
+            _staging(dfd, tmp, shown)
             try:
                 _write_all(fd, _as_bytes(data))
                 os.fsync(fd)
@@ -204,13 +249,15 @@ def publish_many(items: Iterable[tuple[str | os.PathLike[str], Data]],
                 os.close(fd)
         for dfd, tmp, name, shown in staged:
             _check_target(dfd, name, shown)
-        while staged:
-            dfd, tmp, name, shown = staged[0]
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            staged.pop(0)
-            done.append(shown)
-        for dfd in set(fds):
-            os.fsync(dfd)
+        with _RENAMING:
+            while staged:
+                dfd, tmp, name, shown = staged[0]
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                staged.pop(0)
+                _staged_done(dfd, tmp)
+                done.append(shown)
+            for dfd in set(fds):
+                os.fsync(dfd)
         return done
     finally:
         for dfd, tmp, _, _ in staged:
@@ -218,6 +265,7 @@ def publish_many(items: Iterable[tuple[str | os.PathLike[str], Data]],
                 os.unlink(tmp, dir_fd=dfd)
             except OSError:
                 pass
+            _staged_done(dfd, tmp)
         for dfd in set(fds):
             os.close(dfd)
 
@@ -242,20 +290,24 @@ def publish_stream(path: str | os.PathLike[str], root: str | os.PathLike[str] | 
         _check_target(dfd, name, shown)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
         staged = True
+        _staging(dfd, tmp, shown)
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         _check_target(dfd, name, shown)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        staged = False
-        os.fsync(dfd)
+        with _RENAMING:
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            staged = False
+            _staged_done(dfd, tmp)
+            os.fsync(dfd)
     finally:
         if staged:
             try:
                 os.unlink(tmp, dir_fd=dfd)
             except OSError:
                 pass
+            _staged_done(dfd, tmp)
         os.close(dfd)
 
 

@@ -28,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 from types import TracebackType
@@ -142,6 +143,7 @@ class VictoriaMetrics:
         self.port: int | None = None
         self.storage_dir: Path | None = None
         self._session = requests.Session()
+        self._stopping = threading.RLock()  # RLock: stop_all from a signal handler in the thread stopping it
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -185,14 +187,15 @@ class VictoriaMetrics:
             self._proc = subprocess.Popen(
                 cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+            _LIVE.add(self)  # from its start: a run stopped while it starts stops it too (stop_all)
             if self._wait_healthy():
-                _LIVE.add(self)
                 return self
             last_err = self._log_tail()
             self._terminate()
             if "address already in use" not in last_err:
                 break
         self._cleanup_dirs()
+        _LIVE.discard(self)
         raise ToolUnavailableError(
             f"victoria-metrics did not answer /health within {self.start_timeout_s:g}s: {last_err or 'no log output'}"
         )
@@ -247,11 +250,13 @@ class VictoriaMetrics:
 
     def stop(self) -> None:
         """SIGTERM, wait up to ``stop_timeout_s`` (VictoriaMetrics flushes on SIGTERM), then
-        SIGKILL; removes a temporary storage directory. Safe to call twice."""
-        _LIVE.discard(self)
-        self._terminate()
-        self._session.close()
-        self._cleanup_dirs()
+        SIGKILL; removes a temporary storage directory. Safe to call twice, and from two threads
+        at once (one stops it, the other waits for that)."""
+        with self._stopping:
+            self._terminate()
+            self._session.close()
+            self._cleanup_dirs()
+            _LIVE.discard(self)  # last: a stop cut short leaves it to stop_all
 
     def __enter__(self) -> "VictoriaMetrics":
         return self.start()

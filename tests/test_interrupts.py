@@ -1,0 +1,115 @@
+"""What a run stopping at once on a signal (``ai4s-graph run``'s SignalStop) relies on: checkpoint
+writes frozen, publishing frozen with its temporary files removed, and a resume after the last
+node's checkpointed writes leaving the output folder finished. Real SQLite checkpoints and real
+files; the end-to-end signal runs are in tests/test_graph_run.py."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+from ai4s_graph.graph import checkpoint
+from ai4s_graph.graph.analysis.schema import CHECKPOINT_TYPES
+from ai4s_graph.state import publish
+from ai4s_graph.tools.report import write as report_write
+
+
+def _blocked(fn) -> tuple[threading.Thread, threading.Event]:
+    """``fn`` started in a thread; the event is set when it returned."""
+    done = threading.Event()
+
+    def go() -> None:
+        fn()
+        done.set()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, done
+
+
+def test_frozen_checkpoints_take_no_write_until_thawed(tmp_path: Path) -> None:
+    """After freeze_writes no thread reads or writes the open checkpoint (a node ending while the
+    run stops cannot checkpoint its result); the same call from another thread goes through once
+    the locks are given back."""
+    with checkpoint.open_checkpointer(str(tmp_path / "ck.sqlite"), CHECKPOINT_TYPES) as saver:
+        cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        thaw = checkpoint.freeze_writes()
+        t, done = _blocked(lambda: saver.get_tuple(cfg))
+        t.join(0.5)
+        assert not done.is_set(), "the checkpoint answered while frozen"
+        thaw()
+        t.join(60)
+        assert done.is_set()
+    assert not list(checkpoint._OPEN)
+
+
+def test_frozen_publishing_removes_the_file_being_written_and_renames_nothing(tmp_path: Path) -> None:
+    """A file being written when publishing freezes is removed (no ``.<name>.<hex>.tmp`` is left
+    by the exit) and its target keeps its old content; a set published from another thread after
+    the freeze renames none of its files until it is thawed."""
+    target = tmp_path / "annotated_trace.json.gz"
+    target.write_bytes(b"old")
+    writing, go_on = threading.Event(), threading.Event()
+
+    def stream() -> None:
+        try:
+            with publish.publish_stream(target, root=tmp_path) as fh:
+                fh.write(b"new, half written")
+                writing.set()
+                go_on.wait(60)
+        except OSError:
+            pass  # its temporary file was removed under it
+
+    t1 = threading.Thread(target=stream, daemon=True)
+    t1.start()
+    assert writing.wait(60)
+    assert len(list(tmp_path.glob(".annotated_trace.json.gz.*.tmp"))) == 1
+    thaw = publish.freeze()
+    assert list(tmp_path.glob(".*.tmp")) == []
+    (tmp_path / "report.json").write_text("old json")
+    (tmp_path / "report.md").write_text("old md")
+    t2, done = _blocked(lambda: publish.publish_many([(tmp_path / "report.json", "new json"),
+                                                      (tmp_path / "report.md", "new md")], root=tmp_path))
+    t2.join(0.5)
+    assert not done.is_set()
+    assert (tmp_path / "report.json").read_text() == "old json" and (tmp_path / "report.md").read_text() == "old md"
+    go_on.set()
+    t1.join(60)
+    assert target.read_bytes() == b"old"  # its rename failed: the temporary file was gone
+    thaw()
+    t2.join(60)
+    assert done.is_set()
+    assert (tmp_path / "report.json").read_text() == "new json" and (tmp_path / "report.md").read_text() == "new md"
+    assert list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_a_resume_after_the_synthesizers_checkpointed_writes_leaves_the_folder_finished(perf_runs, tmp_path):
+    """The synthesizer published its report and its writes were checkpointed, but the step was not
+    committed (a run stopped in between: here the finished checkpoint's last step removed from the
+    database). The same request resumes after it, runs no node, and leaves no in-progress marker
+    (which would make ``diff`` refuse the folder as unfinished for good)."""
+    from ai4s_graph.cli.run import execute
+    from ai4s_graph.graph.analysis.configuration import RunRequest
+    from ai4s_graph.graph.runtime import read_journal
+
+    run = shutil.copytree(perf_runs / "92003", tmp_path / "run")
+    out = tmp_path / "out"
+    req = RunRequest(jobid="92003", perf_run=str(run), out_dir=str(out))
+    ck = tmp_path / "ck.sqlite"
+    execute(req, checkpoint=str(ck))
+    assert report_write.in_progress(out) is None and (out / "report.md").is_file()
+    con = sqlite3.connect(ck)
+    with con:
+        (last,) = con.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+        con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (last,))
+        con.execute("DELETE FROM writes WHERE checkpoint_id = ?", (last,))
+    con.close()
+    before = len(read_journal(out))
+    lines: list[tuple[str, str]] = []
+    final = execute(req, checkpoint=str(ck), printer=lambda node, line: lines.append((node, line)))
+    assert lines[0] == ("graph", "STATUS=ok; reason=resuming after synthesizer (their results were checkpointed)")
+    assert final["report"].bottleneck.klass.value == "compute-bound"
+    assert [r for r in read_journal(out)[before:] if r["event"] == "start"] == []
+    assert report_write.in_progress(out) is None
