@@ -55,6 +55,7 @@ def main() -> None:
     except ImportError:  # pragma: no cover - typer versions that use click itself
         from click.exceptions import ClickException, UsageError
 
+    run.SignalStop.hold_after_settle = True  # this process ends after the command's final line
     try:
         rv = app(standalone_mode=False)
     except UsageError as e:

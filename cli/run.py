@@ -280,9 +280,16 @@ class SignalStop:
     that finished are checkpointed (durability ``sync``: each task's writes as it ends). Outside
     the main thread (where Python delivers signals) nothing is installed."""
 
+    #: Keep ignoring the signals after :meth:`settled` when :meth:`restore` is called (the command
+    #: line's :func:`~ai4s_graph.cli.main` sets it: its process ends after the final line, and a
+    #: signal then would add an ``interrupted`` line to a finished run's output). Calls in a
+    #: process that goes on (a test's ``CliRunner``) get the earlier handlers back.
+    hold_after_settle = False
+
     def __init__(self, emit: Callable[[str, int], None]) -> None:
         self.emit = emit
         self._old: dict[int, Any] = {}
+        self._settled = False
 
     def install(self) -> SignalStop:
         if threading.current_thread() is threading.main_thread() and not self._old:
@@ -292,11 +299,15 @@ class SignalStop:
     def settled(self) -> None:
         """The run's final line is being written: from here a signal is ignored."""
         if self._old:
+            self._settled = True
             for s in STOP_SIGNALS:
                 signal.signal(s, signal.SIG_IGN)
 
     def restore(self) -> None:
-        """Give the signals their handlers from before :meth:`install` back."""
+        """Give the signals their handlers from before :meth:`install` back (see
+        :attr:`hold_after_settle`)."""
+        if self._settled and SignalStop.hold_after_settle:
+            return
         while self._old:
             s, h = self._old.popitem()
             signal.signal(s, h)

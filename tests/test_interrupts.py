@@ -113,3 +113,30 @@ def test_a_resume_after_the_synthesizers_checkpointed_writes_leaves_the_folder_f
     assert final["report"].bottleneck.klass.value == "compute-bound"
     assert [r for r in read_journal(out)[before:] if r["event"] == "start"] == []
     assert report_write.in_progress(out) is None
+
+
+def test_signals_are_ignored_from_the_final_line_and_given_back_after(monkeypatch) -> None:
+    """From the run's final line (``settled``) a signal is ignored: it would add an ``interrupted``
+    line to a finished run's output. The earlier handlers come back after the command, unless the
+    process ends with it (the command line's main sets ``hold_after_settle``)."""
+    import signal
+
+    from ai4s_graph.cli.run import STOP_SIGNALS, SignalStop
+
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    stop = SignalStop(lambda line, code: None).install()
+    assert all(signal.getsignal(s) == stop._stop for s in STOP_SIGNALS)
+    stop.settled()
+    assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
+    stop.restore()
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+    monkeypatch.setattr(SignalStop, "hold_after_settle", True)
+    held = SignalStop(lambda line, code: None).install()
+    held.settled()
+    held.restore()
+    try:
+        assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
+    finally:
+        monkeypatch.setattr(SignalStop, "hold_after_settle", False)
+        held.restore()
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
