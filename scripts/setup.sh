@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up ai4s-graph on a fresh Debian 12 machine (as root, or with sudo): the Debian packages the
 # tools drive (VictoriaMetrics for telemetry; SLURM with munge, slurmdbd and MariaDB for the local
-# cluster; fio and numactl for the node probe), PyTorch for the bundled workload, and this package
+# cluster; fio for eval-cluster's storage benchmark, numactl for the node probe), PyTorch for the bundled workload, and this package
 # (editable) with its test extras and the [hta] cross-check.
 #
 # Python: $PYTHON (default python3) when its pip may install packages (a pyenv/conda Python, as on
