@@ -295,9 +295,12 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
 #: The checkpointers :func:`open_checkpointer` opened and has not closed (:func:`freeze_writes`).
 _OPEN: "weakref.WeakSet[BaseCheckpointSaver]" = weakref.WeakSet()
 
-#: Seconds :func:`freeze_writes` waits for a write in progress in another thread to end (a write of
-#: a node's result or a step: milliseconds; one held by the calling thread itself never ends).
-FREEZE_WAIT_S = 5.0
+#: Seconds :func:`freeze_writes` waits for a saver's lock (a write of a node's result or a step
+#: takes milliseconds). Not longer: when the calling thread itself holds it (a signal handler that
+#: interrupted the main thread's own read of the state) it never comes, and then no other thread
+#: gets it either (the interrupted read never ends); a write in progress elsewhere was made before
+#: the stop, so letting it end does no harm.
+FREEZE_WAIT_S = 0.5
 
 
 def freeze_writes(wait_s: float = FREEZE_WAIT_S) -> Callable[[], None]:

@@ -50,7 +50,11 @@ _RENAMING = threading.RLock()
 #: The temporary files being written and not yet renamed or removed: ``(folder fd, name)`` -> shown
 #: path (:func:`freeze` removes them).
 _IN_FLIGHT: dict[tuple[int, str], Path] = {}
-_IN_FLIGHT_LOCK = threading.Lock()
+#: An RLock: a signal handler (in the thread it interrupts) may take it while that thread holds it.
+_IN_FLIGHT_LOCK = threading.RLock()
+#: The renames in progress (each :func:`publish_many`'s list of staged files still to rename), for
+#: :func:`freeze` to finish when it interrupts the very thread renaming them.
+_RENAMES: list[list[tuple[int, str, str, Path]]] = []
 
 
 def _staging(dfd: int, tmp: str, shown: Path) -> None:
@@ -72,10 +76,19 @@ def freeze(wait_s: float = FREEZE_WAIT_S) -> Callable[[], None]:
     """Stop this process's publishing before it exits at once (``ai4s-graph run`` on a signal):
     waits up to ``wait_s`` for a rename in progress in another thread to end and keeps any other
     from starting (every target is then either its old file or its new one, a set of files all old
-    or all new), then removes the temporary files being written (``.<name>.<hex>.tmp``, which the
+    or all new; a set the calling thread itself was renaming when the signal came is renamed to
+    its end), then removes the temporary files being written (``.<name>.<hex>.tmp``, which the
     exit would leave behind). Returns the function that lets publishing go on (the tests'; a
     stopping process never calls it: its publishing threads wait until the exit). Never raises."""
     got = _RENAMING.acquire(timeout=wait_s)
+    for staged in list(_RENAMES):  # held by this very thread, cut short mid-set: finish the set
+        for dfd, tmp, name, _shown in list(staged):
+            try:
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError:  # renamed just before the signal
+                pass
+            _staged_done(dfd, tmp)
+        staged.clear()
     with _IN_FLIGHT_LOCK:
         items = list(_IN_FLIGHT.items())
         _IN_FLIGHT.clear()
@@ -250,12 +263,16 @@ def publish_many(items: Iterable[tuple[str | os.PathLike[str], Data]],
         for dfd, tmp, name, shown in staged:
             _check_target(dfd, name, shown)
         with _RENAMING:
-            while staged:
-                dfd, tmp, name, shown = staged[0]
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                staged.pop(0)
-                _staged_done(dfd, tmp)
-                done.append(shown)
+            _RENAMES.append(staged)
+            try:
+                while staged:
+                    dfd, tmp, name, shown = staged[0]
+                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    staged.pop(0)
+                    _staged_done(dfd, tmp)
+                    done.append(shown)
+            finally:
+                _RENAMES.remove(staged)
             for dfd in set(fds):
                 os.fsync(dfd)
         return done

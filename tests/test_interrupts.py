@@ -140,3 +140,40 @@ def test_signals_are_ignored_from_the_final_line_and_given_back_after(monkeypatc
         monkeypatch.setattr(SignalStop, "hold_after_settle", False)
         held.restore()
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+def test_a_freeze_in_the_thread_renaming_a_set_finishes_the_set(tmp_path: Path, monkeypatch) -> None:
+    """The signal handler runs in the thread it interrupts: when that thread was renaming a set
+    (the synthesizer publishes the report in the main thread), the freeze renames the rest of the
+    set, so report.json and report.md are both new (before: the new report.json beside the old
+    report.md)."""
+    import os
+
+    (tmp_path / "report.json").write_text("old json")
+    (tmp_path / "report.md").write_text("old md")
+    real = os.replace
+    calls: list[str] = []
+    thaws = []
+
+    class Exited(Exception):
+        """The process's exit, which the real handler makes here."""
+
+    def replace_then_signal(src, dst, **kw):  # noqa: ANN001, ANN003
+        real(src, dst, **kw)
+        calls.append(dst)
+        if len(calls) == 1:  # the signal lands after the first rename of the set
+            thaws.append(publish.freeze())
+            raise Exited
+
+    monkeypatch.setattr(publish.os, "replace", replace_then_signal)
+    try:
+        publish.publish_many([(tmp_path / "report.json", "new json"), (tmp_path / "report.md", "new md")],
+                             root=tmp_path)
+    except Exited:
+        pass
+    finally:
+        for thaw in thaws:
+            thaw()
+    assert (tmp_path / "report.json").read_text() == "new json" and (tmp_path / "report.md").read_text() == "new md"
+    assert list(tmp_path.glob(".*.tmp")) == []
+    assert publish._RENAMES == []
