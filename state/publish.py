@@ -47,9 +47,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: its files, :func:`publish_stream`'s): what :func:`freeze` takes, so that a process stopping at once
 #: never leaves a set half renamed by another thread (a new report.json beside the old report.md).
 _RENAMING = threading.RLock()
-#: The temporary files being written and not yet renamed or removed: ``(folder fd, name)`` -> shown
-#: path (:func:`freeze` removes them).
-_IN_FLIGHT: dict[tuple[int, str], Path] = {}
+#: The temporary files being written and not yet renamed or removed, as ``(folder fd, name)``
+#: (:func:`freeze` removes them).
+_IN_FLIGHT: set[tuple[int, str]] = set()
 #: An RLock: a signal handler (in the thread it interrupts) may take it while that thread holds it.
 _IN_FLIGHT_LOCK = threading.RLock()
 #: The renames in progress (each :func:`publish_many`'s list of staged files still to rename), for
@@ -57,14 +57,14 @@ _IN_FLIGHT_LOCK = threading.RLock()
 _RENAMES: list[list[tuple[int, str, str, Path]]] = []
 
 
-def _staging(dfd: int, tmp: str, shown: Path) -> None:
+def _staging(dfd: int, tmp: str) -> None:
     with _IN_FLIGHT_LOCK:
-        _IN_FLIGHT[(dfd, tmp)] = shown
+        _IN_FLIGHT.add((dfd, tmp))
 
 
 def _staged_done(dfd: int, tmp: str) -> None:
     with _IN_FLIGHT_LOCK:
-        _IN_FLIGHT.pop((dfd, tmp), None)
+        _IN_FLIGHT.discard((dfd, tmp))
 
 
 #: Seconds :func:`freeze` waits for a rename in progress in another thread (renames and a folder
@@ -90,9 +90,9 @@ def freeze(wait_s: float = FREEZE_WAIT_S) -> Callable[[], None]:
             _staged_done(dfd, tmp)
         staged.clear()
     with _IN_FLIGHT_LOCK:
-        items = list(_IN_FLIGHT.items())
+        items = list(_IN_FLIGHT)
         _IN_FLIGHT.clear()
-    for (dfd, tmp), _shown in items:
+    for dfd, tmp in items:
         try:
             os.unlink(tmp, dir_fd=dfd)
         except OSError:  # renamed or removed meanwhile, or its folder closed: nothing left of it here
@@ -254,7 +254,7 @@ def publish_many(items: Iterable[tuple[str | os.PathLike[str], Data]],
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                          dir_fd=dfd)
             staged.append((dfd, tmp, name, shown))
-            _staging(dfd, tmp, shown)
+            _staging(dfd, tmp)
             try:
                 _write_all(fd, _as_bytes(data))
                 os.fsync(fd)
@@ -307,7 +307,7 @@ def publish_stream(path: str | os.PathLike[str], root: str | os.PathLike[str] | 
         _check_target(dfd, name, shown)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
         staged = True
-        _staging(dfd, tmp, shown)
+        _staging(dfd, tmp)
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
