@@ -76,5 +76,49 @@ def main() -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def entry() -> None:
+    """The ``ai4s-graph`` executable (the console script, ``python -m ai4s_graph.cli``): :func:`main`,
+    then the process ends without the interpreter's teardown (:func:`fast_exit`). An exception other
+    than SystemExit propagates as from :func:`main` (Python prints it and exits 1)."""
+    try:
+        main()
+        code: object = 0
+    except SystemExit as e:
+        code = e.code
+    fast_exit(code)
+
+
+def fast_exit(code: object) -> None:
+    """End this process with ``code`` (SystemExit's: None is 0, an int itself, anything else printed
+    on stderr and 1) as the interpreter would, less its teardown: the threads' shutdown (non-daemon
+    threads joined, ``concurrent.futures``' exit hooks), the :mod:`atexit` handlers, stdout and
+    stderr flushed (a flush that fails: 120, as CPython), then ``os._exit``. What is skipped is the
+    freeing of every object and module: after ``run`` on the replicated 176 MB trace, 0.35-0.5 s on
+    the 16-core device between the final line and the exit (three runs, 2026-12-03) and 0.6 s on the
+    project's 2-core machine, against 0.02 s with this (the same run, measured both ways)."""
+    import atexit
+    import os
+    import threading
+
+    if code is None:
+        rc = 0
+    elif isinstance(code, int):
+        rc = code
+    else:
+        print(code, file=sys.stderr)
+        rc = 1
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx runs first (CPython)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            rc = rc or 120
+    os._exit(rc)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

@@ -1,5 +1,5 @@
 """``python -m ai4s_graph.cli``: the ``ai4s-graph`` command line."""
 
-from . import main
+from . import entry
 
-main()
+entry()

@@ -81,12 +81,18 @@ def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    keep_png(out, buf.getvalue())
+    return out
+
+
+def keep_png(path: Path, data: bytes) -> None:
+    """File the PNG ``data`` of ``path``: staged with the report within :func:`staged`, else
+    published at ``path`` atomically (a link there refused: UnsafePathError, OSError)."""
     batch = _STAGED.get()
     if batch is not None:
-        batch.append((out, buf.getvalue()))
+        batch.append((path, data))
     else:
-        publish(out, buf.getbuffer())
-    return out
+        publish(path, data)
 
 
 def _num(v: Any, what: str) -> float:

@@ -2,7 +2,7 @@
 at event boundaries in this process, each chunk decoded and read by the engine's loop
 (:class:`.scan_loop.ScanColumns`) in a worker process, the chunks' columns joined here in file
 order (:meth:`.scan_loop.ScanColumns.absorb`). The result is the one pass's, column for column
-(``tests/unit/trace/test_scan_parallel.py`` checks every bundled trace both ways).
+(``tests/test_scan_parallel.py`` checks every bundled trace both ways).
 
 **Why.** The one pass (:func:`.stream.scan_trace`) spends ~90 % of its time decoding JSON and in the
 per-event loop, both in one Python thread: ~2.4 s of the 3.6 s of ``trace timeline`` on the

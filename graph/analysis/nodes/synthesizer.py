@@ -245,31 +245,41 @@ def board_lines(gpu: str | None, series: dict[str, Any]) -> dict[str, tuple[floa
     return out
 
 
-def make_plots(state: AnalysisState, out_dir: Path, window: tuple[float, float] | None) -> tuple[list[str], list[str]]:
-    """GPU time breakdown and telemetry PNGs; returns (paths, problems)."""
+def start_plots(state: AnalysisState, out_dir: Path,
+                window: tuple[float, float] | None) -> list[tuple[str, Any]]:
+    """The GPU time breakdown and telemetry PNGs started (:class:`~ai4s_graph.tools.report.drawing.
+    Drawing`: in processes of their own where the CPUs allow, else drawn now); returns
+    ``[(what, drawing)]`` for :func:`finish_plots`."""
     # lazy: matplotlib costs +1.3 s import time (python -X importtime), paid only when a report is written
-    from ....tools.report import plots
+    from ....tools.report.drawing import Drawing
 
-    paths, problems = [], []
+    started: list[tuple[str, Any]] = []
     ranks = ((state.get("findings") or {}).get("trace") or {}).get("ranks") or []
     if ranks:
-        try:
-            paths.append(str(plots.plot_gpu_breakdown({f"rank {r.get('rank', i)}": r["timeline"]
-                                                       for i, r in enumerate(ranks)}, out_dir / "gpu_time_breakdown.png")))
-        except Ai4sError as e:
-            problems.append(f"synthesizer: GPU breakdown plot: {e}")
+        started.append(("GPU breakdown plot", Drawing("gpu_breakdown", {f"rank {r.get('rank', i)}": r["timeline"]
+                                                                        for i, r in enumerate(ranks)},
+                                                      out_dir / "gpu_time_breakdown.png")))
     tel = (state.get("findings") or {}).get("telemetry") or {}
     series, units = telemetry_panels(tel)
     if series:
-        try:
-            crit = next(iter(ranks), None)
-            prof = ctx.profiled_window(crit) if crit else None
-            paths.append(str(plots.plot_telemetry(series, units, window, out_dir / "telemetry.png", profiled=prof,
-                                                  limits=board_lines(state["manifest"].gpu, series),
+        crit = next(iter(ranks), None)
+        prof = ctx.profiled_window(crit) if crit else None
+        started.append(("telemetry plot", Drawing("telemetry", series, units, window, out_dir / "telemetry.png",
+                                                  profiled=prof, limits=board_lines(state["manifest"].gpu, series),
                                                   title=f"Telemetry over job {state['manifest'].jobid}")))
+    return started
+
+
+def finish_plots(started: list[tuple[str, Any]], problems: list[str]) -> list[str]:
+    """The paths of the figures :func:`start_plots` / :func:`start_step_plot` started, in their order;
+    a figure that failed is a problem (``synthesizer: <what>: <why>``), not an error."""
+    paths = []
+    for what, drawing in started:
+        try:
+            paths.append(str(drawing.result()))
         except Ai4sError as e:
-            problems.append(f"synthesizer: telemetry plot: {e}")
-    return paths, problems
+            problems.append(f"synthesizer: {what}: {e}")
+    return paths
 
 
 def _util_series(findings: dict[str, Any]) -> list[tuple[float, float]]:
@@ -355,25 +365,27 @@ def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
         return None
 
 
-def step_plot(budgets: list[dict[str, Any]], ann: Any, b: Bottleneck, out_dir: Path, problems: list[str]) -> list[str]:
-    """``step_time_breakdown.png``: per step x per rank, computation / exposed communication / exposed
-    memcpy / idle (issue 27 point 3), every rank of the step accounting (``budgets``: the report's
-    ``step_budget``; the annotated trace's per-step breakdown of the critical rank when none has
-    one), the straggler's panel marked; [] without steps."""
-    from ....tools.report import plots
-
+def step_plot_input(budgets: list[dict[str, Any]], ann: Any, b: Bottleneck) -> dict[str, Any]:
+    """What ``step_time_breakdown.png`` draws: per step x per rank, computation / exposed communication /
+    exposed memcpy / idle (issue 27 point 3), every rank of the step accounting (``budgets``: the
+    report's ``step_budget``; with none, the annotated trace's per-step breakdown of the critical
+    rank, ``ann``, None when not yet written), by rank label; {} without steps."""
     per_rank = {str(x["rank"] if x["rank"] is not None else i): x["per_step"] for i, x in enumerate(budgets)
                 if x.get("per_step")}
     if not per_rank and getattr(ann, "step_breakdown", None):
         per_rank = {str(b.critical_rank if b.critical_rank is not None else 0): ann.step_breakdown}
+    return per_rank
+
+
+def start_step_plot(per_rank: dict[str, Any], b: Bottleneck, out_dir: Path) -> list[tuple[str, Any]]:
+    """``step_time_breakdown.png`` of :func:`step_plot_input`'s ``per_rank`` started (as
+    :func:`start_plots`), the straggler's panel marked; [] without steps."""
+    from ....tools.report.drawing import Drawing
+
     if not per_rank:
         return []
-    try:
-        return [str(plots.plot_step_breakdown(per_rank, out_dir / "step_time_breakdown.png",
-                                              marked=str(b.straggler) if b.straggler is not None else None))]
-    except Ai4sError as e:
-        problems.append(f"synthesizer: step breakdown plot: {e}")
-        return []
+    return [("step breakdown plot", Drawing("step_breakdown", per_rank, out_dir / "step_time_breakdown.png",
+                                            marked=str(b.straggler) if b.straggler is not None else None))]
 
 
 def _rank_record(findings: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
@@ -433,12 +445,23 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     dest, kept = report_write.destination(out_dir, manifest.jobid, analysed=bool(state.get("manifest") and verdicts),
                                           force=req.force)
     ensure_dir(dest, out_dir)
+    budgets = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
+               if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
     with report_plots.staged() as staged_plots:  # published with the report, in one atomic write
-        plots_, plot_problems = make_plots(state, dest, _plot_window(findings, manifest))
-        ann = annotate_trace(findings, b.critical_rank, dest, plot_problems)
-        budgets = [x for r in ((findings.get("trace") or {}).get("ranks") or [])
-                   if (x := report_budget.rank_budget(r.get("step_accounting"), r.get("rank"))) is not None]
-        plots_ += step_plot(budgets, ann, b, dest, plot_problems)
+        # the figures are drawn (in processes of their own where the CPUs allow) while the annotated
+        # trace is written here; the step plot waits for it only when the annotated trace's own step
+        # breakdown is what it draws (no rank has step accounting)
+        figures = start_plots(state, dest, _plot_window(findings, manifest))
+        steps_in = step_plot_input(budgets, None, b)
+        step_fig = start_step_plot(steps_in, b, dest)
+        ann_problems: list[str] = []
+        ann = annotate_trace(findings, b.critical_rank, dest, ann_problems)
+        if not steps_in:
+            step_fig = start_step_plot(step_plot_input(budgets, ann, b), b, dest)
+        plot_problems: list[str] = []
+        plots_ = finish_plots(figures, plot_problems)
+        plot_problems += ann_problems
+        plots_ += finish_plots(step_fig, plot_problems)
     in_context = context_of(state, manifest, b, verdicts, plot_problems)
     reconcile_with_window(b, in_context.get("representativeness"))
     rep = Report(jobid=manifest.jobid, model=manifest.model, state=manifest.state, nodes_list=manifest.nodes_list,

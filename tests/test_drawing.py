@@ -1,0 +1,157 @@
+"""tools/report/drawing.py: the report's figures drawn in processes of their own give the same PNG,
+the same errors and the same filing as drawn in the graph's process (real inputs: the bundled
+runs' TraceLens timelines and 92003's telemetry export, and ``run`` over the bundled example both
+ways); and cli's fast exit keeps what the interpreter's exit does (threads, atexit, the code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph.tools.errors import InputError
+from ai4s_graph.tools.report import drawing, plots
+from test_plots import telemetry_92003, tracelens_timelines
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def lanes(monkeypatch):
+    """Figures drawn in lanes (the switch the 2-core machine needs: its default draws here)."""
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "1")
+
+
+def _inputs(tracelens_refs, perf_runs, out: Path) -> list[tuple[str, tuple, dict]]:
+    tls = dict(tracelens_timelines(tracelens_refs))
+    series, window = telemetry_92003(perf_runs)
+    steps = [{"step": s, "computation_ms": 10.0 + s, "exposed_comm_ms": 1.5 * s, "exposed_memcpy_ms": 0.25,
+              "idle_ms": 30.0 - s} for s in range(12)]
+    return [
+        ("gpu_breakdown", ({"rank 0": tls["92003_rank0"], "rank 1": tls["92001_rank0"]}, out / "gpu.png"), {}),
+        ("telemetry", (series, {"DCGM_FI_DEV_GPU_UTIL": "%"}, window, out / "tel.png"), {"title": "job 92003"}),
+        ("step_breakdown", ({"0": steps, "1": steps[::-1]}, out / "steps.png"), {"marked": "1"}),
+    ]
+
+
+def test_a_lane_draws_the_same_png_as_this_process(lanes, tmp_path, tracelens_refs, perf_runs, monkeypatch):
+    jobs = _inputs(tracelens_refs, perf_runs, tmp_path)
+    with plots.staged() as in_lanes:
+        started = [drawing.Drawing(name, *args, **kw) for name, args, kw in jobs]
+        assert all(d.lane is not None for d in started)  # each started in a process of its own
+        paths = [d.result() for d in started]
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "0")
+    with plots.staged() as here:
+        here_paths = [drawing.Drawing(name, *args, **kw).result() for name, args, kw in jobs]
+    assert paths == here_paths == [args[-1] for _, args, _ in jobs]
+    assert [p for p, _ in in_lanes] == [p for p, _ in here] == paths  # staged in the order started
+    for (_, a), (_, b) in zip(in_lanes, here):
+        assert a[:8] == b"\x89PNG\r\n\x1a\n"
+        assert a == b  # byte for byte
+    assert not list(tmp_path.iterdir())  # staged: nothing written yet
+
+
+def test_outside_a_staged_block_the_lanes_png_is_published(lanes, tmp_path, tracelens_refs, perf_runs):
+    name, args, kw = _inputs(tracelens_refs, perf_runs, tmp_path)[0]
+    got = drawing.Drawing(name, *args, **kw).result()
+    assert got == tmp_path / "gpu.png"
+    with plots.staged() as files:
+        plots.plot_gpu_breakdown(*args, **kw)
+    assert got.read_bytes() == files[0][1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.png"]  # no temporary file left
+
+
+def test_a_figures_error_is_raised_by_result_as_by_the_plain_call(lanes, tmp_path):
+    bad = {"rank 0": {"computation_time": {"time_ms": -1.0}}}
+    with pytest.raises(InputError) as plain:
+        plots.plot_gpu_breakdown(bad, tmp_path / "bad.png")
+    d = drawing.Drawing("gpu_breakdown", bad, tmp_path / "bad.png")
+    assert d.lane is not None
+    with pytest.raises(InputError) as got:
+        d.result()
+    assert str(got.value) == str(plain.value) == "rank rank 0: computation_time.time_ms is negative (-1.0)"
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_the_switch_and_an_unknown_figure(monkeypatch, tmp_path, tracelens_refs, perf_runs):
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "0")
+    name, args, kw = _inputs(tracelens_refs, perf_runs, tmp_path)[2]
+    d = drawing.Drawing(name, *args, **kw)
+    assert d.lane is None and (tmp_path / "steps.png").is_file()  # drawn at once, here
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "1")
+    assert drawing.lanes_on()
+    with pytest.raises(KeyError):
+        drawing.Drawing("os.system", "true")
+    with pytest.raises(KeyError):  # a lane is handed a name of FIGURES only
+        drawing.draw("os.system", ("true",), {})
+
+
+def _run(out: Path, lanes_env: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO), AI4S_STATE_DIR=str(out / "state"),
+               **{drawing.FIGURE_LANES_ENV: lanes_env})
+    env.pop("AI4S_TRACE_CACHE", None)
+    out.mkdir()
+    cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "run", "--perf-run",
+                         str(REPO / "examples/perf-runs/92001"), "--out", str(out / "out"), "--checkpoint",
+                         str(out / "ck.sqlite"), "--llm", "none"], env=env, capture_output=True, text=True,
+                        cwd=str(out), timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rep = json.loads((out / "out/report.json").read_text())
+    return {"status": cp.stdout.strip().splitlines()[-1], "plots": [Path(p).name for p in rep["plots"]],
+            "missing": rep["missing"],
+            "png": {p.name: p.read_bytes() for p in sorted((out / "out").glob("*.png"))}}
+
+
+def test_run_draws_the_same_report_figures_in_lanes(tmp_path):
+    here, lanes_ = _run(tmp_path / "here", "0"), _run(tmp_path / "lanes", "1")
+    assert lanes_["status"].replace("/lanes/", "/here/") == here["status"]
+    assert here["plots"] == lanes_["plots"] == ["gpu_time_breakdown.png", "telemetry.png", "step_time_breakdown.png"]
+    assert lanes_["missing"] == here["missing"]
+    assert set(here["png"]) == set(lanes_["png"]) == set(here["plots"])
+    for name in here["png"]:
+        assert lanes_["png"][name] == here["png"][name], name
+
+
+_EXIT_CHILD = """
+import atexit, sys, threading, time
+from pathlib import Path
+out = Path(sys.argv[1])
+def late():
+    time.sleep(0.2)
+    (out / "thread.txt").write_text("done")
+threading.Thread(target=late).start()  # not a daemon: the exit waits for it
+atexit.register(lambda: (out / "atexit.txt").write_text("ran"))
+sys.stdout.write("buffered, no newline")
+sys.argv = ["ai4s-graph"] + sys.argv[2:]
+import ai4s_graph.cli as cli
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize("args,rc", [(["--version"], 0), (["no-such-command"], 2)], ids=["ok", "usage"])
+def test_fast_exit_keeps_the_threads_atexit_output_and_code(tmp_path, args, rc):
+    env = dict(os.environ, PYTHONPATH=str(REPO), AI4S_STATE_DIR=str(tmp_path / "state"))
+    cp = subprocess.run([sys.executable, "-c", _EXIT_CHILD, str(tmp_path), *args], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert cp.returncode == rc, cp.stderr
+    assert cp.stdout.startswith("buffered, no newline")
+    assert ("ai4s-graph 0.1.0" in cp.stdout) if rc == 0 else ("STATUS=fail; reason=" in cp.stdout)
+    assert (tmp_path / "thread.txt").read_text() == "done"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+
+
+def test_fast_exit_codes(tmp_path):
+    code = "import ai4s_graph.cli as c, sys; c.fast_exit(sys.argv[1] if sys.argv[1] != 'none' else None)"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    got = {}
+    for arg in ("none", "refused: no trace"):
+        cp = subprocess.run([sys.executable, "-c", code, arg], env=env, capture_output=True, text=True, timeout=60)
+        got[arg] = (cp.returncode, cp.stderr.strip())
+    cp = subprocess.run([sys.executable, "-c", "import ai4s_graph.cli as c; c.fast_exit(7)"], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert got == {"none": (0, ""), "refused: no trace": (1, "refused: no trace")}
+    assert cp.returncode == 7

@@ -1,0 +1,104 @@
+"""The report's figures drawn side by side, each in a process of its own (issue 29, the ``run`` side).
+
+**Why.** The synthesizer drew its three figures one after the other in the graph's process: on the
+replicated 176 MB trace (``bench/make_long_trace.py``) ``run``'s synthesizer took 2.3-3.1 s of the
+run's 10.6-11.3 s on the 16-core device (three runs, 2026-12-03, the node's STATUS lines timed from
+the command's start), and under cProfile on the project's 2-core machine 6.6 of its 7.4 s were the
+figures (matplotlib's import 1.2 s, the step breakdown 2.5 s, the GPU breakdown 1.5 s, the
+telemetry 1.35 s) and the annotated trace (1.3 s). Each figure depends only on its own picklable
+input, so each can be drawn in a lane (:class:`~ai4s_graph.tools.trace.lanes.Lane`: a fresh
+``python -c`` process, its answer a pickle) while this process writes the annotated trace; the PNG
+bytes are the same as drawn here (the same matplotlib, the same defaults, Agg's rendering has no
+state across figures; ``tests/test_drawing.py`` compares them byte for byte).
+
+**When** (:func:`lanes_on`): ``AI4S_FIGURE_LANES`` when set (``0``: never, ``1``: always, the tests'
+switch); else on a process that may run on at least :data:`MIN_CPUS` CPUs and is not a
+``multiprocessing`` worker. Where a lane cannot start or gives no answer, the figure is drawn
+here, as before (the same function and arguments: the same PNG or the same error).
+
+**Cost:** a lane imports this module and matplotlib (~50 MiB of RSS each, while it draws); the
+figures' lanes start after the trace's read, so they do not add to the read's peak.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ..trace import lanes
+from . import plots
+
+#: Environment variable: ``0`` draws every figure in this process, ``1`` always in lanes.
+FIGURE_LANES_ENV = "AI4S_FIGURE_LANES"
+#: CPUs from which figures are drawn in lanes by default: three lanes and this process's annotated
+#: trace each want one. On the project's 2-core machine the lanes' starts and three imports of
+#: matplotlib (~0.5 s of CPU each there) cost about what drawing them one after another saves.
+MIN_CPUS = 4
+
+#: The figures a lane may draw, by name (a lane is handed the name, never a callable).
+FIGURES: dict[str, Callable[..., Path]] = {
+    "gpu_breakdown": plots.plot_gpu_breakdown,
+    "telemetry": plots.plot_telemetry,
+    "step_breakdown": plots.plot_step_breakdown,
+}
+
+
+def lanes_on() -> bool:
+    """Whether :class:`Drawing` draws in lanes (see the module docstring). Never raises."""
+    import multiprocessing
+
+    env = os.environ.get(FIGURE_LANES_ENV, "").strip()
+    if env:
+        return env == "1"
+    return multiprocessing.parent_process() is None and lanes.usable_cpus() >= MIN_CPUS
+
+
+def draw(name: str, args: tuple, kwargs: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """A lane's body: the figure ``name`` of :data:`FIGURES` drawn with ``args`` and ``kwargs`` into
+    memory (:func:`.plots.staged`); returns ``[(path, PNG bytes)]``. Raises what the figure raises
+    (InputError for empty or malformed input) and KeyError for a name not in :data:`FIGURES`."""
+    with plots.staged() as files:
+        FIGURES[name](*args, **kwargs)
+    return [(str(p), data) for p, data in files]
+
+
+class Drawing:
+    """One figure of :data:`FIGURES`, started now: in a lane when :func:`lanes_on` (and it starts),
+    else drawn here at once (as a plain call of the figure would be). :meth:`result` gives what the
+    figure's call gives (its path) or raises what it raises, and files the PNG where a call made now
+    would (staged with the report, :func:`.plots.staged`, else published at the path)."""
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        if name not in FIGURES:
+            raise KeyError(f"no figure named {name!r}")
+        self.name, self.args, self.kwargs = name, args, kwargs
+        self.lane = lanes.start(draw, name, args, kwargs) if lanes_on() else None
+        self._path: Path | None = None
+        self._error: BaseException | None = None
+        if self.lane is None:
+            self._draw_here()
+
+    def _draw_here(self) -> None:
+        try:
+            self._path = FIGURES[self.name](*self.args, **self.kwargs)
+        except Exception as e:  # noqa: BLE001 - re-raised by result(), where a plain call would raise it
+            self._error = e
+
+    def result(self) -> Path:
+        """The figure's path; waits for its lane (one that gave no answer: drawn here now). Raises what
+        the figure raises."""
+        if self.lane is not None:
+            lane, self.lane = self.lane, None
+            try:
+                files = lane.result()
+            except lanes.LaneError:  # its own error too: drawn here, raising it as a plain call does
+                self._draw_here()
+            else:
+                for p, data in files:
+                    plots.keep_png(Path(p), data)
+                self._path = Path(files[-1][0])
+        if self._error is not None:
+            raise self._error
+        assert self._path is not None
+        return self._path
