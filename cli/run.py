@@ -178,13 +178,17 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         if snap.values and not snap.next and not snap.tasks:
             values = dict(snap.values)
             out_dir = Path(values["request"].out_dir if values.get("request") else req.out_dir)
-            theirs = report_write.report_job(out_dir)
-            if values.get("report") and (not (out_dir / "report.md").exists()
-                                         or (req.force and theirs is not None and theirs != values["report"].jobid)):
+            # "already complete" only while the folder this run's report went to (out_dir, or the
+            # not-published folder when it was kept aside: report_written) holds it: report.md and
+            # a readable report.json naming this job. Otherwise (deleted, truncated, another job's)
+            # the synthesizer writes it again from the checkpointed state (never somebody else's
+            # report called this run's; another job's is replaced only with --force)
+            why = report_write.report_problem(report_written(out_dir).parent, values["report"].jobid) \
+                if values.get("report") else None
+            if why is not None:
                 from ..graph.analysis.nodes.synthesizer import synthesizer
 
-                why = "report.md is gone" if not (out_dir / "report.md").exists() else f"job {theirs}'s report there"
-                printer("graph", f"STATUS=partial; reason=complete, but {why}: writing it again")
+                printer("graph", StatusLine.make("partial", f"complete, but {why}: writing it again").format())
                 values["request"] = values["request"].model_copy(update={"force": req.force})
                 values.update(synthesizer(values))
                 printer("synthesizer", values["statuses"]["synthesizer"])

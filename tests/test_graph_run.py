@@ -458,6 +458,77 @@ def test_a_deleted_report_is_written_again(r92001, perf_runs):
     assert "## Bottleneck: dispatch-bound" in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("damage, why", [
+    ("delete", "report.json is gone"),
+    ("truncate", "report.json is unreadable (not valid JSON"),
+    ("no-job", "report.json names no job"),
+])
+def test_a_finished_run_whose_report_json_is_not_its_own_writes_it_again(damage, why, perf_runs, tmp_path):
+    """A finished thread is "already complete" only while report.json there is readable and names
+    the job (before: report.md alone was looked at, and a run whose report.json was deleted or cut
+    in half said "already complete"). The synthesizer writes the report again from the checkpoint;
+    no analyst runs again."""
+    out = tmp_path / "out"
+    args = ("--job", "92001", "--perf-run", str(perf_runs / "92001"), "--out", str(out),
+            "--checkpoint", str(tmp_path / "ck.sqlite"))
+    code, text = _run(*args)
+    assert code == 0, text
+    js = out / "report.json"
+    good = js.read_text()
+    if damage == "delete":
+        js.unlink()
+    elif damage == "truncate":
+        js.write_text(good[: len(good) // 2])
+    else:
+        js.write_text(json.dumps({"bottleneck": {"klass": "compute-bound"}}))
+    code, text = _run(*args)
+    assert code == 0, text
+    assert "already complete" not in text
+    assert f"STATUS=partial; reason=complete, but {why}" in text and ": writing it again" in text
+    rep = _report(out)
+    assert rep.jobid == "92001" and rep.bottleneck.klass.value == "dispatch-bound"
+    starts = [r["node"] for r in read_journal(out) if r["event"] == "start"]
+    assert starts.count("trace_analyst") == starts.count("telemetry_analyst") == 1
+    code, text = _run(*args)  # now the folder holds its report: already complete
+    assert code == 0 and "already complete" in text
+
+
+def test_another_jobs_report_json_is_not_called_already_complete(perf_runs, tmp_path):
+    """report.json in the output folder replaced by job 55555's (the real report with its job id
+    changed) after the run finished: the same request does not say "already complete" over it;
+    without --force the other job's report is kept and this job's goes to the not-published folder
+    (the synthesizer's rule), which a further call then finds complete; with --force it replaces
+    the other job's."""
+    from ai4s_graph.cli.run import execute, report_written
+    from ai4s_graph.graph.analysis.configuration import RunRequest
+    from ai4s_graph.tools.report import write as report_write
+
+    out = tmp_path / "out"
+    req = RunRequest(jobid="92001", perf_run=str(perf_runs / "92001"), out_dir=str(out))
+    ck = str(tmp_path / "ck.sqlite")
+    execute(req, checkpoint=ck)
+    theirs = json.loads((out / "report.json").read_text())
+    theirs["jobid"] = "55555"
+    (out / "report.json").write_text(json.dumps(theirs))
+    lines: list[tuple[str, str]] = []
+    final = execute(req, checkpoint=ck, printer=lambda node, line: lines.append((node, line)))
+    assert lines[0] == ("graph", "STATUS=partial; reason=complete, but job 55555's report.json there: writing it again")
+    assert "job 55555's report there kept (--force replaces it)" in lines[1][1]
+    assert json.loads((out / "report.json").read_text())["jobid"] == "55555"       # kept
+    aside = out / report_write.NOT_PUBLISHED
+    assert json.loads((aside / "report.json").read_text())["jobid"] == "92001"
+    assert report_written(out) == aside / "report.md" and final["report"].jobid == "92001"
+    lines.clear()
+    execute(req, checkpoint=ck, printer=lambda node, line: lines.append((node, line)))
+    assert lines[0][1].startswith("STATUS=ok; reason=already complete")
+    shutil.rmtree(aside)
+    lines.clear()
+    forced = req.model_copy(update={"force": True})  # force is not part of the thread: the same one
+    execute(forced, checkpoint=ck, printer=lambda node, line: lines.append((node, line)))
+    assert lines[0] == ("graph", "STATUS=partial; reason=complete, but job 55555's report.json there: writing it again")
+    assert json.loads((out / "report.json").read_text())["jobid"] == "92001"
+
+
 def test_usage_errors_end_with_a_status_line():
     import subprocess
 

@@ -107,6 +107,31 @@ def report_job(out_dir: str | Path) -> str | None:
     return None
 
 
+def report_problem(folder: str | Path, jobid: str) -> str | None:
+    """Why ``folder`` does not hold job ``jobid``'s report, as a short phrase ("report.md is gone",
+    "report.json is gone", "report.json is unreadable (...)", "report.json names no job", "job X's
+    report.json there"), or None when both ``report.md`` and ``report.json`` are there as plain
+    files and ``report.json`` is a JSON object whose ``jobid`` is ``jobid`` (compared as strings).
+    A link counts as gone (the report is never read through one). Never raises."""
+    d = Path(folder)
+    md, js = d / REPORT_MD, d / REPORT_JSON
+    if md.is_symlink() or not md.is_file():
+        return "report.md is gone"
+    if js.is_symlink() or not js.is_file():
+        return "report.json is gone"
+    try:
+        data = load_file(js)
+    except InputError as e:
+        return f"report.json is unreadable ({' '.join(str(e).removeprefix(f'{js}: ').split())[:80]})"
+    except (OSError, ValueError, RecursionError) as e:  # noqa: BLE001 - never raises: said, not thrown
+        return f"report.json is unreadable ({type(e).__name__})"
+    if not isinstance(data, dict) or data.get("jobid") is None:
+        return "report.json names no job"
+    if str(data["jobid"]) != str(jobid):
+        return f"job {data['jobid']}'s report.json there"
+    return None
+
+
 def destination(out_dir: str | Path, jobid: str | None, *, analysed: bool, force: bool = False) -> tuple[Path, str | None]:
     """``(folder the report goes to, why it is not out_dir or None)``; see the module docstring."""
     out = Path(out_dir)
