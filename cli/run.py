@@ -259,6 +259,14 @@ class RankProgress:
             self.bar = None
 
 
+def resume_hint(fresh: bool) -> str:
+    """How to resume a run that stopped (a signal, a node that raised, a full disk): "re-run the
+    same command", or, for a run started with ``--fresh`` (which discards the checkpoint: the
+    same command again would throw away the finished nodes), "re-run the same command without
+    --fresh"."""
+    return "re-run the same command without --fresh" if fresh else "re-run the same command"
+
+
 #: Signals that stop a run at once (:class:`SignalStop`): Ctrl-C, and what ``kill``, ``scancel``
 #: and a SLURM time limit send first.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -276,7 +284,9 @@ class SignalStop:
     are removed (:func:`~ai4s_graph.state.publish.freeze`: every report file is its old or its new
     version, none half renamed); ``error: interrupted (SIGINT) ...`` goes to stderr and, through
     :attr:`emit` (``emit(line, exit code)``: the run's plain or ``--json`` output),
-    ``STATUS=fail; reason=interrupted (SIGINT); re-run the same command to resume``; the prefetched
+    ``STATUS=fail; reason=interrupted (SIGINT); re-run the same command to resume`` (``... re-run
+    the same command without --fresh to resume`` for a run started with ``--fresh``: ``fresh``,
+    :func:`resume_hint`); the prefetched
     trace lanes and the VictoriaMetrics servers this process started, the ones that would outlive
     it, are stopped (:func:`_stop_helpers`); then the process exits at once with 128 + the signal's
     number (130, 143: the shell's convention), without waiting for the nodes still running
@@ -290,8 +300,9 @@ class SignalStop:
     #: process that goes on (a test's ``CliRunner``) get the earlier handlers back.
     hold_after_settle = False
 
-    def __init__(self, emit: Callable[[str, int], None]) -> None:
+    def __init__(self, emit: Callable[[str, int], None], fresh: bool = False) -> None:
         self.emit = emit
+        self.fresh = fresh
         self._old: dict[int, Any] = {}
         self._settled = False
 
@@ -321,11 +332,11 @@ class SignalStop:
             signal.signal(s, signal.SIG_IGN)
         name = signal.Signals(signum).name
         code = 128 + signum
+        hint = resume_hint(self.fresh)
         steps = (_freeze_checkpoints, _freeze_publishing,
                  lambda: err_console.print(f"error: interrupted ({name}); the finished nodes are checkpointed: "
-                                           "re-run the same command to resume"),
-                 lambda: self.emit(StatusLine.make("fail", f"interrupted ({name}); re-run the same command to "
-                                                           "resume").format(), code),
+                                           f"{hint} to resume"),
+                 lambda: self.emit(StatusLine.make("fail", f"interrupted ({name}); {hint} to resume").format(), code),
                  _stop_helpers, sys.stdout.flush, sys.stderr.flush)
         try:
             for step in steps:
@@ -454,7 +465,7 @@ def register(app: typer.Typer) -> None:
         # a signal from here on stops the run at once with its STATUS line (SignalStop); before the
         # request exists, the refusal's output
         stopper = SignalStop(lambda line, code: (options.echo_json("run", line, outcome="fail", exit_code=code)
-                                                  if as_json else print(line))).install()
+                                                  if as_json else print(line)), fresh=fresh).install()
         ctx.call_on_close(stopper.restore)
         options.set_quiet(quiet)
         if model is not None:
@@ -549,14 +560,15 @@ def register(app: typer.Typer) -> None:
         except OSError as e:  # disk full, file too big, no permission: published files are never half-written
             err_console.print(f"error: {one_line(e, 300)}")
             err_console.print("Nothing already written was replaced by a partial file; the finished nodes are "
-                              "checkpointed: free the space and re-run the same command to resume.")
-            finish(StatusLine.make("fail", f"{type(e).__name__}: {e.strerror or e}; earlier report kept; re-run to "
-                                           "resume").format(), 1)
+                              f"checkpointed: free the space and {resume_hint(fresh)} to resume.")
+            finish(StatusLine.make("fail", f"{type(e).__name__}: {e.strerror or e}; earlier report kept; re-run "
+                                           f"{'without --fresh ' if fresh else ''}to resume").format(), 1)
         except Exception as e:  # a node raised: the checkpoint keeps the finished nodes
             err_console.print(f"error: {type(e).__name__}: {one_line(e, 300)}")
-            err_console.print("The finished nodes are checkpointed: re-run the same command to resume. Until then the "
+            err_console.print(f"The finished nodes are checkpointed: {resume_hint(fresh)} to resume. Until then the "
                               "report in the output directory is marked stale (diff refuses the folder).")
-            finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run to resume", 1)
+            finish(f"STATUS=fail; reason={type(e).__name__} in a node; re-run "
+                   f"{'without --fresh ' if fresh else ''}to resume", 1)
         rep = final.get("report")
         if final.get("stop"):
             finish(StatusLine.make("fail", f"stopped: {final['stop']}").format(), 1)

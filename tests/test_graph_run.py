@@ -299,6 +299,55 @@ def test_a_signal_stops_the_run_at_once_with_a_status_line_and_it_resumes(sig, p
     assert _report(tmp_path / "out").bottleneck.klass.value == "compute-bound"
 
 
+def test_a_fresh_run_stopped_by_a_signal_says_to_resume_without_fresh(perf_runs, tmp_path):
+    """Ctrl-C in a run started with --fresh: the same command again would discard the checkpoint
+    of the nodes that finished, so the interrupt's lines say to re-run WITHOUT --fresh (before:
+    "re-run the same command to resume"); that command resumes without running the analysts again."""
+    env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "PYTHONUNBUFFERED": "1",
+           "AI4S_FAULT": "sleep-before:synthesizer:600"}
+    args = ["--job", "92003", "--perf-run", str(perf_runs / "92003"), "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen([sys.executable, "-m", "ai4s_graph.cli", "run", *args, "--fresh"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in proc.stdout:  # trace_verifier's line: trace_analyst's superstep is committed
+            if line.startswith("trace_verifier"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)  # the sleeping node would hold it 600 s
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert out.splitlines()[-1] == ("STATUS=fail; reason=interrupted (SIGINT); re-run the same command without "
+                                    "--fresh to resume")
+    assert ("error: interrupted (SIGINT); the finished nodes are checkpointed: re-run the same command without "
+            "--fresh to resume") in err
+    env.pop("AI4S_FAULT")
+    second = _cli(args, env)  # the hint followed: no --fresh
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "STATUS=ok; reason=resuming " in second.stdout
+    starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
+    assert starts.count("trace_analyst") == 1 and starts.count("synthesizer") == 1
+
+
+def test_a_fresh_run_whose_node_raises_says_to_resume_without_fresh(perf_runs, tmp_path):
+    """A node that raises in a --fresh run: the STATUS line and the hint on stderr say to re-run
+    without --fresh (which resumes at that node); a run without --fresh keeps "re-run to resume"."""
+    env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "AI4S_FAULT": "raise-before:synthesizer"}
+    args = ["--job", "92003", "--perf-run", str(perf_runs / "92003"), "--out", str(tmp_path / "out")]
+    first = _cli([*args, "--fresh"], env)
+    assert first.returncode == 1
+    assert first.stdout.splitlines()[-1] == "STATUS=fail; reason=RuntimeError in a node; re-run without --fresh to resume"
+    assert "re-run the same command without --fresh to resume" in first.stderr
+    again = _cli(args, env)  # still raising, not --fresh: resumed at the synthesizer, the plain hint
+    assert again.returncode == 1 and "resuming at synthesizer" in again.stdout
+    assert again.stdout.splitlines()[-1] == "STATUS=fail; reason=RuntimeError in a node; re-run to resume"
+    env.pop("AI4S_FAULT")
+    second = _cli(args, env)
+    assert second.returncode == 0 and "resuming at synthesizer" in second.stdout
+    assert [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"].count("trace_analyst") == 1
+
+
 # ---- bad input: one-line error, a fail/partial STATUS for that branch, and a report naming what is missing
 
 

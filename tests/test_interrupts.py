@@ -177,3 +177,20 @@ def test_a_freeze_in_the_thread_renaming_a_set_finishes_the_set(tmp_path: Path, 
     assert (tmp_path / "report.json").read_text() == "new json" and (tmp_path / "report.md").read_text() == "new md"
     assert list(tmp_path.glob(".*.tmp")) == []
     assert publish._RENAMES == []
+
+
+def test_the_interrupt_line_of_a_fresh_run_says_to_resume_without_fresh() -> None:
+    """The line SignalStop prints on a signal names how to resume: "re-run the same command" for a
+    plain run, "... without --fresh" for one started with --fresh (its --fresh would discard the
+    checkpoint). A real SIGINT raised in a child process that installed the handler; exit 130."""
+    import subprocess
+    import sys
+
+    code = ("import signal, sys; from ai4s_graph.cli.run import SignalStop; "
+            "SignalStop(lambda line, code: print(line), fresh=sys.argv[1] == 'fresh').install(); "
+            "signal.raise_signal(signal.SIGINT); print('not stopped')")
+    for fresh, hint in (("fresh", "re-run the same command without --fresh"), ("plain", "re-run the same command")):
+        cp = subprocess.run([sys.executable, "-c", code, fresh], capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 130, cp.stderr
+        assert cp.stdout.splitlines() == [f"STATUS=fail; reason=interrupted (SIGINT); {hint} to resume"]
+        assert f"error: interrupted (SIGINT); the finished nodes are checkpointed: {hint} to resume" in cp.stderr
