@@ -13,10 +13,10 @@ The analysis graph's state holds these models as they are (``graph/analysis/sche
 from .claims import BottleneckClass, Claim, Evidence, Tolerance, Verdict, VerifiedClaim
 from .manifest import TERMINAL_STATES, Artifacts, Manifest
 from .report import Bottleneck, Contradiction, LeverRecommendation, NamedCause, Report, Usage
-from .status import Outcome, StatusLine, worst
+from .status import Outcome, StatusLine, with_note, worst
 
 __all__ = [
     "Artifacts", "Bottleneck", "BottleneckClass", "Claim", "Contradiction", "Evidence", "LeverRecommendation", "NamedCause",
     "Manifest", "Outcome", "Report", "StatusLine", "TERMINAL_STATES", "Tolerance", "Usage",
-    "Verdict", "VerifiedClaim", "worst",
+    "Verdict", "VerifiedClaim", "with_note", "worst",
 ]

@@ -135,6 +135,25 @@ class StatusLine(BaseModel):
         return cls.parse(lines[-1].strip())
 
 
+#: The most of a note's reason :func:`with_note` keeps (the rest of the 160 goes to the line's own).
+MAX_NOTE_CHARS = 100
+
+
+def with_note(line: StatusLine, note: StatusLine | None) -> StatusLine:
+    """``line`` with ``note`` (the STATUS of a pass inside the same node, such as its LLM pass
+    falling back to the deterministic result: ``trace_analyst LLM: ANTHROPIC_API_KEY is not set;
+    deterministic result kept``) added when that note is not ``ok``: the worse outcome of the two
+    (:func:`worst`), reason ``<line's reason>; <note's reason>``. The note's reason is cut to
+    :data:`MAX_NOTE_CHARS` characters and the line's own reason so that the whole stays within
+    :data:`MAX_REASON_CHARS` with the note whole (a cut part ends in ``…``). An ``ok`` or absent
+    note gives ``line`` back unchanged. Never raises."""
+    if note is None or note.status is Outcome.ok:
+        return line
+    tail = one_line(note.reason, MAX_NOTE_CHARS)
+    head = one_line(line.reason, MAX_REASON_CHARS - len(tail) - 2)
+    return StatusLine.make(worst(line.status, note.status), f"{head}; {tail}")
+
+
 def worst(*statuses: Outcome | str) -> Outcome:
     """The worst of several outcomes (fail > partial > ok); ``ok`` for none."""
     order = {Outcome.ok: 0, Outcome.partial: 1, Outcome.fail: 2}

@@ -94,3 +94,41 @@ def test_graph_in_llm_mode_matches_deterministic_run(perf_runs, tmp_path, monkey
     assert harness.files_containing(tmp_path, key) == []
     assert [f for f in harness.files_containing(harness.HERE, key) if f.endswith(".yaml")] == []
     assert key not in out
+
+
+AGENT_NODES = ("telemetry_analyst", "trace_analyst", "telemetry_verifier", "trace_verifier", "synthesizer")
+
+
+def test_no_api_key_every_agent_node_says_its_llm_was_unavailable(perf_runs, tmp_path, monkeypatch):
+    """``--llm anthropic`` without ANTHROPIC_API_KEY: every agent node keeps its deterministic
+    result, and its STATUS line says why: the reason of the same node under ``--llm none`` (same
+    inputs, same output folder), then ``<node> LLM: ANTHROPIC_API_KEY is not set; deterministic
+    result kept``, STATUS=partial (before: the telemetry analyst went partial without a word about
+    the LLM, and the verifiers said ok with no mention of it)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    out = tmp_path / "out"
+    base = ["run", "--job", "92001", "--perf-run", str(perf_runs / "92001"), "--out", str(out),
+            "--checkpoint", str(tmp_path / "ck.sqlite"), "--workers", "1"]
+    code, text = _run(base + ["--llm", "none"])
+    assert code == 0, text
+    det = json.loads((out / "report.json").read_text())
+    code, text = _run(base + ["--llm", "anthropic"])  # another thread (llm is in its key), same folder
+    assert code == 0, text
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["llm"] == "anthropic" and rep["bottleneck"]["klass"] == det["bottleneck"]["klass"] == "dispatch-bound"
+    assert [(v["claim"]["id"], v["claim"]["value"], v["verdict"]) for v in rep["claims"]] == \
+        [(v["claim"]["id"], v["claim"]["value"], v["verdict"]) for v in det["claims"]]  # the deterministic result
+    for node in AGENT_NODES:
+        plain = det["statuses"][node]
+        assert plain.startswith("STATUS=ok; reason="), (node, plain)
+        note = f"; {node} LLM: ANTHROPIC_API_KEY is not set; deterministic result kept"
+        got = rep["statuses"][node]
+        assert got.startswith("STATUS=partial; reason=") and got.endswith(note), (node, got)
+        assert len(got) - len("STATUS=partial; reason=") <= 160
+        head, own = got[len("STATUS=partial; reason="):-len(note)], plain[len("STATUS=ok; reason="):]
+        if node == "synthesizer":  # "report.md in <tmp path>": cut (…) so that the note stays whole
+            assert head == own or (head.endswith("…") and own.startswith(head[:-1])), (head, own)
+        else:
+            assert head == own, (node, head, own)
+        assert f"{node:<20} {got}" in text  # the line printed as the node ended
+    assert rep["statuses"]["launcher"] == det["statuses"]["launcher"]  # no LLM there: unchanged

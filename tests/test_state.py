@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ai4s_graph.state import Claim, Evidence, Manifest, Outcome, StatusLine, Tolerance, worst
+from ai4s_graph.state import Claim, Evidence, Manifest, Outcome, StatusLine, Tolerance, with_note, worst
 
 
 def test_status_line_round_trip_and_strict_parse():
@@ -16,6 +16,24 @@ def test_status_line_round_trip_and_strict_parse():
     assert StatusLine.last_in("working...\nSTATUS=fail; reason=TSDB unreachable\n\n").status is Outcome.fail
     assert len(StatusLine.make("ok", "x" * 500).reason) == 160
     assert worst("ok", "partial", "ok") is Outcome.partial and worst() is Outcome.ok
+
+
+def test_with_note_adds_a_fallback_after_the_reason_and_keeps_it_whole():
+    """A node's line with its LLM pass's fallback: the worse outcome, the note after the node's own
+    reason; an ok or absent note changes nothing; a long reason is cut so the note stays whole."""
+    line = StatusLine.make("ok", "11 confirmed")
+    note = StatusLine.make("partial", "telemetry_verifier LLM: ANTHROPIC_API_KEY is not set; deterministic result kept")
+    got = with_note(line, note)
+    assert got.format() == ("STATUS=partial; reason=11 confirmed; telemetry_verifier LLM: ANTHROPIC_API_KEY is not "
+                            "set; deterministic result kept")
+    assert with_note(line, None) == line
+    assert with_note(line, StatusLine.make("ok", "trace_verifier LLM: 3 tool calls, 900 tokens")) == line
+    assert with_note(StatusLine.make("fail", "no input"), note).status is Outcome.fail
+    long = with_note(StatusLine.make("ok", "report.md in /" + "d/" * 70), note)
+    assert len(long.reason) == 160  # the path cut mid-word (no blank in it) to 160 - 2 - len(note)
+    assert long.reason.endswith("; " + note.reason) and "…; telemetry_verifier LLM:" in long.reason
+    huge = with_note(line, StatusLine.make("partial", "x LLM: " + "y" * 300))
+    assert huge.reason.startswith("11 confirmed; x LLM: ") and len(huge.reason) == 14 + 100
 
 
 def test_manifest_reads_a_real_run_nodes_first(perf_runs, tmp_path):

@@ -22,7 +22,7 @@ from ...rules.diagnosis import board_limits
 from ...rules.verdict import decide, name_causes, rank_views, reconcile_with_window
 from ...runtime import node
 from ....state import (Bottleneck, LeverRecommendation, Manifest, Outcome, Report, StatusLine,
-                              Tolerance, Verdict, VerifiedClaim)
+                              Tolerance, Verdict, VerifiedClaim, with_note)
 from ....tools.cluster.baseline import load_baseline
 from ....tools.errors import Ai4sError, InputError
 from ....state.publish import ensure_dir
@@ -483,22 +483,21 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
     rep.headline = ar.headline(rep)
     rep.executive_summary = executive_summary(rep, manifest, rep.throughput)
     outcome = Outcome.ok
-    reason_extra = ""
+    llm_status = None  # the LLM pass's STATUS: a fallback is said after the deterministic reason
     if req.llm != "none":
         res = llm.synthesizer_pass(llm_request(state), rep.model_dump(mode="json"))  # the LLM reads JSON
         rep.usage[SYNTH] = res.usage
         if res.prose:
             rep.executive_summary = res.prose
-        if res.status.status is not Outcome.ok:
-            outcome, reason_extra = res.status.status, f"; LLM: {res.status.reason}"
+        llm_status = res.status
     if not (state.get("manifest") and verdicts):
         outcome = Outcome.fail  # nothing was analysed: the report only says what is missing
     not_checked = list(state.get("not_checked") or [])  # issue 28; kept out of Report so the agents' inputs are unchanged
     lost = degrading(missing=rep.missing, not_checked=not_checked, input_notes=rep.input_notes)
-    status = StatusLine.make(
+    status = with_note(StatusLine.make(
         Outcome.partial if (lost and outcome is Outcome.ok) else outcome,
         f"{status_verdict(b)}; {len(verdicts)} claims; " + (f"{kept}; this report in {dest}" if kept else f"report.md in {dest}")
-        + (f"; {len(lost)} missing input(s)" if lost else "") + reason_extra)
+        + (f"; {len(lost)} missing input(s)" if lost else "")), llm_status)
     rep.statuses[SYNTH] = status.format()
     md = render_markdown(rep, manifest, not_checked, dropped) + agent_notes_markdown(out_dir, rep)
     page = report_html.report_html(md, {p.name: data for p, data in staged_plots}, f"ai4s-graph report — job {rep.jobid}")

@@ -21,7 +21,7 @@ from ...rules import registry
 from ...rules.diagnosis import board_limits, telemetry_supports_compute
 from ...rules.figures import Inputs
 from ...runtime import node
-from ....state import Claim, Evidence, Manifest, Outcome, StatusLine, worst
+from ....state import Claim, Evidence, Manifest, Outcome, StatusLine, with_note, worst
 from ....state.claimkit import claim
 from ....tools.errors import Ai4sError, InputError
 from ....tools.slurm.scriptparse import parse_job_script
@@ -477,6 +477,7 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
     update: dict[str, Any] = {"findings": findings, "claims": claims, "missing": missing, "not_checked": not_checked}
     if not claims:
         return update, StatusLine.make(Outcome.fail, "; ".join(m.split(": ", 1)[1] for m in missing) or "no input")
+    llm_status = None  # the LLM pass's STATUS: a fallback is said after the deterministic reason
     if req.llm != "none":
         res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
                                claims)
@@ -485,9 +486,9 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
             update["claims"] = [Claim.model_validate(c) for c in res.claims]
         if res.prose:
             update["findings"]["omnistat_prose"] = res.prose
-        outcomes.append(res.status.status)
+        llm_status = res.status
     status = worst(*outcomes)
     reason = "; ".join(parts)
     if missing:
         reason = f"{reason}; missing: {missing[0].split(': ', 1)[1]}" if reason else missing[0]
-    return update, StatusLine.make(status, reason)
+    return update, with_note(StatusLine.make(status, reason), llm_status)

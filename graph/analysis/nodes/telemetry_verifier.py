@@ -22,7 +22,7 @@ from ...rules import registry
 from ...rules.diagnosis import telemetry_supports_compute
 from ...rules.figures import Reader, fom_value
 from ...runtime import node
-from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
+from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim, with_note
 from ....state.claimkit import REL_TOL, TELEMETRY_TOL
 from ....tools.errors import Ai4sError
 from ....tools.slurm import client as slurm
@@ -195,6 +195,7 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
     if state["request"].probe:  # --probe: one srun -N1 gpu_clocks check on one of the job's nodes
         verdicts = probe_verdicts(verdicts, state["manifest"].nodes_list)
     update: dict[str, Any] = {"verdicts": verdicts}
+    llm_status = None  # the LLM pass's STATUS: a fallback is said after the deterministic reason
     if state["request"].llm != "none":
         res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
                                                 "findings": {k: v for k, v in (state.get("findings") or {}).items()
@@ -202,9 +203,10 @@ def telemetry_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine
         update["usage"] = {VERIFIER: res.usage}
         if res.verdicts is not None:  # the LLM's answer (JSON): validated into verdicts here
             update["verdicts"] = [VerifiedClaim.model_validate(v) for v in res.verdicts]
+        llm_status = res.status
     counts: dict[str, int] = {}
     for v in update["verdicts"]:
         k = v.verdict.value
         counts[k] = counts.get(k, 0) + 1
     st = Outcome.ok if counts.get("inconclusive", 0) == 0 else Outcome.partial
-    return update, StatusLine.make(st, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return update, with_note(StatusLine.make(st, ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))), llm_status)

@@ -31,7 +31,7 @@ from ...rules import context as ctx, registry
 from ...rules.diagnosis import Diagnosis, trace_class
 from ...rules.figures import Inputs
 from ...runtime import node
-from ....state import Claim, Evidence, Outcome, StatusLine
+from ....state import Claim, Evidence, Outcome, StatusLine, with_note
 from ....state.claimkit import PCT_TOL, claim
 from ....tools.errors import Ai4sError, InputError, NoGpuEventsError
 from ....tools.files import changed_since_adoption, fingerprint
@@ -364,6 +364,7 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
                               "input_notes": input_notes}
     if not good:
         return update, _no_rank_status(bad)
+    llm_status = None  # the LLM pass's STATUS: a fallback is said after the deterministic reason
     if state["request"].llm != "none":
         res = llm.analyst_pass(ANALYST, llm_request(state), {"manifest": llm_manifest(state), "findings": findings},
                                claims)
@@ -372,15 +373,14 @@ def trace_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
             update["claims"] = [Claim.model_validate(c) for c in res.claims]
         if res.prose:
             update["findings"]["trace"]["prose"] = res.prose
-        if res.status.status is not Outcome.ok:
-            return update, res.status
+        llm_status = res.status
     if bad:
-        return update, StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces analysed; "
-                                                        f"{bad[0]['error']}")
+        return update, with_note(StatusLine.make(Outcome.partial, f"{len(good)} of {len(results)} rank traces "
+                                                                  f"analysed; {bad[0]['error']}"), llm_status)
     primary = good[0]
     d: Diagnosis = trace_class(primary)
-    return update, StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} backend: "
-                                              f"{d.klass.value}, {len(claims)} claims")
+    return update, with_note(StatusLine.make(Outcome.ok, f"{len(good)} rank trace(s), {primary.get('backend')} "
+                                                         f"backend: {d.klass.value}, {len(claims)} claims"), llm_status)
 
 
 def _rank_input_notes(good: list[RankResult]) -> list[str]:

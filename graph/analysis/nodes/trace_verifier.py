@@ -25,7 +25,7 @@ from ...agents import llm
 from ...rules import context as ctx, registry, verdict
 from ...rules.figures import Reader
 from ...runtime import node
-from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim
+from ....state import Claim, Outcome, StatusLine, Tolerance, VerifiedClaim, with_note
 from ....tools.errors import Ai4sError, InputError
 from ....tools.perfmodel.datasheet import device_for
 from ....tools.perfmodel.roofline import roofline, roofline_of
@@ -182,6 +182,7 @@ def trace_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         return {}, StatusLine.make(Outcome.partial, "no trace claims to verify")
     verdicts = verify_trace_claims(claims, state.get("rank_results") or [], state)
     update: dict[str, Any] = {"verdicts": verdicts}
+    llm_status = None  # the LLM pass's STATUS: a fallback is said after the deterministic reason
     if state["request"].llm != "none":
         res = llm.verifier_pass(VERIFIER, llm_request(state), {"manifest": llm_manifest(state),
                                                                "findings": state.get("findings", {}).get("trace")},
@@ -189,11 +190,12 @@ def trace_verifier(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         update["usage"] = {VERIFIER: res.usage}
         if res.verdicts is not None:  # the LLM's answer (JSON): validated into verdicts here
             update["verdicts"] = [VerifiedClaim.model_validate(v) for v in res.verdicts]
+        llm_status = res.status
     counts = _counts(update["verdicts"])
     bad = counts.get("refuted", 0) + counts.get("unsupported", 0)
     st = Outcome.ok if counts.get("inconclusive", 0) == 0 else Outcome.partial
-    return update, StatusLine.make(st, ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-                                   + ("" if not bad else " (kept in the report)"))
+    return update, with_note(StatusLine.make(st, ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+                                             + ("" if not bad else " (kept in the report)")), llm_status)
 
 
 def _counts(verdicts: list[VerifiedClaim]) -> dict[str, int]:
