@@ -26,6 +26,13 @@ ROCM_LEGACY_MEMCPY_RE = re.compile(
     r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$"
 )
 
+#: The ``args`` keys of a ``cpu_op`` that TraceLens's sheets group the ops by (its ``Input Dims``,
+#: ``Input type``, ``Input Strides``, ``Concrete Inputs`` columns; :mod:`.tracelens_sheets`).
+OP_ARG_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+#: The ``args`` keys of the metadata events (``ph`` M) that name processes and threads
+#: (``process_name`` / ``thread_name``: ``name``; ``process_labels``: ``labels``), kineto's layout.
+METADATA_ARG_KEYS = ("name", "labels")
+
 #: Kernel args that carry collective metadata (PyTorch >= 2.1 record_param_comms on the kernel).
 COLLECTIVE_ARG_KEYS = (
     "Collective name",

@@ -54,6 +54,10 @@ class SampledStep(BaseModel):
     gpu_idle_us: float = 0.0
 
 
+#: The event keys :meth:`Annotations.feed` reads (no ``args``; :func:`.fastscan.decoders`).
+ANNOTATION_FIELDS = (("cat", "ph", "ts", "dur", "name", "pid", "tid"), ())
+
+
 class Annotations:
     """The annotations the verifier's reader does not keep (``user_annotation`` events: regions and
     record_function names; and which thread each ``ProfilerStep#N`` ran on), fed one event at a time."""

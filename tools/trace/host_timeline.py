@@ -55,6 +55,11 @@ _CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user
 _OP_CATS = frozenset({"cpu_op", "user_annotation"})
 _I32 = 1 << 31
 _INF = float("inf")
+#: The event keys and ``args`` keys :meth:`StepAccountant.feed` reads (``tests/test_lane_fields.py``
+#: checks them against this module's source): a read that feeds only the accountant decodes only
+#: these (:func:`.fastscan.decoders`; the step accountant's lane, :func:`.onepass.steps_part`).
+FIELDS = (("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"),
+          ("Device Type", "Total Allocated", "Input Dims", "correlation", "stream", "device", "bytes"))
 
 
 def _num(v: Any) -> float | None:
@@ -482,7 +487,7 @@ def step_breakdown(path: str | os.PathLike, *, also: tuple[Callable[[dict[str, A
     reader (:func:`.stream.feed_events`); ``also``: other consumers fed the same events; ``kw``: the
     :class:`StepAccountant` options. Raises InputError (missing, empty, truncated, not a trace)."""
     acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed, *also))
+    feed_events(path, (acc.feed, *also), fields="all" if also else FIELDS)
     return acc.finish()
 
 
@@ -490,6 +495,6 @@ def accountant_for(path: str | os.PathLike, **kw: Any) -> StepAccountant:
     """A finished :class:`StepAccountant` over one file (for :meth:`StepAccountant.saving` and views);
     its breakdown is ``.result``."""
     acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed,))
+    feed_events(path, (acc.feed,), fields=FIELDS)
     acc.result = acc.finish()  # type: ignore[attr-defined]
     return acc

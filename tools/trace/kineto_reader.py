@@ -42,6 +42,11 @@ _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
 COMPUTE, COMM, MEMCPY = 0, 1, 2
 _COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
 _CPU_SIDE_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
+#: The event keys and ``args`` keys :meth:`KinetoLoader.feed` reads, duration pairs included
+#: (:mod:`.kineto_pairs`; ``tests/test_lane_fields.py`` checks them against both modules' source):
+#: a read that feeds only the loader decodes only these (:func:`.fastscan.decoders`).
+FIELDS = (("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "id2", "args"),
+          ("correlation", "External id", "stream", "device") + _COMM_ARG_KEYS)
 
 
 def classify_gpu_event(cat: str, name: str) -> int:

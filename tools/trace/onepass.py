@@ -38,7 +38,8 @@ import stat
 from collections import Counter
 from typing import Any, Callable
 
-from . import crossrank_check, host_sampling, host_timeline, kineto, lanes, rank_analysis, stream
+from . import (crossrank_check, fastscan, host_sampling, host_timeline, kineto, kineto_reader, lanes, rank_analysis,
+               stream)
 from ..errors import Ai4sError, NoGpuEventsError
 from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
@@ -504,10 +505,12 @@ def _reopen(path: str, fd: int | None) -> Any:
     return open(path, "rb")  # noqa: SIM115
 
 
-def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps: tuple = ()) -> tuple | None:
+def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps: tuple = (),
+          fields: str | tuple = "all") -> tuple | None:
     """Every event of the trace open as ``f`` (:func:`_reopen`) to ``consumers`` and its bytes to
     ``taps`` (a lane's own read), a malformed event named in one line as the engine's pass names it
-    (:func:`.guard.named_malformed_events`). Returns the file's :func:`_fd_identity` when it was
+    (:func:`.guard.named_malformed_events`); ``fields``: the keys the consumers read
+    (:func:`.stream.feed_events`). Returns the file's :func:`_fd_identity` when it was
     the same before and after the read, else None. Raises InputError (unreadable trace)."""
     from pathlib import Path
 
@@ -515,8 +518,12 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
 
     ident = _fd_identity(f)
     with named_malformed_events(Path(path)):
-        stream.feed_events(path, consumers, taps=taps, raw=f)
+        stream.feed_events(path, consumers, taps=taps, raw=f, fields=fields)
     return ident if _fd_identity(f) == ident else None
+
+
+#: The keys the verifier's reader and its annotations read (:func:`reader_part`'s one read).
+READER_FIELDS = fastscan.union_fields(kineto_reader.FIELDS, host_sampling.ANNOTATION_FIELDS)
 
 
 def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, label: str,
@@ -542,7 +549,7 @@ def reader_part(path: str, fd: int | None, rank: int, wanted: Callable[[str], bo
     cannot read (InputError), OSError."""
     loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
     with _reopen(path, fd) as f:
-        ident = _feed(path, f, (loader.feed, notes.feed))
+        ident = _feed(path, f, (loader.feed, notes.feed), fields=READER_FIELDS)  # their keys only (.fastscan.decoders)
     return {**_reader_of(loader, notes, rank, wanted), "file": ident}
 
 
@@ -552,7 +559,7 @@ def steps_part(path: str, fd: int | None) -> dict[str, Any]:
     (as :func:`reader_part`). Raises InputError (unreadable trace), OSError."""
     acc = host_timeline.StepAccountant(path)
     with _reopen(path, fd) as f:
-        ident = _feed(path, f, (acc.feed,))
+        ident = _feed(path, f, (acc.feed,), fields=host_timeline.FIELDS)  # its keys only (.fastscan.decoders)
     return {**_steps_of(acc), "file": ident}
 
 

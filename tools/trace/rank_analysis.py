@@ -217,7 +217,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     def compute() -> dict[str, Any]:
         args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
         with named_malformed_events(p):  # a malformed event (the engine's or a consumer's failure): one line
-            scan = ts_mod.scan_trace(p, progress, (*also, args.feed), taps=taps, raw=raw)
+            scan = ts_mod.scan_trace(p, progress, also, taps=taps, raw=raw, sheets=args.feed_batch)
             rec = rank_record(scan, rank)
             keep: dict[str, Any] = {}
             analysis = engine.analyze_scan(scan, keep=keep)

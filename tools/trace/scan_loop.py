@@ -26,7 +26,7 @@ from msgspec import UNSET
 
 from .categories import canonical_category
 from .codes import COLLECTIVE_ARG_KEYS, COMM_RE, GPU_CATS, INSTANT_PHASES, KIND_KERNEL, NO_STREAM, PAIR_PHASES
-from .fastscan import ARG_ATTRS, NO_ARGS, EngineArgs, EngineEvent, engine_events, event_dict
+from .fastscan import ARG_ATTRS, ARGS_TYPES, EVENT_TYPES, NO_ARGS, engine_events, event_dict
 from .hygiene import STEP_NAME_RE, as_id, num
 
 _STEP_RE = STEP_NAME_RE  # the one rule of what a step is (.hygiene)
@@ -117,7 +117,7 @@ class ScanColumns:
         try:
             for ev in engine_events(batch):  # EngineEvent objects (.fastscan): the fields below as slots
                 n += 1
-                if type(ev) is not EngineEvent:
+                if type(ev) not in EVENT_TYPES:
                     ill += 1
                     continue
                 cat_w = ev.cat  # the category as written
@@ -166,7 +166,7 @@ class ScanColumns:
                         i = name_index[nm] = len(names)
                         names.append(nm)
                     args = ev.args
-                    if type(args) is not EngineArgs:
+                    if type(args) not in ARGS_TYPES:
                         bad_args += args is not None
                         args = NO_ARGS
                     idx = len(ts)
@@ -225,7 +225,7 @@ class ScanColumns:
                 if type(nm) is not str:
                     nm = "" if nm is None else str(nm)
                 args = ev.args
-                c = _num(args.correlation) if type(args) is EngineArgs and cat not in _CPU_SIDE_CATS else None
+                c = _num(args.correlation) if type(args) in ARGS_TYPES and cat not in _CPU_SIDE_CATS else None
                 is_op = cat == "cpu_op"
                 if c is not None or is_op:
                     j = cpu_index.get(nm)

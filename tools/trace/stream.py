@@ -148,14 +148,15 @@ def _read_head(path: str | os.PathLike, keys: tuple[str, ...], raw: BinaryIO | N
 
 def iter_events(path: str | os.PathLike,
                 progress: Callable[[int, int], None] | None = None,
-                trailer: dict[str, Any] | None = None, fields: str = "all", *, taps: Taps = (),
+                trailer: dict[str, Any] | None = None, fields: str | fastscan.Fields = "all", *, taps: Taps = (),
                 raw: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
     """Yield the ``traceEvents`` of a kineto trace one at a time (``.json`` or ``.json.gz``).
 
     ``progress(bytes_read, file_size)`` is called every ~1 MiB of the file on disk when given.
     ``trailer``: a dict that receives the top-level keys written after the events (read from the
     stream's last bytes, :mod:`.trailer`) once the events are exhausted. ``fields``: ``all``, or
-    ``engine``: events may hold only the keys the engine's scan reads (:data:`.fastscan.ENGINE_EVENT_KEYS`).
+    ``engine``: events may hold only the keys the engine's scan reads (:data:`.fastscan.ENGINE_EVENT_KEYS`),
+    or a :data:`.fastscan.Fields` pair: only those keys (:func:`.fastscan.decoders`).
     ``taps``, ``raw``: as :func:`scan_trace`. The decoded bytes pass the JSON bounds
     (:class:`~ai4s_graph.tools.jsonguard.GuardedReader`) before either parser sees them.
     Memory: the piece of text being decoded and its events (:mod:`.fastscan`), the kept tail with ``trailer``.
@@ -166,7 +167,7 @@ def iter_events(path: str | os.PathLike,
 
 def iter_event_batches(path: str | os.PathLike,
                        progress: Callable[[int, int], None] | None = None,
-                       trailer: dict[str, Any] | None = None, fields: str = "all", *, taps: Taps = (),
+                       trailer: dict[str, Any] | None = None, fields: str | fastscan.Fields = "all", *, taps: Taps = (),
                        raw: BinaryIO | None = None) -> Iterator[list | tuple]:
     """The events of :func:`iter_events` (same arguments and errors; ``fields`` may also be
     ``struct``: :func:`.fastscan.event_lists`) as the parser hands them out, one list per decoded
@@ -187,12 +188,14 @@ def iter_event_batches(path: str | os.PathLike,
 
 
 def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, Any]], None], ...], *,
-                taps: Taps = (), raw: BinaryIO | None = None) -> int:
+                taps: Taps = (), raw: BinaryIO | None = None, fields: str | fastscan.Fields = "all") -> int:
     """Feed every event of one trace to each consumer, in file order (one read; memory: one event at
-    a time), and its bytes to ``taps`` (``raw``: the file already open). Returns the number of
-    events. Raises InputError like :func:`iter_events`."""
+    a time), and its bytes to ``taps`` (``raw``: the file already open). ``fields``: the keys the
+    consumers read, all of them (``all``) or a :data:`.fastscan.Fields` pair (the fast parse then
+    gives event dicts of those keys only; ijson, whole events). Returns the number of events.
+    Raises InputError like :func:`iter_events`."""
     n = 0
-    for ev in iter_events(path, taps=taps, raw=raw):
+    for ev in iter_events(path, fields=fields, taps=taps, raw=raw):
         n += 1
         for f in consumers:
             f(ev)
@@ -238,30 +241,36 @@ def _parallel_columns(p: Path, progress: Callable[[int, int], None] | None, also
 
 def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
                also: tuple[Callable[[dict[str, Any]], None], ...] = (), *,
-               taps: Taps = (), raw: BinaryIO | None = None) -> TraceScan:
+               taps: Taps = (), raw: BinaryIO | None = None,
+               sheets: Callable[[list | tuple], None] | None = None) -> TraceScan:
     """One streaming pass over a trace; see the module docstring for what is kept and the bound.
 
     ``progress(bytes_read, file_size)``: optional callback (the CLI's progress bar). ``also``:
     other consumers fed every event of the same read, before the engine looks at it (the
     verifier's reader, the causes' name counts, the roofline's collector: each keeps its own data and
     applies its own rules; only the bytes are read and parsed once); ``taps``: byte consumers of the
-    same read (:class:`ByteTap`); ``raw``: the file already open (rewound for header and events).
-    Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
+    same read (:class:`ByteTap`); ``raw``: the file already open (rewound for header and events);
+    ``sheets``: a consumer of every batch of the read before the engine's loop takes it
+    (:meth:`.tracelens_sheets.OpArgsCollector.feed_batch`): without ``also`` the fast parse then
+    decodes the engine's fields and the sheets' (:class:`.fastscan.SheetsEvent`), else it gets the
+    event dicts ``also`` gets. Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
     launches but no GPU event: the replayed kernels were not recorded) and NoGpuEventsError (no
     kernel, memcpy or memset event and no graph launch; the message names device activity of other
     kinds the trace holds, :func:`.categories.no_gpu_events_message`)."""
     p = _check_path(path)
     header = read_header(p, HEADER_KEYS, raw=raw)
-    cols = _parallel_columns(p, progress, also, taps, raw)
+    cols = _parallel_columns(p, progress, also, taps, raw) if sheets is None else None
     if cols is None:  # the one pass
         cols = ScanColumns(DurationPairs())
         trailer: dict[str, Any] = {}
-        for batch in iter_event_batches(p, progress, trailer, "all" if also else "struct",
-                                        taps=taps, raw=raw):  # parse entry (.fastscan)
+        fields = "all" if also else ("struct" if sheets is None else "sheets")
+        for batch in iter_event_batches(p, progress, trailer, fields, taps=taps, raw=raw):  # parse entry (.fastscan)
             if also:
                 for ev in batch:
                     for f in also:
                         f(ev)
+            if sheets is not None:
+                sheets(batch)
             cols.feed(batch)
     else:
         trailer = cols.trailer

@@ -43,14 +43,27 @@ from array import array
 from typing import Any, Iterator
 
 import numpy as np
+from msgspec import UNSET
 
 from .categories import categorize_op
+from .codes import OP_ARG_KEYS
+from .fastscan import SHEETS_ARG_ATTRS, SheetsEvent
 from .engine import SHORT_KERNEL_US, launch_index
 from .scan import sorted_unique
 from .stream import CLS_COMM, KIND_KERNEL, TraceScan, tracelens_classes, union_length
 from .tracelens_models import MODELS, ROOFLINE_PARAMS, ROOFLINE_SHEETS, sheet_present
 
-ARG_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+ARG_KEYS = OP_ARG_KEYS  # the ops' argument signature (.codes)
+_OP_ATTRS = tuple(SHEETS_ARG_ATTRS[k] for k in ARG_KEYS)  # their attributes of a SheetsArgs
+_NO_SIG = (None,) * len(ARG_KEYS)  # the signature of an op without args
+
+
+def _arg(args: Any, key: str) -> Any:
+    """``key`` of a :class:`~.fastscan.SheetsArgs` (or None) as ``(args or {}).get(key)`` reads the dict."""
+    if args is None:
+        return None
+    v = getattr(args, SHEETS_ARG_ATTRS[key])
+    return None if v is UNSET else v
 
 OPS_SUMMARY_COLUMNS = ("name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum",
                        "total_direct_kernel_time_ms", "total_subtree_kernel_time_ms", "Count", "Categories",
@@ -118,7 +131,10 @@ class OpArgsCollector:
         self.thread_names: dict[tuple, str] = {}
 
     def _thread(self, ev: dict) -> int:
-        key = (ev.get("pid"), ev.get("tid"))
+        return self._thread_of(ev.get("pid"), ev.get("tid"))
+
+    def _thread_of(self, pid: Any, tid: Any) -> int:
+        key = (pid, tid)
         try:
             t = self._thr_ids.get(key)
         except TypeError:  # an unhashable pid/tid
@@ -160,6 +176,51 @@ class OpArgsCollector:
         elif args and cat not in self._CPU_SIDE and args.get("correlation") is not None:
             self.l_ord.append(self.n)
             self.l_thr.append(self._thread(ev))
+
+    def feed_batch(self, batch: list | tuple) -> None:
+        """Take one batch of the engine's read (:func:`~.stream.scan_trace` ``sheets=``):
+        :class:`~.fastscan.SheetsEvent` objects (the ``sheets`` decode: :meth:`feed_struct` each) or
+        anything else a read gives (event dicts: :meth:`feed` each)."""
+        if batch and type(batch[0]) is SheetsEvent:  # one decode makes every event of a piece
+            f = self.feed_struct
+        else:
+            f = self.feed
+        for ev in batch:
+            f(ev)
+
+    def feed_struct(self, ev: Any) -> None:
+        """Take one :class:`~.fastscan.SheetsEvent`: what :meth:`feed` keeps of the event dict of the
+        same fields (a key the event does not hold reads as :meth:`feed`'s missing key; a JSON null
+        as None)."""
+        self.n += 1
+        cat, ph, args = ev.cat, ev.ph, ev.args
+        if ph == "M":
+            nm = ev.name
+            if nm == "process_name":
+                self.process_names[ev.pid] = str(_arg(args, "name"))
+            elif nm == "process_labels":
+                self.process_labels[ev.pid] = str(_arg(args, "labels"))
+            elif nm == "thread_name":
+                self.thread_names[(ev.pid, ev.tid)] = str(_arg(args, "name"))
+            return
+        if ph not in ("X", None) or ev.ts is None:
+            return
+        if cat == "cpu_op":
+            if args is None:
+                sig = _NO_SIG
+            else:
+                sig = tuple(None if (v := getattr(args, attr)) is UNSET else str(_tup(v)) for attr in _OP_ATTRS)
+            sid = self._sig_ids.get(sig)
+            if sid is None:
+                sid = self._sig_ids[sig] = len(self.sigs)
+                self.sigs.append(sig)
+            self.op_ord.append(self.n)
+            self.op_ts.append(float(ev.ts))
+            self.op_sig.append(sid)
+            self.op_thr.append(self._thread_of(ev.pid, ev.tid))
+        elif args is not None and cat not in self._CPU_SIDE and (c := args.correlation) is not UNSET and c is not None:
+            self.l_ord.append(self.n)
+            self.l_thr.append(self._thread_of(ev.pid, ev.tid))
 
     def join(self, scan: TraceScan) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Per scan op: (signature id, thread id); per scan launch: thread id (-1 unknown). None when
