@@ -301,3 +301,20 @@ def test_single_rank_read_prepares_the_copy_and_a_failed_read_drops_it(tmp_path)
                           raw_patterns=registry.raw_patterns(), annotate=True)
     assert A._file_key(bad) not in A._PREPARED
     assert not [t for t in threading.enumerate() if t.name == "annotated-copy"]
+
+
+def test_the_dataloader_label_of_every_gap_at_once():
+    # DataLoader CPU events [10, 20] and [30, 35] (µs, start order shuffled); each gap's answer by hand
+    lab = A._dataloader_label([(30.0, 35.0), (10.0, 20.0)])
+    gaps = [(0.0, 5.0), (15.0, 25.0), (21.0, 29.0), (5.0, 40.0), (20.0, 30.0), (7.0, 7.0), (34.0, 50.0),
+            (float("nan"), 12.0)]
+    a, b = np.array([g[0] for g in gaps]), np.array([g[1] for g in gaps])
+    assert lab.possible(a, b).tolist() == [False, True, False, True, False, False, True, False]
+    got = [lab(x, y) for x, y in gaps]
+    pct = [None if g is None else round(g[1]["dataloader_overlap_pct"], 6) for g in got]
+    # (15, 25): 5 of 10 µs; (5, 40): 10 + 5 of 35 µs; (20, 30) only touches both events: none; (34, 50): 1 of 16
+    assert pct == [None, 50.0, None, round(100 * 15 / 35, 6), None, None, 6.25, None]
+    assert {g[0] for g in got if g} == {"waiting for the DataLoader"}
+    assert [lab.share(x, y) for x, y in gaps if lab.possible(np.array([x]), np.array([y]))[0]] == [g for g in got if g]
+    none = A._dataloader_label([])
+    assert none.possible(a, b).tolist() == [False] * len(gaps) and none(15.0, 25.0) is None

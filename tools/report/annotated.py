@@ -133,28 +133,51 @@ def idle_intervals(scan: Any) -> tuple[np.ndarray, np.ndarray]:
     return be[:-1], bs[1:]
 
 
-def _dataloader_label(loader: list[tuple[float, float]]) -> GapLabel:
+class _LoaderLabel:
     """The default gap cause: the DataLoader's CPU events the gap overlaps (by its largest share).
-    A gap that no event overlaps (none starts before its end and ends after its start: one binary
-    search over the starts, the running maximum of the ends) is answered without the sum."""
-    starts = np.asarray([s for s, _ in loader], dtype=float)
-    ends = np.asarray([e for _, e in loader], dtype=float)
-    order = np.argsort(starts, kind="stable")
-    by_start = starts[order]
-    reach = np.maximum.accumulate(ends[order]) if starts.size else ends  # latest end of the first k by start
+    Called with one gap ``(a, b)`` (µs) it gives the label or None; :meth:`possible` answers for
+    every gap at once whether any event may overlap it (one vectorized binary search over the
+    starts and the running maximum of the ends), so that the sum runs only there: 80 k scalar
+    searches were ~0.3 of 0.76 s of the annotated trace's findings on the replicated 176 MB trace
+    (cProfile, project machine, 2026-12-04)."""
 
-    def label(a: float, b: float) -> tuple[str, dict[str, Any]] | None:
-        if not starts.size:
+    def __init__(self, loader: list[tuple[float, float]]) -> None:
+        self.starts = np.asarray([s for s, _ in loader], dtype=float)
+        self.ends = np.asarray([e for _, e in loader], dtype=float)
+        order = np.argsort(self.starts, kind="stable")
+        self.by_start = self.starts[order]
+        # latest end of the first k by start
+        self.reach = np.maximum.accumulate(self.ends[order]) if self.starts.size else self.ends
+
+    def possible(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per gap (``a``, ``b``: starts and ends, µs, same shape): False where no event starts
+        before its end and ends after its start (every overlap <= 0: the sum is 0), or it is empty."""
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if not self.starts.size:
+            return np.zeros(a.shape, dtype=bool)
+        k = np.searchsorted(self.by_start, b, side="left")  # the events starting before the gap's end
+        hit = k > 0
+        hit[hit] = self.reach[k[hit] - 1] > a[hit]
+        return hit & (b > a)
+
+    def __call__(self, a: float, b: float) -> tuple[str, dict[str, Any]] | None:
+        if not self.possible(np.asarray([a]), np.asarray([b]))[0]:
             return None
-        k = int(np.searchsorted(by_start, b, side="left"))  # the events starting before the gap's end
-        if k == 0 or not reach[k - 1] > a or not b > a:
-            return None  # every overlap is <= 0: the sum is 0
-        ov = float(np.sum(np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0.0, None)))
+        return self.share(a, b)
+
+    def share(self, a: float, b: float) -> tuple[str, dict[str, Any]] | None:
+        """The label of the gap ``(a, b)`` from the events' summed overlap with it (None when 0),
+        without :meth:`possible`'s test."""
+        ov = float(np.sum(np.clip(np.minimum(self.ends, b) - np.maximum(self.starts, a), 0.0, None)))
         if ov <= 0:
             return None
         return "waiting for the DataLoader", {"dataloader_overlap_pct": 100.0 * min(ov, b - a) / (b - a)}
 
-    return label
+
+def _dataloader_label(loader: list[tuple[float, float]]) -> _LoaderLabel:
+    """The default gap cause of the DataLoader's CPU events ``loader`` (``(start, end)`` µs pairs):
+    :class:`_LoaderLabel`."""
+    return _LoaderLabel(loader)
 
 
 def _gpu_classes() -> Callable[[str, str], int]:
@@ -552,7 +575,7 @@ def _copy(write: Callable[[bytes], Any], batch: list[dict[str, Any]], n: int) ->
 
 def _findings(pid: int, rank: int | None, steps: list[tuple[int, float, float]],
               idle: tuple[np.ndarray, np.ndarray], waits: Iterable[dict[str, Any]], label: GapLabel,
-              fallback: GapLabel, min_gap_us: float) -> Iterator[dict[str, Any]]:
+              fallback: _LoaderLabel, min_gap_us: float) -> Iterator[dict[str, Any]]:
     """The findings process, one event at a time: metadata, then the three tracks' events."""
     who = f"rank {rank}" if rank is not None else "this trace"
     yield {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": f"ai4s-graph findings ({who})"}}
@@ -563,11 +586,12 @@ def _findings(pid: int, rank: int | None, steps: list[tuple[int, float, float]],
     for num, ts, dur in sorted(steps, key=lambda s: s[1]):
         yield {"ph": "X", "pid": pid, "tid": TRACKS["steps"], "cat": CAT, "name": f"step {num}", "ts": ts,
                "dur": dur, "args": {"step": num, "duration_ms": dur / 1e3}}
-    for a, b in zip(np.asarray(idle[0], dtype=float), np.asarray(idle[1], dtype=float)):
-        a, b = float(a), float(b)
-        if b - a < min_gap_us:
-            continue
-        got = label(a, b) or fallback(a, b) or ("idle: cause not attributed", {})
+    ga, gb = np.asarray(idle[0], dtype=float), np.asarray(idle[1], dtype=float)
+    keep = ~((gb - ga) < min_gap_us)  # a NaN length is kept, as a scalar test would
+    ga, gb = ga[keep], gb[keep]
+    maybe = fallback.possible(ga, gb).tolist()
+    for a, b, m in zip(ga.tolist(), gb.tolist(), maybe):
+        got = label(a, b) or (fallback.share(a, b) if m else None) or ("idle: cause not attributed", {})
         yield {"ph": "X", "pid": pid, "tid": TRACKS["GPU idle"], "cat": CAT, "name": got[0], "ts": a,
                "dur": b - a, "args": {"idle_us": b - a, **got[1]}}
     for w in waits:
