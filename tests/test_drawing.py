@@ -90,6 +90,38 @@ def test_the_switch_and_an_unknown_figure(monkeypatch, tmp_path, tracelens_refs,
         drawing.draw("os.system", ("true",), {})
 
 
+def test_figure_lanes_only_beside_a_long_annotated_trace(monkeypatch, tmp_path):
+    # unset switch: lanes only while this process writes the annotated copy of a trace long enough
+    # for the trace's own lanes (lanes.lanes_for), on MIN_CPUS CPUs or more
+    from ai4s_graph.graph.analysis.nodes import synthesizer
+    from ai4s_graph.tools.trace import lanes
+
+    monkeypatch.delenv(drawing.FIGURE_LANES_ENV, raising=False)
+    monkeypatch.delenv(lanes.LANES_ENV, raising=False)
+    monkeypatch.setattr(lanes, "usable_cpus", lambda: 16)
+    small = next((REPO / "examples/perf-runs/92001/traces").iterdir())  # a few MB: below the lanes' size
+    assert not drawing.lanes_on() and not drawing.lanes_on(None)
+    assert not lanes.lanes_for(small) and not drawing.lanes_on(small)
+    monkeypatch.setenv(lanes.LANES_ENV, "1")  # the trace's lanes forced on: the figures' follow
+    assert drawing.lanes_on(small)
+    findings = {"trace": {"ranks": [{"rank": 0, "path": str(small)}]}}
+    assert synthesizer.figure_lanes(findings, 0) and synthesizer.figure_lanes(findings, None)
+    assert not synthesizer.figure_lanes({"trace": {"ranks": [{"rank": 0}]}}, 0)  # no trace to annotate
+    monkeypatch.setattr(lanes, "usable_cpus", lambda: drawing.MIN_CPUS - 1)
+    assert not drawing.lanes_on(small)
+    monkeypatch.setenv(lanes.LANES_ENV, "0")
+    monkeypatch.setattr(lanes, "usable_cpus", lambda: 16)
+    assert not drawing.lanes_on(small)
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "1")  # the figures' own switch wins
+    assert drawing.lanes_on(None) and drawing.lanes_on(small)
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "0")
+    monkeypatch.setenv(lanes.LANES_ENV, "1")
+    assert not drawing.lanes_on(small)
+    d = drawing.Drawing("gpu_breakdown", {"rank 0": {"computation_time": {"time_ms": 1.0, "percent": 100.0}}},
+                        tmp_path / "g.png", lane=False)
+    assert d.lane is None
+
+
 def _run(out: Path, lanes_env: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), AI4S_STATE_DIR=str(out / "state"),
                **{drawing.FIGURE_LANES_ENV: lanes_env})

@@ -13,8 +13,13 @@ state across figures; ``tests/test_drawing.py`` compares them byte for byte).
 
 **When** (:func:`lanes_on`): ``AI4S_FIGURE_LANES`` when set (``0``: never, ``1``: always, the tests'
 switch); else on a process that may run on at least :data:`MIN_CPUS` CPUs and is not a
-``multiprocessing`` worker. Where a lane cannot start or gives no answer, the figure is drawn
-here, as before (the same function and arguments: the same PNG or the same error).
+``multiprocessing`` worker, while it writes the annotated copy of a trace long enough for the
+trace's own lanes (:func:`~ai4s_graph.tools.trace.lanes.lanes_for` of that trace): the lanes pay
+only while this process has that to do meanwhile. On the device's 20 MB one-rank run of the
+bench's cost curve (``bench/RESULTS.md``, 2026-12-04) they left the wall time at 4.9 s and took
+the run's CPU time from 7.2 to 12.8 s and its peak RSS (summed) from 196 to 385 MiB. Where a lane
+cannot start or gives no answer, the figure is drawn here, as before (the same function and
+arguments: the same PNG or the same error).
 
 **Cost:** a lane imports this module and matplotlib (~50 MiB of RSS each, while it draws); the
 figures' lanes start after the trace's read, so they do not add to the read's peak.
@@ -44,14 +49,18 @@ FIGURES: dict[str, Callable[..., Path]] = {
 }
 
 
-def lanes_on() -> bool:
-    """Whether :class:`Drawing` draws in lanes (see the module docstring). Never raises."""
+def lanes_on(annotating: str | os.PathLike | None = None) -> bool:
+    """Whether :class:`Drawing` draws in lanes while this process writes the annotated copy of the
+    trace at ``annotating`` (None: no annotated trace is written; see the module docstring). Never
+    raises."""
     import multiprocessing
 
     env = os.environ.get(FIGURE_LANES_ENV, "").strip()
     if env:
         return env == "1"
-    return multiprocessing.parent_process() is None and lanes.usable_cpus() >= MIN_CPUS
+    if annotating is None or multiprocessing.parent_process() is not None or lanes.usable_cpus() < MIN_CPUS:
+        return False
+    return lanes.lanes_for(annotating)
 
 
 def draw(name: str, args: tuple, kwargs: dict[str, Any]) -> list[tuple[str, bytes]]:
@@ -64,16 +73,17 @@ def draw(name: str, args: tuple, kwargs: dict[str, Any]) -> list[tuple[str, byte
 
 
 class Drawing:
-    """One figure of :data:`FIGURES`, started now: in a lane when :func:`lanes_on` (and it starts),
-    else drawn here at once (as a plain call of the figure would be). :meth:`result` gives what the
+    """One figure of :data:`FIGURES`, started now: in a lane when ``lane`` (None: :func:`lanes_on`
+    without an annotated trace) and it starts, else drawn here at once (as a plain call of the figure would be). :meth:`result` gives what the
     figure's call gives (its path) or raises what it raises, and files the PNG where a call made now
     would (staged with the report, :func:`.plots.staged`, else published at the path)."""
 
-    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, name: str, *args: Any, lane: bool | None = None, **kwargs: Any) -> None:
         if name not in FIGURES:
             raise KeyError(f"no figure named {name!r}")
         self.name, self.args, self.kwargs = name, args, kwargs
-        self.lane = lanes.start(draw, name, args, kwargs) if lanes_on() else None
+        in_lane = lanes_on() if lane is None else lane  # None: only where AI4S_FIGURE_LANES=1
+        self.lane = lanes.start(draw, name, args, kwargs) if in_lane else None
         self._path: Path | None = None
         self._error: BaseException | None = None
         if self.lane is None:

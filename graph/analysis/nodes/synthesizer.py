@@ -245,11 +245,20 @@ def board_lines(gpu: str | None, series: dict[str, Any]) -> dict[str, tuple[floa
     return out
 
 
+def figure_lanes(findings: dict[str, Any], rank: int | None) -> bool:
+    """Whether the figures are drawn in processes of their own (:func:`~ai4s_graph.tools.report.
+    drawing.lanes_on`) while :func:`annotate_trace` writes the annotated copy of ``rank``'s trace."""
+    from ....tools.report.drawing import lanes_on
+
+    path = (_rank_record(findings, rank) or {}).get("path")
+    return lanes_on(path if path else None)
+
+
 def start_plots(state: AnalysisState, out_dir: Path,
-                window: tuple[float, float] | None) -> list[tuple[str, Any]]:
+                window: tuple[float, float] | None, *, lane: bool = False) -> list[tuple[str, Any]]:
     """The GPU time breakdown and telemetry PNGs started (:class:`~ai4s_graph.tools.report.drawing.
-    Drawing`: in processes of their own where the CPUs allow, else drawn now); returns
-    ``[(what, drawing)]`` for :func:`finish_plots`."""
+    Drawing`: in processes of their own with ``lane`` (:func:`figure_lanes`), else drawn now);
+    returns ``[(what, drawing)]`` for :func:`finish_plots`."""
     # lazy: matplotlib costs +1.3 s import time (python -X importtime), paid only when a report is written
     from ....tools.report.drawing import Drawing
 
@@ -258,7 +267,7 @@ def start_plots(state: AnalysisState, out_dir: Path,
     if ranks:
         started.append(("GPU breakdown plot", Drawing("gpu_breakdown", {f"rank {r.get('rank', i)}": r["timeline"]
                                                                         for i, r in enumerate(ranks)},
-                                                      out_dir / "gpu_time_breakdown.png")))
+                                                      out_dir / "gpu_time_breakdown.png", lane=lane)))
     tel = (state.get("findings") or {}).get("telemetry") or {}
     series, units = telemetry_panels(tel)
     if series:
@@ -266,7 +275,8 @@ def start_plots(state: AnalysisState, out_dir: Path,
         prof = ctx.profiled_window(crit) if crit else None
         started.append(("telemetry plot", Drawing("telemetry", series, units, window, out_dir / "telemetry.png",
                                                   profiled=prof, limits=board_lines(state["manifest"].gpu, series),
-                                                  title=f"Telemetry over job {state['manifest'].jobid}")))
+                                                  title=f"Telemetry over job {state['manifest'].jobid}",
+                                                  lane=lane)))
     return started
 
 
@@ -377,15 +387,17 @@ def step_plot_input(budgets: list[dict[str, Any]], ann: Any, b: Bottleneck) -> d
     return per_rank
 
 
-def start_step_plot(per_rank: dict[str, Any], b: Bottleneck, out_dir: Path) -> list[tuple[str, Any]]:
+def start_step_plot(per_rank: dict[str, Any], b: Bottleneck, out_dir: Path, *,
+                    lane: bool = False) -> list[tuple[str, Any]]:
     """``step_time_breakdown.png`` of :func:`step_plot_input`'s ``per_rank`` started (as
-    :func:`start_plots`), the straggler's panel marked; [] without steps."""
+    :func:`start_plots`, ``lane`` too), the straggler's panel marked; [] without steps."""
     from ....tools.report.drawing import Drawing
 
     if not per_rank:
         return []
     return [("step breakdown plot", Drawing("step_breakdown", per_rank, out_dir / "step_time_breakdown.png",
-                                            marked=str(b.straggler) if b.straggler is not None else None))]
+                                            marked=str(b.straggler) if b.straggler is not None else None,
+                                            lane=lane))]
 
 
 def _rank_record(findings: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
@@ -451,13 +463,14 @@ def synthesizer(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]:
         # the figures are drawn (in processes of their own where the CPUs allow) while the annotated
         # trace is written here; the step plot waits for it only when the annotated trace's own step
         # breakdown is what it draws (no rank has step accounting)
-        figures = start_plots(state, dest, _plot_window(findings, manifest))
+        lane = figure_lanes(findings, b.critical_rank)
+        figures = start_plots(state, dest, _plot_window(findings, manifest), lane=lane)
         steps_in = step_plot_input(budgets, None, b)
-        step_fig = start_step_plot(steps_in, b, dest)
+        step_fig = start_step_plot(steps_in, b, dest, lane=lane)
         ann_problems: list[str] = []
         ann = annotate_trace(findings, b.critical_rank, dest, ann_problems)
         if not steps_in:
-            step_fig = start_step_plot(step_plot_input(budgets, ann, b), b, dest)
+            step_fig = start_step_plot(step_plot_input(budgets, ann, b), b, dest, lane=lane)
         plot_problems: list[str] = []
         plots_ = finish_plots(figures, plot_problems)
         plot_problems += ann_problems
