@@ -180,3 +180,31 @@ def test_odd_documents_same_steps_and_sheets(tmp_path, monkeypatch, name):
     fields = onepass.READER_FIELDS
     assert _reader(p, "fast", fields, monkeypatch) == _reader(p, "ijson", "all", monkeypatch)
     assert _rank(p, "fast", tmp_path / "a", monkeypatch) == _rank(p, "ijson", tmp_path / "b", monkeypatch)
+
+
+def test_a_duration_pair_read_with_the_sheets_fields(tmp_path, monkeypatch):
+    # a kernel written as a B/E pair is joined into an EngineEvent inside a batch of SheetsEvent
+    # objects: its args (correlation, stream) are read as any kernel's, as on the ijson parse
+    evs = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 10,
+         "args": {"Input Dims": [[2, 2], [2, 2]], "External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 3,
+         "args": {"correlation": 7, "External id": 1}},
+        {"ph": "B", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20,
+         "args": {"correlation": 7, "stream": 7, "device": 0}},
+        {"ph": "E", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 50},
+        {"ph": "X", "cat": "kernel", "name": "add", "pid": 0, "tid": 7, "ts": 60, "dur": 5,
+         "args": {"correlation": 8, "stream": 7, "device": 0}},
+    ]
+    p = tmp_path / "pair.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    col = OpArgsCollector()
+    scan = stream.scan_trace(p, sheets=col.feed_batch)
+    assert fastscan.last_parse["fallback"] is None  # decoded as SheetsEvent objects
+    assert sorted(scan.corr.tolist()) == [7, 8] and sorted(scan.stream.tolist()) == [scan.stream[0]] * 2
+    assert sorted(scan.dur.tolist()) == [5.0, 30.0]
+    assert not any("args" in n for n in scan.notes), scan.notes
+    assert col.sigs == [("((2, 2), (2, 2))", None, None, None)] and list(col.l_ord) == [3, 6]  # the B half is no launch
+    assert _rank(p, "fast", tmp_path / "a", monkeypatch) == _rank(p, "ijson", tmp_path / "b", monkeypatch)
