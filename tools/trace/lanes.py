@@ -14,7 +14,11 @@ consumer sees every event in file order and keeps its own state, so each can rea
 itself in another process (:func:`.stream.feed_events`: the same parse, the same events in the
 same order as the engine's pass hands its ``also`` consumers) and hand back only its result: the
 same result, computed beside the engine instead of after it. The parse is paid once more per
-lane (~2.6 s of CPU on that trace on the 2-core machine); the wall time is the longest lane's.
+lane (~2.6 s of CPU on that trace on the 2-core machine for whole events); the wall time is the
+longest lane's. A lane whose consumers read a known set of keys decodes only those
+(:func:`.fastscan.decoders`: the step accountant's and the verifier reader's lanes; the engine's
+pass decodes its own and the sheets' keys, :class:`.fastscan.SheetsEvent`); the counters and the
+annotated copy read whole events.
 
 **A lane** (:class:`Lane`) is a module-level function and picklable arguments, run in a fresh
 ``python -c`` process (this process's ``sys.path``; it imports what the function's module imports),

@@ -110,7 +110,8 @@ def _tup(v: Any) -> Any:
 
 
 class OpArgsCollector:
-    """A ``feed(event)`` consumer of the engine's read (:func:`~.stream.scan_trace` ``also=``): per
+    """A consumer of the engine's read (:func:`~.stream.scan_trace` ``sheets=``: :meth:`feed_batch`;
+    :meth:`feed` takes one event dict, :meth:`feed_struct` one :class:`~.fastscan.SheetsEvent`): per
     ``cpu_op`` its event ordinal, start, thread and interned argument signature; per launch call
     (an event with a correlation id outside the CPU-side categories) its ordinal and thread; the
     process and thread names of the metadata events. Memory: ~20 bytes per ``cpu_op``, ~8 per
