@@ -43,27 +43,15 @@ from array import array
 from typing import Any, Iterator
 
 import numpy as np
-from msgspec import UNSET
 
 from .categories import categorize_op
-from .codes import OP_ARG_KEYS
-from .fastscan import SHEETS_ARG_ATTRS, SheetsEvent
 from .engine import SHORT_KERNEL_US, launch_index
 from .scan import sorted_unique
 from .stream import CLS_COMM, KIND_KERNEL, TraceScan, tracelens_classes, union_length
 from .tracelens_models import MODELS, ROOFLINE_PARAMS, ROOFLINE_SHEETS, sheet_present
 
-ARG_KEYS = OP_ARG_KEYS  # the ops' argument signature (.codes)
-_OP_ATTRS = tuple(SHEETS_ARG_ATTRS[k] for k in ARG_KEYS)  # their attributes of a SheetsArgs
-_NO_SIG = (None,) * len(ARG_KEYS)  # the signature of an op without args
+from .op_args import ARG_KEYS, OpArgsCollector, _tup  # noqa: F401 - the collector of the engine's read
 
-
-def _arg(args: Any, key: str) -> Any:
-    """``key`` of a :class:`~.fastscan.SheetsArgs` (or None) as ``(args or {}).get(key)`` reads the dict."""
-    if args is None:
-        return None
-    v = getattr(args, SHEETS_ARG_ATTRS[key])
-    return None if v is UNSET else v
 
 OPS_SUMMARY_COLUMNS = ("name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum",
                        "total_direct_kernel_time_ms", "total_subtree_kernel_time_ms", "Count", "Categories",
@@ -103,163 +91,6 @@ SHORT_COLUMNS = ("Parent cpu_op", "Input dims", "Input strides", "Concrete Input
                  "Short Kernel duration (µs) sum", "Short Kernel count", "Short Kernel duration (µs) mean",
                  "Short Kernel duration (µs) percent of total time")
 """``get_dfs_short_kernels`` (generate_perf_report_pytorch)."""
-
-def _tup(v: Any) -> Any:
-    """TraceLens's ``list_to_tuple``: nested lists as nested tuples."""
-    return tuple(_tup(x) for x in v) if isinstance(v, list) else v
-
-
-class OpArgsCollector:
-    """A consumer of the engine's read (:func:`~.stream.scan_trace` ``sheets=``: :meth:`feed_batch`;
-    :meth:`feed` takes one event dict, :meth:`feed_struct` one :class:`~.fastscan.SheetsEvent`): per
-    ``cpu_op`` its event ordinal, start, thread and interned argument signature; per launch call
-    (an event with a correlation id outside the CPU-side categories) its ordinal and thread; the
-    process and thread names of the metadata events. Memory: ~20 bytes per ``cpu_op``, ~8 per
-    launch, plus the distinct signatures."""
-
-    _CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.op_ord, self.op_ts, self.op_sig, self.op_thr = array("q"), array("d"), array("i"), array("i")
-        self.l_ord, self.l_thr = array("q"), array("i")
-        self.sigs: list[tuple] = []
-        self._sig_ids: dict[tuple, int] = {}
-        self.threads: list[tuple] = []
-        self._thr_ids: dict[tuple, int] = {}
-        self.process_names: dict[Any, str] = {}
-        self.process_labels: dict[Any, str] = {}
-        self.thread_names: dict[tuple, str] = {}
-
-    def _thread(self, ev: dict) -> int:
-        return self._thread_of(ev.get("pid"), ev.get("tid"))
-
-    def _thread_of(self, pid: Any, tid: Any) -> int:
-        key = (pid, tid)
-        try:
-            t = self._thr_ids.get(key)
-        except TypeError:  # an unhashable pid/tid
-            key = (str(key[0]), str(key[1]))
-            t = self._thr_ids.get(key)
-        if t is None:
-            t = self._thr_ids[key] = len(self.threads)
-            self.threads.append(key)
-        return t
-
-    def feed(self, ev: dict) -> None:
-        """Take one trace event (a dict as parsed)."""
-        self.n += 1
-        cat, ph = ev.get("cat"), ev.get("ph")
-        if ph == "M":
-            args = ev.get("args") or {}
-            nm = ev.get("name")
-            if nm == "process_name":
-                self.process_names[ev.get("pid")] = str(args.get("name"))
-            elif nm == "process_labels":
-                self.process_labels[ev.get("pid")] = str(args.get("labels"))
-            elif nm == "thread_name":
-                self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name"))
-            return
-        if ph not in ("X", None) or ev.get("ts") is None:
-            return
-        args = ev.get("args")
-        if cat == "cpu_op":
-            a = args or {}
-            sig = tuple(str(_tup(a[k])) if k in a else None for k in ARG_KEYS)
-            sid = self._sig_ids.get(sig)
-            if sid is None:
-                sid = self._sig_ids[sig] = len(self.sigs)
-                self.sigs.append(sig)
-            self.op_ord.append(self.n)
-            self.op_ts.append(float(ev["ts"]))
-            self.op_sig.append(sid)
-            self.op_thr.append(self._thread(ev))
-        elif args and cat not in self._CPU_SIDE and args.get("correlation") is not None:
-            self.l_ord.append(self.n)
-            self.l_thr.append(self._thread(ev))
-
-    def feed_batch(self, batch: list | tuple) -> None:
-        """Take one batch of the engine's read (:func:`~.stream.scan_trace` ``sheets=``):
-        :class:`~.fastscan.SheetsEvent` objects (the ``sheets`` decode: :meth:`feed_struct` each) or
-        anything else a read gives (event dicts: :meth:`feed` each)."""
-        if batch and type(batch[0]) is SheetsEvent:  # one decode makes every event of a piece
-            f = self.feed_struct
-        else:
-            f = self.feed
-        for ev in batch:
-            f(ev)
-
-    def feed_struct(self, ev: Any) -> None:
-        """Take one :class:`~.fastscan.SheetsEvent`: what :meth:`feed` keeps of the event dict of the
-        same fields (a key the event does not hold reads as :meth:`feed`'s missing key; a JSON null
-        as None)."""
-        self.n += 1
-        cat, ph, args = ev.cat, ev.ph, ev.args
-        if ph == "M":
-            nm = ev.name
-            if nm == "process_name":
-                self.process_names[ev.pid] = str(_arg(args, "name"))
-            elif nm == "process_labels":
-                self.process_labels[ev.pid] = str(_arg(args, "labels"))
-            elif nm == "thread_name":
-                self.thread_names[(ev.pid, ev.tid)] = str(_arg(args, "name"))
-            return
-        if ph not in ("X", None) or ev.ts is None:
-            return
-        if cat == "cpu_op":
-            if args is None:
-                sig = _NO_SIG
-            else:
-                sig = tuple(None if (v := getattr(args, attr)) is UNSET else str(_tup(v)) for attr in _OP_ATTRS)
-            sid = self._sig_ids.get(sig)
-            if sid is None:
-                sid = self._sig_ids[sig] = len(self.sigs)
-                self.sigs.append(sig)
-            self.op_ord.append(self.n)
-            self.op_ts.append(float(ev.ts))
-            self.op_sig.append(sid)
-            self.op_thr.append(self._thread_of(ev.pid, ev.tid))
-        elif args is not None and cat not in self._CPU_SIDE and (c := args.correlation) is not UNSET and c is not None:
-            self.l_ord.append(self.n)
-            self.l_thr.append(self._thread_of(ev.pid, ev.tid))
-
-    def join(self, scan: TraceScan) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Per scan op: (signature id, thread id); per scan launch: thread id (-1 unknown). None when
-        the scan's ops are not the ones this collector saw (another read, a changed stream rule)."""
-        ords = np.frombuffer(self.op_ord, dtype=np.int64) if len(self.op_ord) else np.zeros(0, np.int64)
-        want = np.asarray(scan.op_order, dtype=np.int64) if scan.op_order is not None else np.zeros(0, np.int64)
-        pos = np.searchsorted(ords, want)
-        ok = (pos < ords.size) & (ords[np.minimum(pos, max(ords.size - 1, 0))] == want) if ords.size else \
-            np.zeros(want.size, bool)
-        if not ok.all():
-            return None
-        ts = np.frombuffer(self.op_ts, dtype=np.float64)[pos] if pos.size else np.zeros(0)
-        if not np.array_equal(ts, np.asarray(scan.op_ts, dtype=np.float64)):
-            return None
-        sig = np.frombuffer(self.op_sig, dtype=np.int32)[pos] if pos.size else np.zeros(0, np.int32)
-        thr = np.frombuffer(self.op_thr, dtype=np.int32)[pos] if pos.size else np.zeros(0, np.int32)
-        lords = np.frombuffer(self.l_ord, dtype=np.int64) if len(self.l_ord) else np.zeros(0, np.int64)
-        lwant = np.asarray(scan.launch_order, dtype=np.int64) if scan.launch_order is not None else np.zeros(0, np.int64)
-        lpos = np.searchsorted(lords, lwant)
-        lok = (lpos < lords.size) & (lords[np.minimum(lpos, max(lords.size - 1, 0))] == lwant) if lords.size else \
-            np.zeros(lwant.size, bool)
-        lthr = np.full(lwant.size, -1, dtype=np.int64)
-        if lords.size:
-            lthr[lok] = np.frombuffer(self.l_thr, dtype=np.int32)[lpos[lok]]
-        return sig, thr, lthr
-
-    def names(self, thread: int) -> tuple[str, str, str]:
-        """(process_name, process_label, thread_name) of a thread id, ``Unknown`` where the trace has
-        no metadata (TraceLens's default)."""
-        if thread < 0:
-            return "Unknown", "Unknown", "Unknown"
-        pid, tid = self.threads[thread]
-        return (self.process_names.get(pid, "Unknown"), self.process_labels.get(pid, "Unknown"),
-                self.thread_names.get((pid, tid), "Unknown"))
-
-
-# --------------------------------------------------------------------------- statistics
-
 
 def _stat(vals: list[float], s: str) -> float | None:
     """pandas' aggregate ``s`` of ``vals`` (``std``: ddof 1, None for one value)."""
