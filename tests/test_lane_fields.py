@@ -27,7 +27,7 @@ def _keys_read(src: str, names: str) -> set[str]:
 
 
 def test_the_step_fields_cover_what_the_accountant_reads():
-    src = (REPO / "tools" / "trace" / "host_timeline.py").read_text()
+    src = (REPO / "tools" / "trace" / "step_feed.py").read_text()
     read = _keys_read(src, "ev|args|a")
     assert {"ph", "cat", "Input Dims", "device", "pid"} <= read  # the pattern finds the feed's keys
     ev_keys, arg_keys = host_timeline.FIELDS
@@ -201,7 +201,7 @@ def test_a_duration_pair_read_with_the_sheets_fields(tmp_path, monkeypatch):
     p.write_text(json.dumps({"traceEvents": evs}))
     monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
     col = OpArgsCollector()
-    scan = stream.scan_trace(p, sheets=col.feed_batch)
+    scan = stream.scan_trace(p, sheets=col)
     assert fastscan.last_parse["fallback"] is None  # decoded as SheetsEvent objects
     assert sorted(scan.corr.tolist()) == [7, 8] and sorted(scan.stream.tolist()) == [scan.stream[0]] * 2
     assert sorted(scan.dur.tolist()) == [5.0, 30.0]

@@ -19,7 +19,6 @@ the exact time (``tolerance_us``): the bound is counted on the trace itself, nev
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +27,9 @@ from pydantic import BaseModel, Field
 from ...state.steps import HOST_CATEGORIES, StepBreakdown
 from ..errors import InputError
 from .host_names import OUTSIDE, PRECEDENCE, copy_blocks, op_category, runtime_category
-from .hygiene import STEP_NAME_RE
 from .scan import sorted_unique
 from .kineto_reader import MEMCPY, NO_ID, KinetoLoader, KinetoTrace, _Links, _Rows, _stream_events
+from .reader_feed import ANNOTATION_FIELDS, Annotations  # noqa: F401 (re-exported: the feed's, numpy-free)
 
 #: Cells per step: 2^20 keeps the painted layers at 1 MiB per thread and layer.
 CELLS_PER_STEP = 1 << 20
@@ -52,34 +51,6 @@ class SampledStep(BaseModel):
     host_us: dict[str, float] = Field(default_factory=dict)
     idle_by_host_us: dict[str, float] = Field(default_factory=dict)
     gpu_idle_us: float = 0.0
-
-
-#: The event keys :meth:`Annotations.feed` reads (no ``args``; :func:`.fastscan.decoders`).
-ANNOTATION_FIELDS = (("cat", "ph", "ts", "dur", "name", "pid", "tid"), ())
-
-
-class Annotations:
-    """The annotations the verifier's reader does not keep (``user_annotation`` events: regions and
-    record_function names; and which thread each ``ProfilerStep#N`` ran on), fed one event at a time."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[float, float, str, tuple]] = []
-        self.step_threads: dict[int, tuple] = {}
-
-    def feed(self, ev) -> None:
-        if type(ev) is not dict or ev.get("cat") != "user_annotation" or ev.get("ph", "X") != "X":
-            return
-        try:
-            ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            return
-        name = ev.get("name") or ""
-        key = (ev.get("pid"), ev.get("tid"))
-        m = STEP_NAME_RE.match(name)
-        if m:
-            self.step_threads[int(m.group(1))] = key
-        elif math.isfinite(ts) and math.isfinite(dur) and dur >= 0:
-            self.rows.append((ts, ts + dur, name, key))
 
 
 def _columns(rows, k: int, name_col: int) -> tuple[tuple, list[str]]:

@@ -27,12 +27,11 @@ O(1) per event (a few dict lookups and array appends).
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from array import array
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -42,36 +41,18 @@ from ..errors import InputError
 from . import cpu_ops
 from . import critical_path as cp
 from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
-from .hygiene import STEP_NAME_RE, as_id
-from .pystack import NO_STACKS_NOTE, is_user_frame, site_of
-from .step_structure import Signatures, batch1, distribution, lead, preceding_states, structure
+from .pystack import NO_STACKS_NOTE, site_of
+from .step_feed import FIELDS, StepFeed  # noqa: F401 (FIELDS re-exported: the feed's keys)
+from .step_structure import distribution, lead, preceding_states, structure
 from .step_window import (CAT_INHERIT, KIND_OP, KIND_PY, KIND_RUNTIME, GpuColumns, HostColumns, StateTable, StepView,
                           build_view)
 from .stream import (GPU_CATS, KIND_MEMCPY, TraceScan, clip_stream_overlaps, feed_events, tracelens_classes,
                      window_mask)
 
-_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-_CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
-_OP_CATS = frozenset({"cpu_op", "user_annotation"})
-_I32 = 1 << 31
-_INF = float("inf")
-#: The event keys and ``args`` keys :meth:`StepAccountant.feed` reads (``tests/test_lane_fields.py``
-#: checks them against this module's source): a read that feeds only the accountant decodes only
-#: these (:func:`.fastscan.decoders`; the step accountant's lane, :func:`.onepass.steps_part`).
-FIELDS = (("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"),
-          ("Device Type", "Total Allocated", "Input Dims", "correlation", "stream", "device", "bytes"))
-
-
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-class StepAccountant:
-    """Per-event consumer building the step accounting (see the module docstring).
+class StepAccountant(StepFeed):
+    """Per-event consumer building the step accounting (see the module docstring): the feed is
+    :class:`.step_feed.StepFeed`'s (a feed joined from pieces, :meth:`~.step_feed.StepFeed.absorb`,
+    finishes the same).
 
     ``top``: how many attributions / path shares to keep per step; ``keep_paths``: keep every step's
     critical-path segments in the result; ``keep_views``: keep the steps' :class:`StepView` for
@@ -80,34 +61,10 @@ class StepAccountant:
 
     def __init__(self, path: str | os.PathLike = "", *, top: int = 10, keep_paths: bool = False,
                  keep_views: bool = False, param_bytes: int | None = None) -> None:
+        super().__init__()
         self.path = str(path)
         self.param_bytes = param_bytes
         self.top, self.keep_paths, self.keep_views = top, keep_paths, keep_views
-        self.n = 0
-        self.n_python = 0
-        self.n_memory = 0
-        self.base: float | None = None  # the first timestamp seen; kept times are relative to it
-        self.g_ts, self.g_dur = array("d"), array("d")
-        self.g_name, self.g_stream, self.g_device = array("i"), array("i"), array("i")
-        self.g_kind = array("b")
-        self.g_corr, self.g_bytes = array("q"), array("q")
-        self.h_ts, self.h_end = array("d"), array("d")
-        self.h_name, self.h_thr, self.h_sig = array("i"), array("i"), array("i")
-        self.h_kind = array("b")
-        self.h_corr = array("q")
-        self.flow_ids = array("q")
-        self.m_ts, self.m_alloc = array("d"), array("q")
-        self.steps: list[tuple[int, float, float, int]] = []
-        self.gnames: list[str] = []
-        self._gix: dict[str, int] = {}
-        self.hnames: list[str] = []
-        self._hix: dict[str, int] = {}
-        self._user: dict[str, bool] = {}
-        self._dev: dict = {}
-        self.threads: dict[tuple, int] = {}
-        self.sigs = Signatures()
-        self.has_shapes = False
-        self.bad = 0
         # set by finish()
         self.host: HostColumns | None = None
         self.gpu: GpuColumns | None = None
@@ -115,167 +72,22 @@ class StepAccountant:
         self.windows: list[tuple[int, float, float, int]] = []
         self.views: list[StepView] = []
 
-    # ------------------------------------------------------------------ feeding
-
-    def _ts(self, v: Any) -> float | None:
-        """A timestamp relative to the trace's first one (epoch-µs clocks keep sub-ns precision that
-        way: an end computed as start + dur at 5e12 µs would round to ~1 ns)."""
-        t = _num(v)
-        if t is None:
-            return None
-        if self.base is None:
-            self.base = t
-        return t - self.base
-
-    def _hid(self, name: str) -> int:
-        i = self._hix.get(name)
-        if i is None:
-            i = self._hix[name] = len(self.hnames)
-            self.hnames.append(name)
-        return i
-
-    def _thread(self, ev: dict) -> int:
-        key = (ev.get("pid"), ev.get("tid"))
-        try:
-            t = self.threads.get(key)
-        except TypeError:  # an unhashable pid/tid
-            key = (repr(key[0]), repr(key[1]))
-            t = self.threads.get(key)
-        if t is None:
-            t = self.threads[key] = len(self.threads)
-        return t
-
-    def feed(self, ev: Any) -> None:
-        """Take one trace event (a dict of ``traceEvents``); anything else is skipped. O(1)."""
-        if type(ev) is not dict:
-            return
-        self.n += 1
-        cat = ev.get("cat")
-        kind = GPU_CATS.get(cat) if type(cat) is str else None
-        if kind is not None:
-            self._feed_gpu(ev, kind)
-            return
-        if cat == "python_function":
-            self.n_python += 1
-            name = ev.get("name")
-            if type(name) is not str:
-                return
-            user = self._user.get(name)
-            if user is None:
-                user = self._user[name] = is_user_frame(name)
-            if user:
-                self._feed_host(ev, name, KIND_PY, -1)
-            return
-        ph = ev.get("ph")
-        if cat == "ac2g":
-            if ph == "s":
-                fid = as_id(ev.get("id"))
-                if fid is not None:
-                    self.flow_ids.append(fid)
-            return
-        if ph in ("i", "I"):
-            if ev.get("name") == "[memory]":
-                self.n_memory += 1
-                args = ev.get("args") or {}
-                if args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm builds report HIP as CUDA)
-                    t, a = self._ts(ev.get("ts")), _num(args.get("Total Allocated"))
-                    if t is not None and a is not None:
-                        self.m_ts.append(t)
-                        self.m_alloc.append(int(a))
-            return
-        if ph not in ("X", None) or cat == "gpu_user_annotation":
-            return
-        name = ev.get("name")
-        if type(name) is not str:
-            name = "" if name is None else str(name)
-        if name.startswith("ProfilerStep") and cat in ("user_annotation", "cpu_op", None):
-            m = STEP_NAME_RE.match(name)
-            t, d = self._ts(ev.get("ts")), _num(ev.get("dur"))
-            if m and t is not None and d is not None and d >= 0:
-                self.steps.append((int(m.group(1)), t, d, self._thread(ev)))
-            return
-        if cat in _OP_CATS:
-            sig = -1
-            if cat == "cpu_op":
-                args = ev.get("args")
-                dims = args.get("Input Dims") if type(args) is dict else None
-                if dims is not None:
-                    self.has_shapes = True
-                    if batch1(dims):  # only batch-1 ops take part in the repetition figure
-                        sig = self.sigs.get(self._hid(name), dims)
-            self._feed_host(ev, name, KIND_OP, -1, sig)
-            return
-        args = ev.get("args")
-        corr = as_id(args.get("correlation")) if type(args) is dict else None
-        if cat in _RUNTIME_CATS or (corr is not None and cat not in _CPU_SIDE):
-            self._feed_host(ev, name, KIND_RUNTIME, -1 if corr is None else corr)
-
-    def _feed_host(self, ev: dict, name: str, kind: int, corr: int, sig: int = -1) -> None:
-        try:
-            t, d = float(ev["ts"]), float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            self.bad += 1
-            return
-        if not (-_INF < t < _INF and 0.0 <= d < _INF):  # NaN fails both
-            self.bad += 1
-            return
-        base = self.base
-        if base is None:
-            base = self.base = t
-        t -= base
-        key = (ev.get("pid"), ev.get("tid"))
-        try:
-            th = self.threads.get(key)
-        except TypeError:  # an unhashable pid/tid
-            th = None
-        if th is None:
-            th = self._thread(ev)
-        nid = self._hix.get(name)
-        if nid is None:
-            nid = self._hid(name)
-        self.h_ts.append(t)
-        self.h_end.append(t + d)
-        self.h_name.append(nid)
-        self.h_thr.append(th)
-        self.h_kind.append(kind)
-        self.h_corr.append(corr)
-        self.h_sig.append(sig)
-
-    def _feed_gpu(self, ev: dict, kind: int) -> None:
-        t, d = self._ts(ev.get("ts")), _num(ev.get("dur"))
-        if t is None or d is None or d < 0:
-            self.bad += 1
-            return
-        name = ev.get("name") or ""
-        i = self._gix.get(name)
-        if i is None:
-            i = self._gix[name] = len(self.gnames)
-            self.gnames.append(name)
-        args = ev.get("args") or {}
-        s = as_id(args.get("stream"), _I32)
-        dv = args.get("device", ev.get("pid"))
-        dev = as_id(dv, _I32)
-        if dev is None:
-            try:
-                dev = self._dev.setdefault(dv, -2 - len(self._dev))
-            except TypeError:
-                dev = -1
-        c = as_id(args.get("correlation"))
-        b = _num(args.get("bytes")) if kind == KIND_MEMCPY else None
-        self.g_ts.append(t)
-        self.g_dur.append(d)
-        self.g_name.append(i)
-        self.g_kind.append(kind)
-        self.g_stream.append(-1 if s is None else s)
-        self.g_device.append(dev)
-        self.g_corr.append(-1 if c is None else c)
-        self.g_bytes.append(-1 if b is None else int(b))
-
     # ------------------------------------------------------------------ finishing
 
+    def _rel(self, col: array) -> np.ndarray:
+        """Times as written minus :attr:`base` (the per-event subtraction, over the column)."""
+        a = np.frombuffer(col, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return a - self.base if self.base is not None and a.size else a.copy()
+
     def _columns(self) -> None:
-        """The fed columns as sorted numpy columns (:class:`HostColumns`, :class:`GpuColumns`)."""
-        g_ts = np.frombuffer(self.g_ts, dtype=np.float64)
+        """The fed columns as sorted numpy columns (:class:`HostColumns`, :class:`GpuColumns`), times
+        relative to the first one taken (:attr:`base`)."""
+        g_ts = self._rel(self.g_ts)
+        h_ts = self._rel(self.h_ts)
+        with np.errstate(over="ignore", invalid="ignore"):
+            h_end = h_ts + np.frombuffer(self.h_dur, dtype=np.float64)
+        self.m_rel = self._rel(self.m_ts)
         scan = TraceScan(path=self.path, n_events=self.n, ts=g_ts, dur=np.frombuffer(self.g_dur, dtype=np.float64).copy(),
                          dur_raw=np.frombuffer(self.g_dur, dtype=np.float64),
                          name_id=np.frombuffer(self.g_name, dtype=np.int32), kind=np.frombuffer(self.g_kind, dtype=np.int8),
@@ -290,7 +102,6 @@ class StepAccountant:
             cls = tracelens_classes(scan)
         else:
             keep, cls = np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int8)
-        h_ts = np.frombuffer(self.h_ts, dtype=np.float64)
         horder = np.argsort(h_ts, kind="stable")
         h_corr = np.frombuffer(self.h_corr, dtype=np.int64)[horder]
         h_kind = np.frombuffer(self.h_kind, dtype=np.int8)[horder]
@@ -328,7 +139,7 @@ class StepAccountant:
                     c = PRECEDENCE[oc] if oc else CAT_INHERIT
                 memo[key] = c
             cat[i] = c
-        self.host = HostColumns(ts=h_ts[horder], end=np.frombuffer(self.h_end, dtype=np.float64)[horder],
+        self.host = HostColumns(ts=h_ts[horder], end=h_end[horder],
                                 thr=np.frombuffer(self.h_thr, dtype=np.int32)[horder], name=h_name, kind=h_kind, cat=cat,
                                 corr=h_corr, sig=np.frombuffer(self.h_sig, dtype=np.int32)[horder], names=self.hnames)
         skey = (scan.device[g_sel].astype(np.int64) << 32) + scan.stream[g_sel].astype(np.int64)
@@ -341,14 +152,13 @@ class StepAccountant:
                               name=g_names, kind=scan.kind[g_sel], nbytes=np.frombuffer(self.g_bytes, dtype=np.int64)[g_sel],
                               launch=launch, prev=prev, names=self.gnames)
         self.overlaps = len(scan.overlaps)
-        for col in ("g_ts", "g_dur", "g_name", "g_stream", "g_device", "g_corr", "g_bytes", "h_ts", "h_end", "h_name",
-                    "h_thr", "h_sig", "h_corr", "flow_ids"):
+        for col in ("g_ts", "g_dur", "g_name", "g_stream", "g_device", "g_corr", "g_bytes", "h_ts", "h_dur", "h_name",
+                    "h_thr", "h_sig", "h_corr", "flow_ids", "h_kind", "g_kind"):
             setattr(self, col, array(getattr(self, col).typecode))
-        self.h_kind = array("b")
-        self.g_kind = array("b")
 
     def _windows(self, warnings: list[str]) -> list[tuple[int, float, float, int]]:
-        steps = sorted(self.steps, key=lambda s: s[1])
+        base = self.base if self.base is not None else 0.0
+        steps = sorted(((n, t - base, d, th) for n, t, d, th in self.steps), key=lambda s: s[1])
         if steps:
             return [(n, t, t + d, th) for n, t, d, th in steps]
         h, g = self.host, self.gpu
@@ -377,7 +187,7 @@ class StepAccountant:
             warnings.append("no GPU events linked to a host launch: the GPU is idle in every step (a CPU-only trace?)")
         if self.bad:
             warnings.append(f"{self.bad} event(s) without a usable ts/dur left out")
-        mem = (np.frombuffer(self.m_ts, dtype=np.float64), np.frombuffer(self.m_alloc, dtype=np.int64))
+        mem = (self.m_rel, np.frombuffer(self.m_alloc, dtype=np.int64))
         mo = np.argsort(mem[0], kind="stable")
         mem = (mem[0][mo], mem[1][mo])
         steps: list[StepAccount] = []
@@ -481,20 +291,47 @@ class StepAccountant:
         return cp.savings(self.view(i), self.host, self.gpu, self.states, remove, with_gpu_work=with_gpu_work)
 
 
+def read_steps(path: str | os.PathLike, *, raw: BinaryIO | None = None, workers: int | None = None,
+               **kw: Any) -> StepAccountant:
+    """A :class:`StepAccountant` (options ``kw``) fed every event of one trace file (``raw``: the
+    file already open), not yet finished: by ``workers`` processes of the parallel pass
+    (:func:`.scan_parallel.read_parallel`, kind ``steps``: each feeds a :class:`.step_feed.StepFeed`
+    a chunk, joined here in file order; default :func:`.scan_parallel.workers_for`, at least 2 to
+    apply, and the fast parser only), else, or when that pass hands back, by one read of its fields
+    (:func:`.stream.feed_events`). Either way the same columns (``tests/test_step_feed.py``).
+    Raises InputError (missing, empty, truncated, not a trace)."""
+    from pathlib import Path
+
+    from . import fastscan, scan_parallel
+
+    p = Path(path)
+    if fastscan.parser_name() == "fast":
+        w = scan_parallel.workers_for(p) if workers is None else workers
+        if w >= 2:
+            acc = StepAccountant(path, **kw)
+            if scan_parallel.read_parallel(p, w, "steps", acc, raw=raw):
+                return acc
+    acc = StepAccountant(path, **kw)
+    feed_events(path, (acc.feed,), fields=FIELDS, raw=raw)
+    return acc
+
+
 def step_breakdown(path: str | os.PathLike, *, also: tuple[Callable[[dict[str, Any]], None], ...] = (),
                    **kw: Any) -> StepBreakdown:
     """The step accounting of one trace file (``.json`` / ``.json.gz``), read once through the engine's
-    reader (:func:`.stream.feed_events`); ``also``: other consumers fed the same events; ``kw``: the
-    :class:`StepAccountant` options. Raises InputError (missing, empty, truncated, not a trace)."""
+    reader (:func:`.stream.feed_events`), or without ``also`` by :func:`read_steps`; ``also``: other
+    consumers fed the same events; ``kw``: the :class:`StepAccountant` options. Raises InputError
+    (missing, empty, truncated, not a trace)."""
+    if not also:
+        return read_steps(path, **kw).finish()
     acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed, *also), fields="all" if also else FIELDS)
+    feed_events(path, (acc.feed, *also), fields="all")
     return acc.finish()
 
 
 def accountant_for(path: str | os.PathLike, **kw: Any) -> StepAccountant:
-    """A finished :class:`StepAccountant` over one file (for :meth:`StepAccountant.saving` and views);
-    its breakdown is ``.result``."""
-    acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed,), fields=FIELDS)
+    """A finished :class:`StepAccountant` over one file (for :meth:`StepAccountant.saving` and views),
+    read by :func:`read_steps`; its breakdown is ``.result``."""
+    acc = read_steps(path, **kw)
     acc.result = acc.finish()  # type: ignore[attr-defined]
     return acc

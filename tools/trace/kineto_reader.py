@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ..errors import InputError, NoGpuEventsError
 from ..files import check_input_file
-from ..jsonguard import GuardedReader
 from .guard import named_malformed_events
 from .categories import (_COMM_RE, LAUNCH_KERNEL_NAMES, OTHER_DEVICE_CATEGORIES,  # noqa: F401 (re-exported)
                          canonical_category, no_gpu_events_message)
@@ -137,6 +136,8 @@ def _stream_events(p: Path):
                 magic = raw.read(2)
                 raw.seek(0)
                 fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+                from ..jsonguard import GuardedReader  # numpy: not in the parallel pass's workers
+
                 for ev in ijson.items(GuardedReader(fh, p.name), "traceEvents.item", use_float=True):
                     n += 1
                     yield ev

@@ -43,6 +43,7 @@ from . import (crossrank_check, fastscan, host_sampling, host_timeline, kineto, 
 from ..errors import Ai4sError, NoGpuEventsError
 from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
+from .reader_feed import READER_FIELDS, read_reader  # noqa: F401 (READER_FIELDS re-exported: reader_part's keys)
 
 #: Overlap kept between two byte chunks of the raw counter: longer than any ``"name": "..."`` prefix
 #: a pattern can span (event names of kernels with long template arguments stay under ~4 KiB).
@@ -381,7 +382,8 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
         try:  # the engine's result is stored in the cache only after every part gave its own (the end)
             if engine_lane is None:
                 engine = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check,
-                                                    also=also, taps=taps, opened=fh, store=False)
+                                                    also=also, taps=taps, opened=fh, store=False,
+                                                    workers=lane_workers(path) if lanes_ is not None else None)
             else:
                 engine = _take(engine_lane, ident, engine_part, path, fd, rank, cache_dir, label, cross_check)
         except NoGpuEventsError:
@@ -522,8 +524,6 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
     return ident if _fd_identity(f) == ident else None
 
 
-#: The keys the verifier's reader and its annotations read (:func:`reader_part`'s one read).
-READER_FIELDS = fastscan.union_fields(kineto_reader.FIELDS, host_sampling.ANNOTATION_FIELDS)
 
 
 def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, label: str,
@@ -536,7 +536,7 @@ def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, lab
     with _reopen(path, fd) as f:
         ident = _fd_identity(f)
         got = rank_analysis.analyze_rank(path, rank, cache_dir, label=label, cross_check=cross_check, opened=f,
-                                         store=False)
+                                         store=False, workers=lane_workers(path))
         same = _fd_identity(f) == ident
     return {**got, "file": ident if same else None}
 
@@ -547,20 +547,53 @@ def reader_part(path: str, fd: int | None, rank: int, wanted: Callable[[str], bo
     "steps_sampled"}`` or ``{"reader_error"}``, and ``file``: the file read (:func:`_fd_identity`;
     None when it changed during the read). Raises what the engine's pass raises for a trace it
     cannot read (InputError), OSError."""
-    loader, notes = kineto.KinetoLoader(path), host_sampling.Annotations()
+    from pathlib import Path
+
+    from .guard import named_malformed_events
+
     with _reopen(path, fd) as f:
-        ident = _feed(path, f, (loader.feed, notes.feed), fields=READER_FIELDS)  # their keys only (.fastscan.decoders)
-    return {**_reader_of(loader, notes, rank, wanted), "file": ident}
+        ident = _fd_identity(f)
+        with named_malformed_events(Path(path)):  # their keys only (.fastscan.decoders), in workers when they fit
+            got = read_reader(path, raw=f, workers=lane_workers(path))
+        ident = ident if _fd_identity(f) == ident else None
+    return {**_reader_of(got.loader, got.notes, rank, wanted), "file": ident}
 
 
 def steps_part(path: str, fd: int | None) -> dict[str, Any]:
     """:func:`read_rank`'s step accounting from a read of its own (a lane, :mod:`.lanes`; ``fd`` as
     in :func:`reader_part`): ``{"step_accounting"}`` or ``{"step_accounting_error"}``, and ``file``
     (as :func:`reader_part`). Raises InputError (unreadable trace), OSError."""
-    acc = host_timeline.StepAccountant(path)
+    from pathlib import Path
+
+    from .guard import named_malformed_events
+
     with _reopen(path, fd) as f:
-        ident = _feed(path, f, (acc.feed,), fields=host_timeline.FIELDS)  # its keys only (.fastscan.decoders)
+        ident = _fd_identity(f)
+        with named_malformed_events(Path(path)):  # its keys only (.fastscan.decoders), in workers when they fit
+            acc = host_timeline.read_steps(path, raw=f, workers=lane_workers(path))
+        ident = ident if _fd_identity(f) == ident else None
     return {**_steps_of(acc), "file": ident}
+
+
+#: Readers of one long trace in ``run`` (:func:`read_rank`): the engine's pass, the verifier
+#: reader's, the step accountant's and the counters' lanes, each a process of its own.
+LANE_READERS = 4
+#: Of them, those whose read the parallel pass's workers may take (the counters' lane writes the
+#: annotated copy in file order: one read).
+LANES_WITH_WORKERS = 3
+
+
+def lane_workers(p: Any) -> int:
+    """Workers of the parallel pass one of :func:`read_rank`'s readers may start
+    (:func:`.scan_parallel.workers_for`): the CPUs the readers leave free (:data:`LANE_READERS`),
+    shared by the readers that may use them (:data:`LANES_WITH_WORKERS`); 0 (its own one read)
+    where that share is below 2."""
+    from pathlib import Path
+
+    from . import scan_parallel
+
+    share = (lanes.usable_cpus() - LANE_READERS) // LANES_WITH_WORKERS
+    return min(scan_parallel.workers_for(Path(p)), share) if share >= 2 else 0
 
 
 def counts_part(path: str, fd: int | None, wanted: Callable[[str], bool], raw_patterns: dict[str, str],

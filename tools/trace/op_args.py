@@ -7,15 +7,16 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from msgspec import UNSET
 
 from .codes import OP_ARG_KEYS
 from .fastscan import SHEETS_ARG_ATTRS, SheetsEvent
+from .scan_loop import ScanColumns
 
 if TYPE_CHECKING:
-    from .stream import TraceScan
+    import numpy as np
+
+    from .scan import TraceScan
 
 ARG_KEYS = OP_ARG_KEYS  # the ops' argument signature (.codes)
 _OP_ATTRS = tuple(SHEETS_ARG_ATTRS[k] for k in ARG_KEYS)  # their attributes of a SheetsArgs
@@ -149,9 +150,53 @@ class OpArgsCollector:
             self.l_ord.append(self.n)
             self.l_thr.append(self._thread_of(ev.pid, ev.tid))
 
+    def reset(self) -> None:
+        """Forget everything fed (a parallel pass that handed back: the one pass feeds it anew)."""
+        self.__init__()  # type: ignore[misc]
+
+    def export(self) -> dict[str, Any]:
+        """What was fed, as picklable parts, for :meth:`absorb` (the parallel pass's workers)."""
+        return {"n": self.n, "op_ord": self.op_ord.tobytes(), "op_ts": self.op_ts.tobytes(),
+                "op_sig": self.op_sig.tobytes(), "op_thr": self.op_thr.tobytes(), "l_ord": self.l_ord.tobytes(),
+                "l_thr": self.l_thr.tobytes(), "sigs": self.sigs, "threads": self.threads,
+                "process_names": self.process_names, "process_labels": self.process_labels,
+                "thread_names": self.thread_names}
+
+    def absorb(self, part: dict[str, Any]) -> None:
+        """Join what a collector fed the next piece of the same read kept (:meth:`export`), after
+        what this one was fed: the same as one collector fed both in order (ordinals offset by the
+        events before the piece; signatures and threads re-coded to the order of first appearance;
+        the metadata names as later events set them)."""
+        import numpy as np  # the joining process only
+
+        def ids(table: list, ix: dict, items: list) -> np.ndarray:
+            m = np.empty(len(items), dtype=np.int64)
+            for j, key in enumerate(items):
+                i = ix.get(key)
+                if i is None:
+                    i = ix[key] = len(table)
+                    table.append(key)
+                m[j] = i
+            return m
+
+        smap = ids(self.sigs, self._sig_ids, part["sigs"])
+        tmap = ids(self.threads, self._thr_ids, part["threads"])
+        n0 = self.n
+        for col, m in (("op_sig", smap), ("op_thr", tmap), ("l_thr", tmap)):
+            a = np.frombuffer(part[col], dtype=np.int32)
+            getattr(self, col).frombytes(m[a].astype(np.int32).tobytes() if m.size else a.tobytes())
+        for col in ("op_ord", "l_ord"):
+            getattr(self, col).frombytes((np.frombuffer(part[col], dtype=np.int64) + n0).tobytes())
+        self.op_ts.frombytes(part["op_ts"])
+        self.n += part["n"]
+        self.process_names.update(part["process_names"])
+        self.process_labels.update(part["process_labels"])
+        self.thread_names.update(part["thread_names"])
+
     def join(self, scan: TraceScan) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Per scan op: (signature id, thread id); per scan launch: thread id (-1 unknown). None when
         the scan's ops are not the ones this collector saw (another read, a changed stream rule)."""
+        import numpy as np  # here: the parallel pass's workers feed a collector without numpy
         ords = np.frombuffer(self.op_ord, dtype=np.int64) if len(self.op_ord) else np.zeros(0, np.int64)
         want = np.asarray(scan.op_order, dtype=np.int64) if scan.op_order is not None else np.zeros(0, np.int64)
         pos = np.searchsorted(ords, want)
@@ -184,4 +229,36 @@ class OpArgsCollector:
                 self.thread_names.get((pid, tid), "Unknown"))
 
 
-# --------------------------------------------------------------------------- statistics
+class EngineSheets:
+    """The engine's loop and TraceLens's sheets' collector fed the same pieces (kind ``sheets``):
+    the collector first, as :func:`.stream.scan_trace` feeds them."""
+
+    def __init__(self, cols: ScanColumns | None = None, sheets: OpArgsCollector | None = None) -> None:
+        self.cols = ScanColumns(None) if cols is None else cols
+        self.sheets = OpArgsCollector() if sheets is None else sheets
+
+    def feed(self, batch: list) -> None:
+        """Feed one decoded piece (:class:`.fastscan.SheetsEvent` objects) to both."""
+        self.sheets.feed_batch(batch)
+        self.cols.feed(batch)
+
+    def export(self) -> tuple:
+        """Both consumers' parts."""
+        return self.cols.export(), self.sheets.export()
+
+    def absorb(self, part: tuple) -> None:
+        """Join the next piece's parts into both."""
+        self.cols.absorb(part[0])
+        self.sheets.absorb(part[1])
+
+    @property
+    def trailer(self) -> dict:
+        return self.cols.trailer
+
+    @trailer.setter
+    def trailer(self, value: dict) -> None:
+        self.cols.trailer = value
+
+
+#: The parallel pass's consumer of kind ``sheets`` (:data:`.scan_parallel.KINDS`).
+PIECE_CONSUMER = (EngineSheets, "feed", "sheets")

@@ -181,7 +181,7 @@ def cached_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_che
 
 def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_check: bool | tuple[str, ...] = (),
                  label: str | None = None, progress=None, also: tuple = (), taps: tuple = (),
-                 opened: BinaryIO | None = None, store: bool = True) -> dict[str, Any]:
+                 opened: BinaryIO | None = None, store: bool = True, workers: int | None = None) -> dict[str, Any]:
     """Analyse one rank's trace; the unit of the graph's per-rank fan-out (LangGraph ``Send``).
 
     Runs the engine once over the trace (one bounded-memory pass, :mod:`.engine`). With
@@ -202,7 +202,8 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     the same file (:func:`.onepass.read_rank`'s lanes). ``store=False``: a computed result is not
     written to the cache; the call returns ``{"value", "from_cache", "sha256"}`` for
     :func:`store_rank` to write and label later (a pass run before the command may write anything:
-    :func:`.onepass.engine_part`).
+    :func:`.onepass.engine_part`). ``workers``: the parallel pass's processes for the engine's read
+    (:func:`.stream.scan_trace`; default by the trace's size and the CPUs).
 
     Returns a JSON-able dict: rank, label, path, sha256, analysis (every per-rank figure:
     TraceAnalysis), timeline (TraceLens rows, ms and percent), timeline_us, hta (temporal breakdown µs,
@@ -217,7 +218,7 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
     def compute() -> dict[str, Any]:
         args = OpArgsCollector()  # the op arguments TraceLens's sheets need, from the same read
         with named_malformed_events(p):  # a malformed event (the engine's or a consumer's failure): one line
-            scan = ts_mod.scan_trace(p, progress, also, taps=taps, raw=raw, sheets=args.feed_batch)
+            scan = ts_mod.scan_trace(p, progress, also, taps=taps, raw=raw, sheets=args, workers=workers)
             rec = rank_record(scan, rank)
             keep: dict[str, Any] = {}
             analysis = engine.analyze_scan(scan, keep=keep)

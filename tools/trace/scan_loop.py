@@ -345,3 +345,7 @@ class ScanColumns:
             i = index[nm] = len(table)
             table.append(nm)
         return i
+
+
+#: The parallel pass's consumer of kind ``engine`` (:data:`.scan_parallel.KINDS`).
+PIECE_CONSUMER = (lambda: ScanColumns(None), "feed", "struct")

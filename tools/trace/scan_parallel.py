@@ -118,13 +118,32 @@ def json_bytes(path: Path) -> int:
         return 0
 
 
+#: What a worker may feed (``kind``): kind -> the module (of this package) whose
+#: ``PIECE_CONSUMER`` is ``(new consumer, its method fed one decoded piece, the field set its
+#: pieces decode with)``: the engine's loop (:class:`.scan_loop.ScanColumns`, the default), the
+#: engine's loop with TraceLens's sheets' collector (:class:`.op_args.EngineSheets`), the step
+#: accountant's feed (:class:`.step_feed.StepFeed`), the verifier reader's
+#: (:class:`.reader_feed.ReaderFeed`). Each consumer feeds a decoded piece, exports its state as
+#: picklable parts and absorbs the parts of the next chunk in file order; none of the modules
+#: imports numpy (a worker's RSS). Named, not imported: they import this module's callers.
+KINDS = {"engine": "scan_loop", "sheets": "op_args", "steps": "step_feed", "reader": "reader_feed"}
+
+
+def _kind_of(kind: str) -> tuple[Callable[..., Any], str, Any]:
+    """The ``PIECE_CONSUMER`` of a worker ``kind`` (:data:`KINDS`). Raises KeyError for another."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{KINDS[kind]}").PIECE_CONSUMER
+
+
 class _Worker:
     """One worker process and the thread that feeds it chunks from ``tasks`` and files its answers
     in ``results`` (chunk index -> answer)."""
 
-    def __init__(self, tasks: queue.Queue, results: dict[int, Any], ready: threading.Condition) -> None:
+    def __init__(self, tasks: queue.Queue, results: dict[int, Any], ready: threading.Condition,
+                 kind: str = "engine") -> None:
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
-                "from ai4s_graph.tools.trace.scan_parallel import worker_main; worker_main()")
+                f"from ai4s_graph.tools.trace.scan_parallel import worker_main; worker_main({kind!r})")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL)
         self._tasks, self._results, self._ready = tasks, results, ready
@@ -184,13 +203,31 @@ def _reap(pool: list[_Worker]) -> None:
 
 
 def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] | None = None,
-                 raw: BinaryIO | None = None) -> ScanColumns | None:
+                 raw: BinaryIO | None = None, sheets: Any = None) -> ScanColumns | None:
     """The engine's columns of the trace ``p`` read by ``workers`` processes (``raw``: the file
     already open), with ``.trailer`` (the keys written after the list); None when the parallel pass
-    hands back (see the module docstring). ``progress(bytes_read, file_size)`` after each chunk.
+    hands back (see the module docstring). With ``sheets`` (an empty
+    :class:`.op_args.OpArgsCollector`) the workers feed TraceLens's sheets' collector too (kind
+    ``sheets``, :class:`.op_args.EngineSheets`), joined into it (partly, when the pass hands back). ``progress(bytes_read, file_size)`` after each chunk.
     Sets :data:`.fastscan.last_parse`: ``pieces``, ``fallback`` (None), ``workers`` (0 when it
     handed back) and ``parallel`` (None, or why it handed back; the one pass that then reads the
     trace sets ``pieces`` and ``fallback`` anew)."""
+    cols = ScanColumns(None)
+    if sheets is not None:
+        both = _kind_of("sheets")[0](cols, sheets)
+        return cols if read_parallel(p, workers, "sheets", both, progress=progress, raw=raw) else None
+    return cols if read_parallel(p, workers, "engine", cols, progress=progress, raw=raw) else None
+
+
+
+def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
+                  progress: Callable[[int, int], None] | None = None, raw: BinaryIO | None = None) -> bool:
+    """Feed the trace ``p`` to consumers of ``kind`` (:data:`KINDS`) in ``workers`` processes, one
+    per chunk, and join their parts into ``into`` (a consumer of that kind, or of a subclass, fed
+    nothing yet) in file order, its ``.trailer`` set to the keys written after the list. True when
+    ``into`` holds the whole trace; False when the pass handed back (see the module docstring):
+    ``into`` then holds part of it and is not to be used. ``progress``, ``raw`` and
+    :data:`.fastscan.last_parse`: as :func:`scan_columns`."""
     from .rawfile import decoded, raw_of
     from ..jsonguard import GuardedReader
 
@@ -199,7 +236,7 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
     results: dict[int, Any] = {}
     ready = threading.Condition()
     pool: list[_Worker] = []
-    cols = ScanColumns(None)
+    cols = into
     st: dict[str, Any] = {"pieces": 0, "fallback": None, "workers": workers, "parallel": None}
     merged = 0  # chunks joined so far
     sent = 0
@@ -248,8 +285,8 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
                 buf, s = fastscan._head(blocks)
                 if s is None:
                     st["parallel"] = "no traceEvents list at the root's head"
-                    return None
-                pool.extend(_Worker(tasks, results, ready) for _ in range(workers))
+                    return False
+                pool.extend(_Worker(tasks, results, ready, kind) for _ in range(workers))
                 eof = False
                 while True:
                     if not eof and len(buf) - s < CHUNK_BYTES + (1 << 16):  # one copy per chunk
@@ -275,14 +312,14 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
                         rest = buf[s:]
                         if fastscan.second_list(rest):
                             st["parallel"] = "a second traceEvents list"  # ijson reads it too: the one pass
-                            return None
+                            return False
                         if not send(b"d", memoryview(rest)) or not join_ready(sent):
-                            return None
+                            return False
                         cols.trailer = fastscan._trailer(blocks, [rest])
                         complete = True
                         break
                     if not send(b"l", memoryview(buf)[s:m.start() + 1]):
-                        return None
+                        return False
                     s = m.end() - 1  # the next event's "{"
                     if progress is not None:
                         progress(r.tell(), size)
@@ -292,7 +329,7 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
         raise
     except BaseException as e:  # noqa: BLE001 - any read or worker error: the one pass reads it and says why
         st["parallel"] = f"{type(e).__name__}: {str(e)[:120]}"
-        return None
+        return False
     finally:
         while True:  # the chunks no worker took (an abandoned pass), then one end mark per worker
             try:
@@ -312,13 +349,16 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
         fastscan.last_parse.update(st)
     if progress is not None:
         progress(size, size)
-    return cols
+    return True
 
 
-def _read_chunk(kind: bytes, text: bytes) -> tuple:
-    """A worker's answer for one chunk: ``("ok", columns, pieces)`` or ``("fail", why)``."""
-    decode_list, decode_doc = fastscan._DECODERS["struct"]
-    cols = ScanColumns(None)
+def _read_chunk(kind: bytes, text: bytes, reader: str = "engine") -> tuple:
+    """A worker's answer for one chunk: ``("ok", parts, pieces)`` or ``("fail", why)``; ``reader``:
+    the consumer's kind (:data:`KINDS`)."""
+    new, method, fields = _kind_of(reader)
+    decode_list, decode_doc = fastscan.decoders(fields)
+    cols = new()
+    feed = getattr(cols, method)
     pieces = 0
     try:
         if kind == b"d":
@@ -329,7 +369,7 @@ def _read_chunk(kind: bytes, text: bytes) -> tuple:
                 return ("fail", "the end of the list did not decode")
             if not isinstance(doc, dict) or not fastscan._ints_agree(text):
                 return ("fail", "the end of the list did not decode")
-            cols.feed(doc["traceEvents"])
+            feed(doc["traceEvents"])
             return ("ok", cols.export(), 1)
         s, end = 0, len(text)
         while s < end:
@@ -344,18 +384,21 @@ def _read_chunk(kind: bytes, text: bytes) -> tuple:
                 tries += 1
             if evs is None:
                 return ("fail", f"a piece of chunk text did not decode")
-            cols.feed(evs)
+            feed(evs)
             pieces += 1
             s = m.end() - 1 if m is not None else end
         return ("ok", cols.export(), pieces)
     except NeedsOnePass:
         return ("fail", "duration pairs (read by the one pass)")
+    except Exception as e:  # noqa: BLE001 - a consumer's refusal: the one pass reads it and says why
+        return ("fail", f"the consumer refused the chunk ({type(e).__name__}: {str(e)[:80]})")
 
 
-def worker_main() -> None:
-    """A worker's loop: read chunks from stdin (:data:`_HEAD`: ``b"l"`` events of the list or ``b"d"``
-    the list's end and what follows, and the length; then the text), answer each on stdout as a
-    pickle; exit at the end of stdin (the parent closed it or is gone)."""
+def worker_main(reader: str = "engine") -> None:
+    """A worker's loop (``reader``: the consumer's kind, :data:`KINDS`): read chunks from stdin
+    (:data:`_HEAD`: ``b"l"`` events of the list or ``b"d"`` the list's end and what follows, and the
+    length; then the text), answer each on stdout as a pickle; exit at the end of stdin (the parent
+    closed it or is gone)."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
@@ -368,7 +411,7 @@ def worker_main() -> None:
                 return
         except OSError:
             return
-        answer = _read_chunk(kind, text)
+        answer = _read_chunk(kind, text, reader)
         del text
         try:
             pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)

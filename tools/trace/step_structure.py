@@ -19,39 +19,11 @@ import numpy as np
 from ...state.steps import HOST_CATEGORIES, Lead, Repetition, StepAccount, StepDistribution, StepStructure
 from .host_names import ALLOCATOR, LAUNCH, OPTIMIZER, SYNC, SYNC_OPS, copy_direction
 from .pystack import site_of
+from .step_feed import Signatures, batch1  # noqa: F401 (re-exported: the feed's, numpy-free)
 from .step_window import KIND_OP, KIND_RUNTIME, GpuColumns, HostColumns, StepView
 from .stream import KIND_MEMCPY
 
 _CODE = {c: i for i, c in enumerate(HOST_CATEGORIES)}
-
-
-def batch1(dims) -> bool:
-    """True when an op's ``Input Dims`` (a list of lists) has a first tensor input of leading dim 1."""
-    if type(dims) is not list:
-        return False
-    for d in dims:
-        if type(d) is list and d:
-            return d[0] == 1
-    return False
-
-
-class Signatures:
-    """Input Dims signatures of batch-1 cpu_ops (:func:`batch1`): ``(name id, dims text)`` -> id, with
-    the dims text."""
-
-    def __init__(self) -> None:
-        self.ids: dict[tuple[int, str], int] = {}
-        self.dims: list[str] = []
-
-    def get(self, name_id: int, dims) -> int:
-        """The signature id of an op named ``name_id`` with ``Input Dims`` ``dims`` (a list of lists)."""
-        text = repr(dims)
-        key = (name_id, text)
-        i = self.ids.get(key)
-        if i is None:
-            i = self.ids[key] = len(self.dims)
-            self.dims.append(text)
-        return i
 
 
 def minimal_period(seq: list[int]) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 from .host_names import OUTSIDE, PRECEDENCE
 from .stream import CLS_COMM, CLS_COMP, merged_intervals, union_length
 
-KIND_OP, KIND_RUNTIME, KIND_PY = 0, 1, 2
+from .step_feed import KIND_OP, KIND_PY, KIND_RUNTIME  # noqa: F401 (the feed's host event kinds)
 OUTSIDE_CODE = PRECEDENCE[OUTSIDE]
 #: ``cat`` column value of an op that names no category of its own (it inherits its parent's)
 CAT_INHERIT = -1

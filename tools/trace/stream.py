@@ -224,25 +224,29 @@ def trim_heap() -> None:
 
 
 def _parallel_columns(p: Path, progress: Callable[[int, int], None] | None, also: tuple, taps: Taps,
-                      raw: BinaryIO | None) -> ScanColumns | None:
-    """The columns of the parallel pass (:func:`.scan_parallel.scan_columns`) when it applies: no
-    other consumer or byte tap (they read every event in one process), the fast parser, and a
-    trace large enough (:func:`.scan_parallel.workers_for`); None otherwise, or when the parallel
-    pass handed back (the one pass then reads the trace)."""
+                      raw: BinaryIO | None, sheets: Any = None, workers: int | None = None) -> ScanColumns | None:
+    """The columns of the parallel pass (:func:`.scan_parallel.scan_columns`; with ``sheets``, a
+    collector the workers' collectors are joined into) when it applies: no other consumer or byte
+    tap (they read every event in one process), the fast parser, and ``workers`` (default
+    :func:`.scan_parallel.workers_for`) at least 2; None otherwise, or when the parallel pass handed
+    back (the one pass then reads the trace; ``sheets`` is emptied for it)."""
     if also or taps or fastscan.parser_name() != "fast":
         return None
     from . import scan_parallel
 
-    w = scan_parallel.workers_for(p)
+    w = scan_parallel.workers_for(p) if workers is None else workers
     if w < 2:
         return None
-    return scan_parallel.scan_columns(p, w, progress=progress, raw=raw)
+    cols = scan_parallel.scan_columns(p, w, progress=progress, raw=raw, sheets=sheets)
+    if cols is None and sheets is not None:
+        sheets.reset()
+    return cols
 
 
 def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
                also: tuple[Callable[[dict[str, Any]], None], ...] = (), *,
-               taps: Taps = (), raw: BinaryIO | None = None,
-               sheets: Callable[[list | tuple], None] | None = None) -> TraceScan:
+               taps: Taps = (), raw: BinaryIO | None = None, sheets: Any = None,
+               workers: int | None = None) -> TraceScan:
     """One streaming pass over a trace; see the module docstring for what is kept and the bound.
 
     ``progress(bytes_read, file_size)``: optional callback (the CLI's progress bar). ``also``:
@@ -250,16 +254,17 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
     verifier's reader, the causes' name counts, the roofline's collector: each keeps its own data and
     applies its own rules; only the bytes are read and parsed once); ``taps``: byte consumers of the
     same read (:class:`ByteTap`); ``raw``: the file already open (rewound for header and events);
-    ``sheets``: a consumer of every batch of the read before the engine's loop takes it
-    (:meth:`.tracelens_sheets.OpArgsCollector.feed_batch`): without ``also`` the fast parse then
-    decodes the engine's fields and the sheets' (:class:`.fastscan.SheetsEvent`), else it gets the
-    event dicts ``also`` gets. Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
+    ``sheets``: TraceLens's sheets' collector (:class:`.op_args.OpArgsCollector`), fed every batch
+    of the read before the engine's loop takes it (``feed_batch``): without ``also`` the fast parse
+    then decodes the engine's fields and the sheets' (:class:`.fastscan.SheetsEvent`), else it gets
+    the event dicts ``also`` gets. ``workers``: the parallel pass's processes (default
+    :func:`.scan_parallel.workers_for`; below 2, the one pass). Raises InputError (missing / empty / truncated / malformed), GraphKernelsNotRecordedError (graph
     launches but no GPU event: the replayed kernels were not recorded) and NoGpuEventsError (no
     kernel, memcpy or memset event and no graph launch; the message names device activity of other
     kinds the trace holds, :func:`.categories.no_gpu_events_message`)."""
     p = _check_path(path)
     header = read_header(p, HEADER_KEYS, raw=raw)
-    cols = _parallel_columns(p, progress, also, taps, raw) if sheets is None else None
+    cols = _parallel_columns(p, progress, also, taps, raw, sheets, workers)
     if cols is None:  # the one pass
         cols = ScanColumns(DurationPairs())
         trailer: dict[str, Any] = {}
@@ -270,7 +275,7 @@ def scan_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | N
                     for f in also:
                         f(ev)
             if sheets is not None:
-                sheets(batch)
+                sheets.feed_batch(batch)
             cols.feed(batch)
     else:
         trailer = cols.trailer
