@@ -21,7 +21,7 @@ from rich.text import Text
 from ..graph.analysis.configuration import RunRequest, trace_cache_dir
 from ..state import StatusLine
 from ..state.publish import UnsafePathError
-from ..state.status import one_line
+from ..state.status import MAX_REASON_CHARS, one_line
 from ..tools.errors import Ai4sError, ToolUnavailableError
 from . import options
 
@@ -147,16 +147,22 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
     :class:`~ai4s_graph.graph.checkpoint.CheckpointRefusedError` before anything runs."""
     from ..graph.analysis.graph import build_analysis_graph
     from ..graph.analysis.schema import CHECKPOINT_TYPES, AnalysisState
-    from ..graph.checkpoint import CheckpointRefusedError, check_state, open_checkpointer, thread_lock
+    from ..graph.analysis.graph import TASK_THREADS
+    from ..graph.checkpoint import CheckpointRefusedError, check_state, open_checkpointer, thread_lock, track_writes
     from ..graph.runtime import read_journal
     from ..tools.report import write as report_write
 
     printer = printer or (lambda node, line: None)
-    cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64}
+    cfg = {"configurable": {"thread_id": thread_id(req)}, "recursion_limit": 64, "max_concurrency": TASK_THREADS}
     # one process per thread: a second identical command is refused (ThreadBusyError), never run twice
     with thread_lock(checkpoint, cfg["configurable"]["thread_id"]), \
             open_checkpointer(checkpoint, CHECKPOINT_TYPES) as saver:
+        saved = track_writes(saver)
         graph = build_analysis_graph().compile(checkpointer=saver)
+        # each task's update is streamed as it ends: without it, a task whose done callback (which
+        # queues its update) ran after LangGraph's wait returned was streamed only when the next
+        # task of its superstep ended (the telemetry analyst's line, after every rank's)
+        graph.stream_eager = True
         where = getattr(saver.serde, "source", checkpoint or "default")
         try:
             if fresh:
@@ -206,13 +212,23 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
         elif snap.tasks:
             printer("graph", f"STATUS=ok; reason=resuming after {', '.join(t.name for t in snap.tasks)} "
                              "(their results were checkpointed)")
+        printed: dict[tuple[str, str], int] = {}
         for chunk in graph.stream(inputs, cfg, stream_mode="updates", durability="sync"):
+            # a task of the superstep resumed whose writes the checkpoint held: it did not run now
+            replayed = bool((chunk.get("__metadata__") or {}).get("cached"))
             for node_name, update in chunk.items():
-                if isinstance(update, dict):
+                if node_name != "__metadata__" and isinstance(update, dict):
                     man = update.get("manifest")
                     if man is not None and getattr(man, "artifacts", None) is not None:
                         printer("graph:ranks", str(len(man.artifacts.traces)))
                     for n, line in (update.get("statuses") or {}).items():
+                        if replayed:
+                            printer(n, not_run_again(line))
+                            continue
+                        # the line only once the node's result is checkpointed: a stop after it
+                        # never runs the node again
+                        printed[(n, line)] = printed.get((n, line), 0) + 1
+                        saved.wait(n, line, printed[(n, line)])
                         printer(n, line)
         end = graph.get_state(cfg)
         if unmarked and end.values.get("report") and not end.next and not end.tasks and \
@@ -222,6 +238,24 @@ def execute(req: RunRequest, *, fresh: bool = False, checkpoint: str | None = No
             # here by this call; the folder's report is the one that synthesizer published
             report_write.clear_in_progress(req.out_dir)
         return dict(end.values)
+
+
+#: What :func:`not_run_again` adds to the reason of a STATUS line taken from the checkpoint.
+NOT_RUN_AGAIN = "checkpointed, not run again"
+
+
+def not_run_again(line: str) -> str:
+    """The STATUS line of a node that finished before a stop, printed again when the run resumes
+    (LangGraph hands back the checkpointed writes of the interrupted superstep's finished tasks
+    instead of running them): its outcome, its reason and ``; checkpointed, not run again``, the
+    reason cut to keep the whole within 160 characters. A line that does not parse is given back
+    as it is."""
+    try:
+        st = StatusLine.parse(line)
+    except ValueError:
+        return line
+    head = one_line(st.reason, MAX_REASON_CHARS - len(NOT_RUN_AGAIN) - 2)
+    return StatusLine.make(st.status, f"{head}; {NOT_RUN_AGAIN}").format()
 
 
 class RankProgress:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import functools
 import hashlib
 import importlib
 import inspect
@@ -290,6 +291,52 @@ def open_checkpointer(url: str | None = None, types: Iterable[type] = ()) -> Ite
     finally:
         _OPEN.discard(saver)
         conn.close()
+
+
+class SavedWrites:
+    """The STATUS lines of the tasks whose writes a checkpointer has saved (:func:`track_writes`),
+    so a run prints a node's STATUS line only once its result is in the checkpoint: a stop right
+    after the line never runs that node again. LangGraph hands a finished task's writes to the
+    checkpointer on its background thread pool and streams the task's update at the same moment,
+    so without this wait the line can come first. Counted per ``(node, line)`` (a node's update
+    holds ``statuses: {node: line}``, :func:`~ai4s_graph.graph.runtime.node`)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._saved: dict[tuple[str, str], int] = {}
+
+    def record(self, writes: Iterable[tuple[str, Any]]) -> None:
+        """Count the STATUS lines among ``writes`` (``(channel, value)`` pairs just saved)."""
+        with self._cond:
+            for channel, value in writes:
+                if channel == "statuses" and isinstance(value, dict):
+                    for node, line in value.items():
+                        key = (str(node), str(line))
+                        self._saved[key] = self._saved.get(key, 0) + 1
+            self._cond.notify_all()
+
+    def wait(self, node: str, line: str, count: int = 1, timeout: float = 30.0) -> bool:
+        """Wait until ``line`` of ``node`` was saved ``count`` times (the n-th time a run streams the
+        same line of the same node, such as two rank tasks' equal lines), at most ``timeout``
+        seconds. Returns whether it was; a checkpointer that fails to save makes LangGraph raise
+        on its own, so a timeout only delays the line."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._saved.get((node, line), 0) >= count, timeout)
+
+
+def track_writes(saver: BaseCheckpointSaver) -> SavedWrites:
+    """Record in a :class:`SavedWrites` every task's writes ``saver`` saves (its ``put_writes``
+    wrapped on the instance; the signature LangGraph inspects is kept) and return it."""
+    tracked = SavedWrites()
+    put = saver.put_writes
+
+    @functools.wraps(put)
+    def put_writes(config: Any, writes: Any, task_id: str, *args: Any, **kwargs: Any) -> None:
+        put(config, writes, task_id, *args, **kwargs)
+        tracked.record(writes)
+
+    saver.put_writes = put_writes  # type: ignore[method-assign]
+    return tracked
 
 
 #: The checkpointers :func:`open_checkpointer` opened and has not closed (:func:`freeze_writes`).

@@ -36,6 +36,18 @@ def repo_root() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_state(tmp_path_factory):
+    """A state directory for the whole session, set before any other fixture: the module- and
+    session-scoped fixtures run before the per-test one below (a ``run`` in one of them, such as
+    tests/test_report_budget.py's ``two_ranks``, wrote its checkpoint into the default
+    ``~/.local/state/ai4s-graph``). A test of the default itself deletes the variable with its own
+    ``monkeypatch``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AI4S_STATE_DIR", str(tmp_path_factory.mktemp("ai4s-session-state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
     """Every test gets its own checkpoint/state directory."""

@@ -263,9 +263,8 @@ def test_a_signal_stops_the_run_at_once_with_a_status_line_and_it_resumes(sig, p
     (not after the running node: here one that sleeps 600 s; before, SIGINT waited for the running
     nodes, and the run went on or ended without a STATUS line), the last stdout line a
     ``STATUS=fail`` naming the signal, no report; the same command resumes where it stopped. The
-    signal is sent once trace_verifier's line is out: trace_verifier starts only after trace_analyst's
-    superstep is committed, so trace_analyst never runs again; a node that ended just before the
-    signal but whose writes were not yet checkpointed (trace_verifier's) may run again."""
+    signal is sent once trace_verifier's line is out: a node's line is printed once its result is
+    checkpointed, so neither trace_analyst nor trace_verifier runs again."""
     env = {**os.environ, "AI4S_STATE_DIR": str(tmp_path / "state"), "PYTHONUNBUFFERED": "1",
            "AI4S_FAULT": "sleep-before:synthesizer:600"}
     args = ["--job", "92003", "--perf-run", str(perf_runs / "92003"), "--out", str(tmp_path / "out")]
@@ -295,7 +294,7 @@ def test_a_signal_stops_the_run_at_once_with_a_status_line_and_it_resumes(sig, p
     assert second.returncode == 0, second.stdout + second.stderr
     assert "STATUS=ok; reason=resuming " in second.stdout  # at the synthesizer, or after the verifiers
     starts = [r["node"] for r in read_journal(tmp_path / "out") if r["event"] == "start"]
-    assert starts.count("trace_analyst") == 1 and starts.count("synthesizer") == 1
+    assert starts.count("trace_analyst") == starts.count("trace_verifier") == starts.count("synthesizer") == 1
     assert _report(tmp_path / "out").bottleneck.klass.value == "compute-bound"
 
 

@@ -31,6 +31,16 @@ from .nodes.trace_array import trace_array
 from .nodes.trace_verifier import trace_verifier
 from .schema import AnalysisState
 
+#: The most threads LangGraph's pool may hold for a run (the run's ``max_concurrency``). LangGraph
+#: runs a superstep's tasks on that pool and hands each finished task's checkpoint write to the same
+#: pool: with its default ``min(32, cores + 4)`` threads, a superstep of more tasks (the telemetry
+#: analyst and 6 rank traces on 2 cores) queued the telemetry analyst's write behind the rank tasks
+#: still waiting for a thread, so a stop while they ran lost a result that had been printed and the
+#: node ran again on resume. A pool this large starts a thread only when none is idle (the rank
+#: tasks wait on the worker processes, which bound the work): every task starts at once and every
+#: write finds a thread.
+TASK_THREADS = 1024
+
 NODES = ("launcher", "wait_for_job", "trace_rank", "trace_analyst", "telemetry_analyst",
          "trace_verifier", "telemetry_verifier", "synthesizer")
 
@@ -38,9 +48,11 @@ NODES = ("launcher", "wait_for_job", "trace_rank", "trace_analyst", "telemetry_a
 def _analyze(state: AnalysisState) -> list[Send]:
     """Fan out to both analyst branches: the telemetry analyst first, then one Send per rank trace.
 
-    LangGraph runs a superstep's tasks on a thread pool of ``min(32, cores + 4)`` threads in the
-    order sent: with the telemetry analyst last, 8 rank traces on 2 cores kept it (and the
-    VictoriaMetrics start) waiting until a rank finished (measured: it started 15 s into a 24 s run)."""
+    LangGraph starts a superstep's tasks in the order sent. On its default pool of ``min(32, cores
+    + 4)`` threads, with the telemetry analyst last, 8 rank traces on 2 cores kept it (and the
+    VictoriaMetrics start) waiting until a rank finished (measured: it started 15 s into a 24 s
+    run); ``ai4s-graph run`` now gives every task a thread (:data:`TASK_THREADS`), and the order
+    still starts the telemetry analyst first."""
     return [Send("telemetry_analyst", state)] + fan_out_ranks(state)
 
 

@@ -400,6 +400,17 @@ def analyze_telemetry(url: str, source: str, manifest: Manifest,
     return findings, claims + ([sc] if sc is not None else [])
 
 
+def telemetry_read(tel: dict[str, Any]) -> str:
+    """What the telemetry statistics were read from, for the STATUS reason: the GPU vendor whose
+    series matched the job's hosts (``nvidia``, ``amd``); ``cpu only`` when none did and the node
+    (CPU) series gave a statistic (a CPU job, such as a ``--submit`` of ``cpu-toy``: the vendor was
+    ``none``, once printed as ``telemetry (none)``); ``no GPU or CPU series`` when neither did."""
+    vendor = tel.get("vendor")
+    if vendor in ("nvidia", "amd"):
+        return vendor
+    return "cpu only" if tel.get("stats") else "no GPU or CPU series"
+
+
 def cause_claims(state: AnalysisState, findings: dict[str, Any]) -> tuple[list[Claim], list[str]]:
     """The telemetry causes of the registry (``graph/rules/registry.py``) on the telemetry
     statistics, the manifest and the job script's fields. Adds ``triage`` (``[{id, lever, why}]``)
@@ -463,7 +474,7 @@ def telemetry_analyst(state: AnalysisState) -> tuple[dict[str, Any], StatusLine]
             raw_files = None if req.tsdb_url else [run_dir / p for p in manifest.artifacts.telemetry]
             findings["telemetry"], c = analyze_telemetry(url, source, manifest, raw_files)
         claims += c
-        parts.append(f"telemetry ({findings['telemetry']['vendor']}) {len(c)} claims"
+        parts.append(f"telemetry ({telemetry_read(findings['telemetry'])}) {len(c)} claims"
                      + (f" ({findings['telemetry']['gpus']})" if findings["telemetry"].get("gpus") else ""))
         problems += findings["telemetry"].pop("missing", [])
         if problems:
