@@ -327,7 +327,7 @@ def _read_chunk(kind: bytes, text: bytes) -> tuple:
                     doc = decode_doc(fastscan._OPEN + text)
             except Exception:  # noqa: BLE001 - msgspec's refusal: the one pass reads it
                 return ("fail", "the end of the list did not decode")
-            if not isinstance(doc, dict) or not fastscan._ints_agree(text):
+            if not isinstance(doc, dict) or not fastscan.agrees(text):
                 return ("fail", "the end of the list did not decode")
             cols.feed(doc["traceEvents"])
             return ("ok", cols.export(), 1)
