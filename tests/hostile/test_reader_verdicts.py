@@ -23,6 +23,7 @@ import hostile_harness as H  # noqa: E402
 
 from ai4s_graph.tools.errors import InputError  # noqa: E402
 from ai4s_graph.tools.trace import fastscan, stream  # noqa: E402
+from ai4s_graph.tools.trace.scan import KIND_MEMCPY  # noqa: E402
 
 
 def _write(tmp_path: Path, name: str, text: bytes) -> Path:
@@ -70,3 +71,129 @@ def test_true_false_null_are_no_bare_words(tmp_path, monkeypatch):
     # a real bare word is still named
     p = _write(tmp_path, "u.json", b'{"traceEvents": [{"name": "a", "dur": null}, {"name": "c", "dur": Infinity}]}')
     assert _refusal(p, monkeypatch).startswith("u.json: traceEvents[1] field 'dur' is Infinity, not a JSON number")
+
+
+# ------------------------------------------------------------------------------ one verdict from every reader
+
+
+def _ev(i: int, **kw) -> dict:
+    e = {"ph": "X", "cat": "kernel" if i % 3 == 0 else "cpu_op", "name": f"k{i}", "pid": 1, "tid": 7,
+         "ts": 1000.0 + 10 * i, "dur": 5.0, "args": {"correlation": 100 + i, "stream": 7, "device": 0}}
+    e.update(kw)
+    return e
+
+
+def _doc(events: list) -> bytes:
+    """Kineto's layout: one event per block, ``},\\n  {`` between."""
+    return ('{"schemaVersion": 1, "traceEvents": [\n  ' + ",\n  ".join(json.dumps(e) for e in events) + "\n]}\n").encode()
+
+
+EVENTS = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 7, "ts": 990.0,
+           "dur": 500.0}] + [_ev(i) for i in range(40)]
+
+
+def _verdicts(p: Path, monkeypatch) -> dict[str, str]:
+    """Each reader's outcome on ``p``: ``ok`` or its error line (any other exception fails the test)."""
+    from ai4s_graph.graph.rules import registry
+    from ai4s_graph.tools.trace import host_timeline, onepass, rank_analysis
+
+    want = registry.event_name_wanted
+    readers = {
+        "engine's pass": lambda: rank_analysis.analyze_rank(str(p), 0, None, store=False),
+        "steps lane": lambda: onepass.steps_part(str(p), None),
+        "reader lane": lambda: onepass.reader_part(str(p), None, 0, want),
+        "counts lane": lambda: onepass.counts_part(str(p), None, want, {}, None),
+        "trace steps": lambda: host_timeline.step_breakdown(p),
+        "struct read": lambda: sum(1 for _ in stream.iter_events(p, fields="struct")),
+    }
+    out = {}
+    monkeypatch.setenv(fastscan.PARSER_ENV, "ijson")
+    try:
+        sum(1 for _ in stream.iter_events(p))
+        out["one-process ijson"] = "ok"
+    except InputError as e:
+        out["one-process ijson"] = str(e)
+    monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+    for name, read in readers.items():
+        try:
+            read()
+            out[name] = "ok"
+        except InputError as e:
+            out[name] = str(e)
+    return out
+
+
+def _with(raw: bytes, in_args: bool = False) -> bytes:
+    """The trace of :data:`EVENTS` whose traceEvents[3] holds the key ``zz`` (in its args when
+    ``in_args``) written as ``raw``."""
+    evs = [dict(e, args=dict(e.get("args") or {})) for e in EVENTS]
+    (evs[3]["args"] if in_args else evs[3])["zz"] = "@BAD@"
+    return _doc(evs).replace(b'"@BAD@"', raw)
+
+
+SKIPPED_KEYS = {  # (text, the field the one-process read names)
+    "a float beyond the range in a key no reader reads": (_with(b"1e400"), "zz"),
+    "a float beyond the range in args": (_with(b"-2.5E+400", in_args=True), "args"),
+    "an integer part of 400 digits": (_with(b"1" + b"0" * 400 + b".5"), "zz"),
+    "bytes that are not UTF-8 in a value no reader reads": (_with(b'"\xff"'), "zz"),
+    "bytes that are not UTF-8 in an args key": (_with(b'{"z\xc0\xafz": 1}', in_args=True), "args"),
+}
+
+
+@pytest.mark.parametrize("piece", [300, 1 << 20], ids=["pieces", "one piece"])
+@pytest.mark.parametrize("name", list(SKIPPED_KEYS))
+def test_a_bad_value_in_a_key_no_reader_reads_one_verdict(tmp_path, monkeypatch, name, piece):
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", piece)
+    text, field = SKIPPED_KEYS[name]
+    p = _write(tmp_path, "t.json", text)
+    got = _verdicts(p, monkeypatch)
+    line = got["one-process ijson"]
+    assert line.startswith(f"t.json: traceEvents[3] field {field!r} does not parse: not valid JSON ("), line
+    assert got == dict.fromkeys(got, line), got
+
+
+@pytest.mark.parametrize("name", list(SKIPPED_KEYS))
+def test_trace_steps_and_timeline_refuse_it_in_the_same_line(tmp_path, monkeypatch, name):
+    text, _ = SKIPPED_KEYS[name]
+    p = _write(tmp_path, "t.json", text)
+    monkeypatch.setenv(fastscan.PARSER_ENV, "ijson")
+    with pytest.raises(InputError) as e:
+        sum(1 for _ in stream.iter_events(p))
+    want = str(e.value)
+    monkeypatch.delenv(fastscan.PARSER_ENV)  # the commands' own (fast) parse
+    for cmd, env in (("steps", {}), ("timeline", {}), ("timeline", {"AI4S_SCAN_WORKERS": "2"})):  # and the parallel pass
+        cp = H.cli("trace", cmd, str(p), state=tmp_path / "st", env=env, mem=H.TRACE_MEMORY_LIMIT_BYTES * 2)
+        status = H.assert_refused(cp)
+        assert " ".join(want.split())[:60] in status, (cmd, status, want)
+
+
+@pytest.mark.parametrize("bad", [3, "x", None, [1, {"a": 2}]], ids=["number", "string", "null", "list"])
+def test_an_event_that_is_not_an_object_is_read_past_by_every_reader(tmp_path, monkeypatch, bad):
+    # the engine counts it ill-typed and reads on; the sheets' collector raised (ev.get), the rank was refused
+    from ai4s_graph.tools.trace import engine, rank_analysis
+
+    p = _write(tmp_path, "t.json", _doc(EVENTS[:5] + [bad] + EVENTS[5:]))
+    got = _verdicts(p, monkeypatch)
+    assert got == dict.fromkeys(got, "ok"), got
+    clean = _write(tmp_path, "c.json", _doc(EVENTS))
+    a, b = engine.analyze(p), engine.analyze(clean)
+    assert a.kernel_count == b.kernel_count == 14 and any(w.startswith("1 event(s) of a shape") for w in a.warnings)
+    r = rank_analysis.analyze_rank(str(p), 0, None, store=False)["value"]
+    assert r["analysis"]["kernel_count"] == 14
+    for parser in ("ijson", "fast"):  # the same value on both parsers
+        monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+        r2 = rank_analysis.analyze_rank(str(p), 0, None, store=False)["value"]
+        assert json.dumps(r2, sort_keys=True, default=str) == json.dumps(r, sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("at", [300, 4900], ids=["same batch", "next batch"])
+def test_a_non_object_then_text_that_does_not_parse_names_the_text(tmp_path, monkeypatch, at):
+    # ijson's fallback reads 4096 events a batch: the error named was the non-object (the collector's
+    # refusal of the first batch) where the one-process read names the text that does not parse
+    evs = [3] + [_ev(i) for i in range(5000)]
+    p = _write(tmp_path, "t.json", _doc(evs).replace(f'"k{at}"'.encode(), f'"k{at}" xx'.encode()))
+    got = _verdicts(p, monkeypatch)
+    line = (f"t.json: traceEvents[{at + 1}] field 'name' does not parse: not valid JSON (lexical error: invalid char "
+            f"in json text.); the event: cat {'kernel' if at % 3 == 0 else 'cpu_op'!r}, name 'k{at}'; "
+            "the rank is not analysed")
+    assert got == dict.fromkeys(got, line), got
