@@ -197,3 +197,69 @@ def test_a_non_object_then_text_that_does_not_parse_names_the_text(tmp_path, mon
             f"in json text.); the event: cat {'kernel' if at % 3 == 0 else 'cpu_op'!r}, name 'k{at}'; "
             "the rank is not analysed")
     assert got == dict.fromkeys(got, line), got
+
+
+#: Fields of the wrong JSON type the engine reads past (tests/hostile/test_event_types.py): (category of
+#: the event changed, field, value); the step accountant and the sheets' collector raised on them.
+WRONG_TYPES = [("kernel", "cat", ["kernel"]), ("kernel", "name", 5), ("kernel", "name", {"x": 1}),
+               ("kernel", "args", [1, 2]), ("cpu_op", "ts", {"a": 1}), ("cpu_op", "ts", "soon"), ("cpu_op", "cat", {}),
+               ("cpu_op", "args", "x"), ("metadata", "args", [1]),
+               ("metadata", "pid", [1]), ("memory", "args", 5), ("cuda_runtime", "args", "x")]
+
+
+@pytest.mark.parametrize("cat,field,value", WRONG_TYPES, ids=[f"{c}.{f}={v!r}" for c, f, v in WRONG_TYPES])
+def test_a_field_of_the_wrong_type_is_read_past_by_every_reader(tmp_path, monkeypatch, cat, field, value):
+    evs = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+           {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 7, "ts": 995.0,
+            "args": {"Total Allocated": 1 << 20, "Device Type": 1}},
+           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 996.0, "dur": 1.0,
+            "args": {"correlation": 100}}] + [dict(e) for e in EVENTS]
+    kinds = {"metadata": 0, "memory": 1, "cuda_runtime": 2}
+    i = kinds[cat] if cat in kinds else next(j for j, e in enumerate(evs) if e.get("cat") == cat)
+    evs[i][field] = value
+    p = _write(tmp_path, "t.json", _doc(evs))
+    got = _verdicts(p, monkeypatch)
+    assert got == dict.fromkeys(got, "ok"), got
+
+
+def test_byte_counts_of_2_63_and_beyond_are_no_counts(tmp_path, monkeypatch):
+    # trace steps raised OverflowError (int64 columns) on these; a run then exited 1 ("OverflowError in a node")
+    from ai4s_graph.tools.trace import host_timeline
+
+    def trace(alloc, nbytes) -> Path:
+        evs = [dict(e) for e in EVENTS] + [
+            {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 7, "ts": 1100.0,
+             "args": {"Total Allocated": 4096, "Device Type": 1}},
+            {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 7, "ts": 1101.0,
+             "args": {"Total Allocated": alloc, "Device Type": 1}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "pid": 0, "tid": 7, "ts": 1200.0, "dur": 5.0,
+             "args": {"correlation": 100, "stream": 7, "device": 0, "bytes": nbytes}}]
+        return _write(tmp_path, f"m{len(list(tmp_path.iterdir()))}.json", _doc(evs))
+
+    ref = host_timeline.step_breakdown(trace(None, None)).model_dump(mode="json")  # no sample, no count
+    for v in ((1 << 63) - 1, 1e19, -1e19, 1e300, "1e30"):
+        monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+        p = trace(v, v)
+        acc = host_timeline.StepAccountant(p)
+        stream.feed_events(p, (acc.feed,), fields=host_timeline.FIELDS)
+        # the sample and the memcpy's count left out (-1: no count, as for a kernel)
+        assert list(acc.m_alloc) == [4096] and list(acc.g_bytes) == [-1] * 15 and list(acc.g_kind)[-1] == KIND_MEMCPY, v
+        got = acc.finish().model_dump(mode="json")
+        assert got["steps"] == ref["steps"], v
+        assert _verdicts(p, monkeypatch) == dict.fromkeys(_verdicts(p, monkeypatch), "ok")
+    cp = H.cli("trace", "steps", str(trace(1e19, 1e19)), state=tmp_path / "st")
+    H.assert_no_traceback(cp)
+    assert cp.returncode == 0 and H.status_lines(cp)[-1].startswith("STATUS=ok"), cp.stdout[-1500:]
+
+
+def test_a_consumer_that_fails_on_an_event_is_named_in_one_line(tmp_path):
+    # trace steps' own read goes through guard.named_malformed_events like the lanes' (a traceback before)
+    from ai4s_graph.tools.trace import host_timeline
+
+    evs = [dict(e) for e in EVENTS]
+    evs[7]["ts"] = {"us": 1}
+    p = _write(tmp_path, "t.json", _doc(evs))
+    with pytest.raises(InputError) as e:
+        host_timeline.step_breakdown(p, also=(lambda ev: float(ev["ts"]),))
+    assert str(e.value) == ("t.json: traceEvents[7] (cat 'kernel', name 'k6') has ts of type dict, not a number: "
+                            "not what the PyTorch profiler writes")

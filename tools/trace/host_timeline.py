@@ -40,6 +40,7 @@ from ...state.steps import (HOST_CATEGORIES, Attribution, GpuSplit, Saving, Site
                              StepStructure)
 from ..errors import InputError
 from . import cpu_ops
+from .guard import named_malformed_events
 from . import critical_path as cp
 from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
 from .hygiene import STEP_NAME_RE, as_id
@@ -68,6 +69,17 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
+
+
+_I64 = float(1 << 63)
+
+
+def _count(v: Any) -> int | None:
+    """A byte count (``bytes``, ``Total Allocated``) as an int of the int64 columns it goes to: a
+    finite number (:func:`_num`) within [-2**63, 2**63) after its conversion to float, else None (a
+    value of 2**63 or more is no count the profiler writes; it raised OverflowError)."""
+    x = _num(v)
+    return int(x) if x is not None and -_I64 <= x < _I64 else None
 
 
 class StepAccountant:
@@ -146,11 +158,19 @@ class StepAccountant:
         return t
 
     def feed(self, ev: Any) -> None:
-        """Take one trace event (a dict of ``traceEvents``); anything else is skipped. O(1)."""
+        """Take one trace event (a dict of ``traceEvents``); anything else is skipped. O(1). A field
+        of the wrong JSON type is read as the engine's loop reads it (:class:`.scan_loop.ScanColumns`),
+        never raised on: an unhashable category is none, a name that is not a string its text, ``args``
+        that is not an object no args, a byte count outside int64 none (:func:`_count`)."""
         if type(ev) is not dict:
             return
         self.n += 1
         cat = ev.get("cat")
+        if type(cat) is not str and cat is not None:
+            try:
+                hash(cat)
+            except TypeError:  # a list or an object: no category (the engine's rule)
+                cat = None
         kind = GPU_CATS.get(cat) if type(cat) is str else None
         if kind is not None:
             self._feed_gpu(ev, kind)
@@ -176,12 +196,12 @@ class StepAccountant:
         if ph in ("i", "I"):
             if ev.get("name") == "[memory]":
                 self.n_memory += 1
-                args = ev.get("args") or {}
-                if args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm builds report HIP as CUDA)
-                    t, a = self._ts(ev.get("ts")), _num(args.get("Total Allocated"))
+                args = ev.get("args")
+                if type(args) is dict and args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm: HIP too)
+                    t, a = self._ts(ev.get("ts")), _count(args.get("Total Allocated"))
                     if t is not None and a is not None:
                         self.m_ts.append(t)
-                        self.m_alloc.append(int(a))
+                        self.m_alloc.append(a)
             return
         if ph not in ("X", None) or cat == "gpu_user_annotation":
             return
@@ -246,12 +266,16 @@ class StepAccountant:
         if t is None or d is None or d < 0:
             self.bad += 1
             return
-        name = ev.get("name") or ""
+        name = ev.get("name")
+        if type(name) is not str:
+            name = "" if name is None else str(name)
         i = self._gix.get(name)
         if i is None:
             i = self._gix[name] = len(self.gnames)
             self.gnames.append(name)
-        args = ev.get("args") or {}
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = {}
         s = as_id(args.get("stream"), _I32)
         dv = args.get("device", ev.get("pid"))
         dev = as_id(dv, _I32)
@@ -261,7 +285,7 @@ class StepAccountant:
             except TypeError:
                 dev = -1
         c = as_id(args.get("correlation"))
-        b = _num(args.get("bytes")) if kind == KIND_MEMCPY else None
+        b = _count(args.get("bytes")) if kind == KIND_MEMCPY else None
         self.g_ts.append(t)
         self.g_dur.append(d)
         self.g_name.append(i)
@@ -269,7 +293,7 @@ class StepAccountant:
         self.g_stream.append(-1 if s is None else s)
         self.g_device.append(dev)
         self.g_corr.append(-1 if c is None else c)
-        self.g_bytes.append(-1 if b is None else int(b))
+        self.g_bytes.append(-1 if b is None else b)
 
     # ------------------------------------------------------------------ finishing
 
@@ -485,16 +509,19 @@ def step_breakdown(path: str | os.PathLike, *, also: tuple[Callable[[dict[str, A
                    **kw: Any) -> StepBreakdown:
     """The step accounting of one trace file (``.json`` / ``.json.gz``), read once through the engine's
     reader (:func:`.stream.feed_events`); ``also``: other consumers fed the same events; ``kw``: the
-    :class:`StepAccountant` options. Raises InputError (missing, empty, truncated, not a trace)."""
+    :class:`StepAccountant` options. Raises InputError (missing, empty, truncated, not a trace, or an
+    event a consumer still fails on, named in one line: :func:`.guard.named_malformed_events`)."""
     acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed, *also), fields="all" if also else FIELDS)
+    with named_malformed_events(path):
+        feed_events(path, (acc.feed, *also), fields="all" if also else FIELDS)
     return acc.finish()
 
 
 def accountant_for(path: str | os.PathLike, **kw: Any) -> StepAccountant:
     """A finished :class:`StepAccountant` over one file (for :meth:`StepAccountant.saving` and views);
-    its breakdown is ``.result``."""
+    its breakdown is ``.result``. Raises InputError as :func:`step_breakdown`."""
     acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed,), fields=FIELDS)
+    with named_malformed_events(path):
+        feed_events(path, (acc.feed,), fields=FIELDS)
     acc.result = acc.finish()  # type: ignore[attr-defined]
     return acc
