@@ -263,3 +263,23 @@ def test_a_consumer_that_fails_on_an_event_is_named_in_one_line(tmp_path):
         host_timeline.step_breakdown(p, also=(lambda ev: float(ev["ts"]),))
     assert str(e.value) == ("t.json: traceEvents[7] (cat 'kernel', name 'k6') has ts of type dict, not a number: "
                             "not what the PyTorch profiler writes")
+
+
+def test_a_nul_byte_in_a_path_is_no_long_trace_and_one_line(tmp_path, monkeypatch):
+    from ai4s_graph.graph.rules import registry
+    from ai4s_graph.tools.report import drawing
+    from ai4s_graph.tools.trace import engine, lanes, onepass, rank_analysis, scan_parallel
+
+    for env in (lanes.LANES_ENV, drawing.FIGURE_LANES_ENV, scan_parallel.WORKERS_ENV):
+        monkeypatch.delenv(env, raising=False)
+    p = str(tmp_path / "a\x00b.json")
+    assert lanes.lanes_for(p) is False and drawing.lanes_on(p) is False and scan_parallel.json_bytes(Path(p)) == 0
+    assert onepass.prefetch(p, 0, None, "r0", wanted=registry.event_name_wanted, raw_patterns={}) is False
+    line = f"a\\x00b.json: not a trace file: the path {ascii(p)[1:-1]} holds a NUL byte (no file can be named so)"
+    for read in (lambda: engine.analyze(p), lambda: rank_analysis.analyze_rank(p, 0, None, store=False),
+                 lambda: rank_analysis.analyze_rank(p, 0, str(tmp_path / "cache")),
+                 lambda: onepass.steps_part(p, None),
+                 lambda: onepass.read_rank(p, 0, None, "r0", wanted=registry.event_name_wanted, raw_patterns={})):
+        with pytest.raises(InputError) as e:
+            read()
+        assert str(e.value) == line
