@@ -160,6 +160,17 @@ CASES: dict[str, bytes] = {
     "truncated after a comma between events": _doc(EVENTS)[: _doc(EVENTS).index(b"},\n  {", 2000) + 2],
     "truncated before the root closes": _doc(EVENTS)[:-3],
     "deep nesting in one event": _doc(EVENTS[:5] + [{"a": json.loads("[" * 300 + "]" * 300)}] + EVENTS[5:]),
+    # values in keys that no field set but ``all`` reads (msgspec skips them unchecked; ijson refuses them)
+    "float overflow in a key no reader reads": _doc(EVENTS).replace(b'"pid": 1,', b'"pid": 1, "zz": 1e400,', 1),
+    "float overflow in an args key no reader reads": _doc(EVENTS).replace(b'"device": 0}', b'"device": 0, "zz": -1.5E+400}', 7),
+    "float overflow of a long integer part": _doc(EVENTS).replace(b'"pid": 1,', b'"pid": 1, "zz": 1' + b"0" * 400 + b'.5,', 1),
+    "invalid UTF-8 in a key no reader reads": _doc(EVENTS).replace(b'"tid": 7,', b'"tid": 7, "z\xffz": 1,', 9),
+    "invalid UTF-8 in a value no reader reads": _doc(EVENTS).replace(b'"tid": 7,', b'"tid": 7, "zz": "\xc0\xaf",', 3),
+    "an encoded surrogate in an args key": _doc(EVENTS).replace(b'"device": 0}', b'"device": 0, "z\xed\xa0\x80": 1}', 2),
+    "exponents of 3 digits that fit, 1e400 in a string": _doc(EVENTS).replace(
+        b'"pid": 1,', b'"pid": 1, "zz": [1.5e+300, -2E-400, 1' + b"0" * 40 + b'e-100, "x 1e400", "e+999"],'),
+    "an event that is not an object, then text that does not parse": _doc(EVENTS[:20] + [3] + EVENTS[20:]).replace(
+        b'"k30"', b'"k30" xx'),
 }
 
 
@@ -208,11 +219,12 @@ def test_cases_that_must_fall_back_do_and_the_others_do_not(tmp_path, monkeypatc
     expect_fast = ["kineto layout", "compact layout", "tabs and CRLF between events", "trailer keys after the list",
                    "the list first, no head", "the boundary pattern inside names", "objects in lists inside args",
                    "empty list", "int64 max and min + 1", "long digit runs that are floats and strings",
-                   "UTF-8 names", "names with \\u escapes", "float underflow 1e-400", "a surrogate pair escape"]
+                   "UTF-8 names", "names with \\u escapes", "float underflow 1e-400", "a surrogate pair escape",
+                   "exponents of 3 digits that fit, 1e400 in a string"]
     expect_ijson = ["two traceEvents lists", "a second list under an escaped key", "an escaped list key first",
                     "integer 2**63 (ijson: integer overflow)", "integer -2**63", "a 30-digit integer",
                     "float overflow 1e400", "NaN literal", "an invalid UTF-8 byte", "root is a list",
-                    "truncated inside an event", "trailing garbage after the root", "no traceEvents"]
+                    "truncated inside an event", "trailing garbage after the root", "no traceEvents", *SKIPPED_BAD]
     for name in expect_fast + expect_ijson:
         p = _write(tmp_path, name, CASES[name], gz=False)
         try:
@@ -222,6 +234,79 @@ def test_cases_that_must_fall_back_do_and_the_others_do_not(tmp_path, monkeypatc
             pass
         fell_back = fastscan.last_parse["fallback"] is not None
         assert fell_back == (name in expect_ijson), (name, fastscan.last_parse)
+
+
+#: The cases whose bad value lies in a key a decode of some fields only skips.
+SKIPPED_BAD = ["float overflow in a key no reader reads", "float overflow in an args key no reader reads",
+               "float overflow of a long integer part", "invalid UTF-8 in a key no reader reads",
+               "invalid UTF-8 in a value no reader reads", "an encoded surrogate in an args key"]
+
+
+@pytest.mark.parametrize("fields", ["struct", "sheets", "engine", (("ph", "ts"), ("stream",))],
+                         ids=["struct", "sheets", "engine", "pair"])
+@pytest.mark.parametrize("piece", [300, 1 << 20])
+def test_a_bad_value_in_a_skipped_key_is_refused_by_every_field_set(tmp_path, monkeypatch, fields, piece):
+    """A float that overflows or bytes that are not UTF-8 in a key the decode skips: ijson's refusal,
+    the same line, whatever the field set (msgspec alone would accept them), both in a piece and in
+    the last one; a fitting 3-digit exponent and 1e400 inside a string stay on the fast parse."""
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", piece)
+    for name in SKIPPED_BAD + ["exponents of 3 digits that fit, 1e400 in a string"]:
+        p = _write(tmp_path, name, CASES[name], gz=False)
+        want = _outcome(p, "ijson", monkeypatch)
+        monkeypatch.setenv(fastscan.PARSER_ENV, "fast")
+        try:
+            got = ("n", sum(1 for _ in stream.iter_events(p, fields=fields)))
+        except Ai4sError as e:
+            got = ("error", str(e))
+        if name in SKIPPED_BAD:
+            assert got == want and want[0] == "error", (name, got, want)
+            assert "does not parse: not valid JSON" in want[1], want
+            assert fastscan.last_parse["fallback"] is not None
+        else:
+            assert got == ("n", 40) and want[0] != "error" and fastscan.last_parse["fallback"] is None, (name, got)
+
+
+def test_agrees_names_what_ijson_refuses():
+    ok = [b'[{"a": 1e-400}]', b'[{"a": 1e308}]', b'[{"a": 1.7976931348623157e308}]', b'[{"a": 0.00001e310}]',
+          b'[{"a": 1' + b"0" * 400 + b'e-100}]', b'[{"a": "x 1e400"}]', b'[{"a": "sample000", "b": "+0000"}]',
+          "[{\"a\": \"\u00e9\u6838\"}]".encode(), b'[{"a": 9223372036854775807}]']
+    bad = [b'[{"a": 1e400}]', b'[{"a": 1E+400}]', b'[{"a":-1e400}]', b'[{"a": 1.8e308}]', b'[1e400]',
+           b'[{"a": 17976931348623159e292}]', b'[{"a": 1' + b"0" * 400 + b'.5}]', b'[{"a": "\xff"}]',
+           b'[{"\xc0\xaf": 1}]', b'[{"a": 9223372036854775808}]']
+    assert [fastscan.agrees(t) for t in ok] == [True] * len(ok)
+    assert [fastscan.agrees(t) for t in bad] == [False] * len(bad)
+    import io
+
+    import ijson
+
+    for t in ok + bad:  # the reference: ijson's verdict on each
+        try:
+            list(ijson.items(io.BytesIO(t), "item", use_float=True))
+            accepted = True
+        except Exception:  # noqa: BLE001 - ijson's errors
+            accepted = False
+        assert accepted == fastscan.agrees(t), t
+
+
+@pytest.mark.parametrize("at", [30, 3000, 6000])
+def test_the_events_before_a_parse_error_come_out_before_it(tmp_path, monkeypatch, at):
+    # ijson hands its events out in batches on the fallback; those before its error come out first, as on
+    # the ijson parse (one at a time), wherever the error lies in a batch
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 300)
+    evs = [_ev(i) for i in range(7000)]
+    evs[5] = 3  # the piece holding it does not decode as structs: ijson from there on
+    data = _doc(evs).replace(f'"k{at}"'.encode(), f'"k{at}" xx'.encode())
+    p = _write(tmp_path, str(at), data, gz=False)
+    seen = {}
+    for parser in ("ijson", "fast"):
+        monkeypatch.setenv(fastscan.PARSER_ENV, parser)
+        n = 0
+        with pytest.raises(Ai4sError) as e:
+            for batch in stream.iter_event_batches(p, fields="struct"):
+                n += len(batch)
+        seen[parser] = (n, str(e.value))
+    assert seen["fast"] == seen["ijson"] and seen["fast"][0] == at, seen
+    assert f"traceEvents[{at}] field 'name' does not parse" in seen["fast"][1]
 
 
 def test_the_reader_thread_stops_when_the_pass_stops_early(tmp_path, monkeypatch):

@@ -37,6 +37,8 @@ def not_a_regular_file(path: Path) -> str | None:
         return "does not exist"
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
+    except ValueError:  # os.stat's "embedded null byte": no file has such a name
+        return "holds a NUL byte (no file can be named so)"
     if stat.S_ISREG(mode):
         return None
     for test, what in ((stat.S_ISDIR, "is a directory"), (stat.S_ISCHR, "is a character device"),
@@ -52,10 +54,15 @@ def check_input_file(path: str | Path, kind: str = "trace file") -> Path:
     :class:`~ai4s_graph.tools.errors.InputError` in one line naming the file and what it is
     (``trace_rank0.json: trace file not found (/x/trace_rank0.json)``, ``traces: not a trace file:
     /x/traces is a directory``, ``null: not a trace file: /dev/null is a character device``,
-    ``... trace file is empty``)."""
+    ``... trace file is empty``, ``a\\x00b.json: not a trace file: the path holds a NUL byte ...``: a
+    NUL byte written escaped)."""
     from .errors import InputError
 
     p = Path(path)
+    if "\x00" in str(p):
+        shown = ascii(str(p))[1:-1]
+        raise InputError(f"{ascii(p.name)[1:-1]}: not a {kind}: the path {shown} holds a NUL byte (no file can be "
+                         "named so)")
     what = not_a_regular_file(p)
     if what == "does not exist":
         raise InputError(f"{p.name}: {kind} not found ({p})")

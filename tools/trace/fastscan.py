@@ -30,7 +30,12 @@ for the others (correctly rounded), the same strings and the last of duplicate k
 differ, msgspec's decode is refused before any of its events is given out: integers outside the
 signed 64-bit range (ijson raises *integer overflow*; msgspec would decode them: a piece with a run
 of 19 digits goes to ijson), numbers beyond the float range and malformed text (msgspec raises, so
-ijson reads it and raises its own error). ``tests/test_fastscan.py`` checks each of these and that
+ijson reads it and raises its own error). A decode of some fields only (``struct``, a :data:`Fields`
+pair) skips the other keys without checking their numbers' range or their strings' UTF-8, so each
+piece's text is checked for those too (:func:`agrees`: a float literal that overflows, bytes that are
+not UTF-8, in any key): every field set accepts or refuses a trace as ijson does, with its error.
+ijson's events before its error are given out before it is raised (:func:`_ijson_events`), as the
+ijson parse gives them one at a time. ``tests/test_fastscan.py`` checks each of these and that
 every trace the suite and the benchmark hold gives the same engine output on both parsers.
 
 **Threads.** The file is read and decompressed (zlib releases the GIL) in a reader thread, at
@@ -95,14 +100,22 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 #: Runs of 19 digits or more (integers that may lie outside what ijson takes, |v| <= 2**63 - 1, 19
 #: digits) are found in the text mapped digits -> "0", the rest -> " " (``bytes.translate`` +
 #: ``find``: 0.6 ms per MiB here, against 7 ms for the regular expression ``\d{19}``).
-_DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+#: The same map sends ``e``, ``E`` and ``+`` to ``e``: an exponent of 3 digits or more (the only way,
+#: besides an integer part of 19 digits or more, to write a number beyond the float range, which ijson
+#: refuses) is ``e000`` in the mapped text (``e+400`` -> ``ee000``), found by one ``find`` (~40 ms per
+#: 62 MB here, 2026-12-07; a second pattern would double it) and checked precisely.
+_DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 101 if i in (43, 69, 101) else 32 for i in range(256))
 _RUN = b"0" * 19
+_EXPONENT = b"e000"
 _DIGITS = re.compile(rb"[0-9]+")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_MANTISSA = frozenset(b"0123456789.")
 _INT_MAX = (1 << 63) - 1
 #: What JSON allows right before a number token and right after an integer one (b"": the text's end).
 _BEFORE_NUMBER = frozenset((b":", b",", b"[", b" ", b"\t", b"\r", b"\n", b""))
 _AFTER_INT = frozenset((b",", b"]", b"}", b" ", b"\t", b"\r", b"\n", b""))
 _DECODE = msgspec.json.Decoder().decode
+_INF = float("inf")
 
 #: The event fields and ``args`` keys the engine's scan reads (:func:`.stream.scan_trace` and its
 #: helpers; ``tests/test_fastscan.py`` checks the list against their source). A scan without other
@@ -387,45 +400,108 @@ def _decodes_as_object(text: bytes) -> bool:
         return False
 
 
-def _piece(text: bytes, decode: Callable[[bytes], Any]) -> list | None:
+def _piece(text: bytes, decode: Callable[[bytes], Any], check: Callable[[bytes], bool] | None = None) -> list | None:
     """``text`` decoded as a list of events, or None when msgspec refuses it or ijson would not
-    give the same values (a 19-digit run: an integer that may lie outside int64)."""
+    give the same values or verdict (``check``: :func:`agrees`, or :func:`_ints_agree` after a decode
+    of whole events, which itself refuses the numbers beyond the float range and the bytes that are
+    not UTF-8)."""
     try:
         with _GcPause():
             out = decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return out if _ints_agree(text) else None
+    return out if (check or agrees)(text) else None
 
 
-def _ints_agree(text: bytes) -> bool:
+def agrees(text: bytes) -> bool:
+    """Whether ijson reads the JSON text ``text`` (bytes) as msgspec does, in the keys a decode of
+    some fields only skips too (msgspec checks neither the range of a number nor the UTF-8 of a string
+    it skips; ijson refuses both): False when ``text`` may hold an integer outside int64
+    (:func:`_ints_agree`), a number beyond the float range (:func:`_floats_agree`) or bytes that are
+    not UTF-8. Cost (project machine, 2026-12-07): one ``bytes.translate`` and three ``find`` over the
+    text, ``isascii`` (a ``decode`` only for text that is not ASCII). Raises nothing."""
+    t = text.translate(_DIGIT_MAP)
+    if not (_ints_agree(text, t) and _floats_agree(text, t)):
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _ints_agree(text: bytes, t: bytes | None = None) -> bool:
     """False when ``text`` may hold an integer literal that ijson refuses (|v| > 2**63 - 1) and msgspec
     decodes: a run of 19+ digits placed as a number token can be (after ``:``, ``,``, ``[`` or
     whitespace, an optional ``-``; before ``,``, ``]``, ``}`` or whitespace), not a float's digits, and
     out of that range. A run placed otherwise lies inside a string, where both decoders agree; a string
-    holding such a token-like run (``"a: 12345678901234567890 b"``) counts too (conservative)."""
-    t = text.translate(_DIGIT_MAP)
+    holding such a token-like run (``"a: 12345678901234567890 b"``) counts too (conservative). A run
+    that starts a float token (``.``, ``e`` or ``E`` after it) is checked as :func:`_floats_agree`
+    checks one. ``t``: ``text.translate(_DIGIT_MAP)`` when the caller has it."""
+    if t is None:
+        t = text.translate(_DIGIT_MAP)
     i = t.find(_RUN)
     while i >= 0:  # i: the start of a run (the previous run ended before it)
         m = _DIGITS.match(text, i)
         b = m.end()  # type: ignore[union-attr]
         a = i - 1 if text[i - 1:i] == b"-" else i
-        if text[a - 1:a] in _BEFORE_NUMBER and text[b:b + 1] in _AFTER_INT:
-            if b - i > 19 or int(text[i:b]) > _INT_MAX:
+        if text[a - 1:a] in _BEFORE_NUMBER:
+            if text[b:b + 1] in _AFTER_INT:
+                if b - i > 19 or int(text[i:b]) > _INT_MAX:
+                    return False
+            elif _overflows(text, a):  # an integer part of 19+ digits: a float beyond the range?
                 return False
         i = t.find(_RUN, b)
     return True
 
 
+def _floats_agree(text: bytes, t: bytes) -> bool:
+    """False when ``text`` may hold a number token beyond the float range (``1e400``: ijson raises
+    *numeric (floating point) overflow*; msgspec decodes it in a key it skips): each exponent of 3+
+    digits (``e000`` in the mapped text ``t``: ``e``, ``E`` or the ``+`` of ``e+``, then 3 digits) whose
+    number, walked back to its start, is a token placed as :func:`_ints_agree` places one and overflows
+    to infinity. An integer part of 19+ digits is :func:`_ints_agree`'s to check."""
+    j = t.find(_EXPONENT)
+    while j >= 0:
+        e = j - 1 if text[j] == 43 else j  # "+": the exponent's letter is before it
+        k = e
+        while k > 0 and text[k - 1] in _MANTISSA:
+            k -= 1
+        if text[k - 1:k] == b"-":
+            k -= 1
+        if k < e and text[e] in b"eE" and text[k - 1:k] in _BEFORE_NUMBER and _overflows(text, k):
+            return False
+        j = t.find(_EXPONENT, j + 1)
+    return True
+
+
+def _overflows(text: bytes, a: int) -> bool:
+    """Whether the number token starting at ``a`` (a JSON number followed by what may follow one)
+    lies beyond the float range (its value rounds to infinity)."""
+    m = _NUMBER.match(text, a)
+    if m is None or text[m.end():m.end() + 1] not in _AFTER_INT:
+        return False
+    return float(m.group()) in (_INF, -_INF)
+
+
 def _ijson_events(stream) -> Iterator[list]:
     """The list's events as ijson reads them from ``stream`` (a document whose root holds the list
-    under ``traceEvents``), in batches; drains the stream after the list."""
+    under ``traceEvents``), in batches of up to 4096; drains the stream after the list. When ijson
+    raises, the events it read before are given out first (the batch so far), then its error: a
+    consumer sees every event before the error, as on the ijson parse (one event at a time)."""
     batch: list = []
-    for ev in ijson.items(stream, "traceEvents.item", use_float=True):
-        batch.append(ev)
-        if len(batch) >= 4096:
+    try:
+        for ev in ijson.items(stream, "traceEvents.item", use_float=True):
+            batch.append(ev)
+            if len(batch) >= 4096:
+                yield batch
+                batch = []
+    except Exception:
+        if batch:
             yield batch
-            batch = []
+        raise
     if batch:
         yield batch
     while stream.read(1 << 16):
@@ -524,7 +600,8 @@ def event_batches(fh, *, threaded: bool = True, trailer: dict[str, Any] | None =
     st.update(pieces=0, fallback=None)
     last: list[bytes] = []  # the last piece's text, when msgspec decoded it
     try:
-        yield from _batches(blocks, on_batch, st, *decoders(fields), last=last)
+        check = _ints_agree if fields == "all" else agrees  # msgspec checks the rest of a whole decode
+        yield from _batches(blocks, on_batch, st, *decoders(fields), last=last, check=check)
         if trailer is not None:
             trailer.update(_trailer(blocks, last))
     finally:
@@ -558,7 +635,7 @@ def second_list(rest: bytes) -> bool:
 
 def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str, Any],
              decode_list: Callable[[bytes], Any], decode_doc: Callable[[bytes], Any], *,
-             last: list[bytes]) -> Iterator[list]:
+             last: list[bytes], check: Callable[[bytes], bool] = agrees) -> Iterator[list]:
     tick = on_batch or (lambda: None)
     buf, s = _head(blocks)
     if s is None:  # not the shape we split: ijson reads the whole document
@@ -590,7 +667,7 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
                         doc = decode_doc(_OPEN + rest)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     doc = None
-                if isinstance(doc, dict) and _ints_agree(rest):
+                if isinstance(doc, dict) and check(rest):
                     last.append(rest)
                     st["pieces"] += 1
                     if doc["traceEvents"]:
@@ -602,7 +679,7 @@ def _batches(blocks: _Blocks, on_batch: Callable[[], None] | None, st: dict[str,
             return
         evs = None
         for _ in range(RETRIES + 1):
-            evs = _piece(b"[" + buf[s:m.start() + 1] + b"]", decode_list)
+            evs = _piece(b"[" + buf[s:m.start() + 1] + b"]", decode_list, check)
             if evs is not None:
                 break
             m = _BOUNDARY.search(buf, m.end())

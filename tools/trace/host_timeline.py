@@ -39,6 +39,7 @@ from ...state.steps import (HOST_CATEGORIES, Attribution, GpuSplit, Saving, Site
                              StepStructure)
 from ..errors import InputError
 from . import cpu_ops
+from .guard import named_malformed_events
 from . import critical_path as cp
 from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
 from .pystack import NO_STACKS_NOTE, site_of
@@ -321,17 +322,20 @@ def step_breakdown(path: str | os.PathLike, *, also: tuple[Callable[[dict[str, A
     """The step accounting of one trace file (``.json`` / ``.json.gz``), read once through the engine's
     reader (:func:`.stream.feed_events`), or without ``also`` by :func:`read_steps`; ``also``: other
     consumers fed the same events; ``kw``: the :class:`StepAccountant` options. Raises InputError
-    (missing, empty, truncated, not a trace)."""
-    if not also:
-        return read_steps(path, **kw).finish()
-    acc = StepAccountant(path, **kw)
-    feed_events(path, (acc.feed, *also), fields="all")
+    (missing, empty, truncated, not a trace, or an event a consumer still fails on, named in one
+    line: :func:`.guard.named_malformed_events`)."""
+    with named_malformed_events(path):
+        if not also:
+            return read_steps(path, **kw).finish()
+        acc = StepAccountant(path, **kw)
+        feed_events(path, (acc.feed, *also), fields="all")
     return acc.finish()
 
 
 def accountant_for(path: str | os.PathLike, **kw: Any) -> StepAccountant:
     """A finished :class:`StepAccountant` over one file (for :meth:`StepAccountant.saving` and views),
-    read by :func:`read_steps`; its breakdown is ``.result``."""
-    acc = read_steps(path, **kw)
+    read by :func:`read_steps`; its breakdown is ``.result``. Raises InputError as :func:`step_breakdown`."""
+    with named_malformed_events(path):
+        acc = read_steps(path, **kw)
     acc.result = acc.finish()  # type: ignore[attr-defined]
     return acc

@@ -14,8 +14,11 @@ from ..errors import Ai4sError
 
 #: A bare word where a JSON value belongs (``NaN``, ``Infinity``, ``-Infinity``, ``nan``,
 #: ``undefined``...): what Python's ``json.dump`` writes for a non-finite float (its default
-#: ``allow_nan=True``) and RFC 8259 forbids.
-_BARE_WORD = r'\s*:\s*(-?[A-Za-z_][A-Za-z0-9_]*)'
+#: ``allow_nan=True``) and RFC 8259 forbids; never JSON's own ``null``, ``true`` or ``false`` (an
+#: earlier event's ``"args": null`` is no reason for a later one's failure).
+_BARE_WORD = r'\s*:\s*(?!(?:null|true|false)(?![A-Za-z0-9_]))(-?[A-Za-z_][A-Za-z0-9_]*)'
+#: The parser events that start an element of a list (an object, a list or a scalar of any type).
+_ITEM_STARTS = frozenset({"start_map", "start_array", "string", "number", "boolean", "null"})
 
 
 class _Tail:
@@ -35,7 +38,8 @@ class _Tail:
 
 
 def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | None:
-    """Where a trace stops being JSON, in one line: the index of the event in ``traceEvents``, its
+    """Where a trace stops being JSON, in one line: the index of the event in ``traceEvents`` (every
+    element counts, objects or not, as the readers count them: :func:`.guard.first_malformed_event`), its
     category and name as far as they were read, the field whose value did not parse and, when it is
     a bare word such as ``NaN`` or ``Infinity``, that word (RFC 8259 has no such number; Python's
     ``json.dump`` writes one for a non-finite float). None when the error lies outside
@@ -65,7 +69,7 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
             tail = _Tail(decoded(raw))
             for prefix, event, value in ijson.parse(GuardedReader(tail, p.name), use_float=True):
                 if prefix == "traceEvents.item":
-                    if event == "start_map":
+                    if event in _ITEM_STARTS:  # every element counts, an object or not
                         idx, key, ev = idx + 1, None, {}
                     elif event == "map_key":
                         key = value
@@ -108,8 +112,9 @@ def locate_invalid_json(path: str | os.PathLike[str], error: str = "") -> str | 
         if re.search(r"premature EOF|Incomplete JSON|unexpected end", text, re.IGNORECASE):  # yajl / pure-Python ijson
             return (f"{p.name}: truncated: the JSON ends inside traceEvents[{idx}] (at field {key!r}; the event: "
                     f"{label or 'no cat, name or ts read'}): the file was cut short; the rank is not analysed")
+        # the first one: the text before the failure is JSON, where a bare word only lies inside a string
         found = re.findall(re.escape(f'"{key}"') + _BARE_WORD, tail.text())
-        what = (f"is {found[-1]}, not a JSON number: not valid JSON (RFC 8259 has no NaN or Infinity; Python's "
+        what = (f"is {found[0]}, not a JSON number: not valid JSON (RFC 8259 has no NaN or Infinity; Python's "
                 "json.dump writes them for non-finite floats, kineto never does)") if found else \
             f"does not parse: not valid JSON ({' '.join((error or str(e) or type(e).__name__).split())[:100]})"
         return (f"{p.name}: traceEvents[{idx}] field {key!r} {what}; the event: {label or 'no cat, name or ts read'}; "

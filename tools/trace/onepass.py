@@ -192,7 +192,12 @@ def read_rank(path: str, rank: int, cache_dir: str | None, label: str, *, wanted
     Lanes :func:`prefetch` started for the same file and arguments are adopted (the read then began
     when they did; the engine's pass too, in a lane of its own: :func:`engine_part`).
 
-    Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's)."""
+    Raises what :func:`~.rank_analysis.analyze_rank` raises (the engine's errors are the rank's;
+    InputError for a path with a NUL byte)."""
+    if "\x00" in str(path):  # no file can be named so: said in one line before any path call raises ValueError
+        from ..files import check_input_file
+
+        check_input_file(path)
     key = _prefetch_key(path, rank, wanted, raw_patterns, annotate, cache_dir, label, cross_check)
     started = _adopt(key, path)
     if started is None and lanes.lanes_for(path):
@@ -226,7 +231,7 @@ class _Lanes:
         the missing or unreadable file)."""
         try:
             fh = open(path, "rb")  # noqa: SIM115 - the one file every reader reads, closed by close()
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL byte in the path
             return None
         fd = fh.fileno()
         reader = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
@@ -288,7 +293,7 @@ def prefetch(path: str, rank: int, cache_dir: str | None, label: str, *, wanted:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open; the launcher refuses it
             return False
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return False
     if not lanes.lanes_for(path):
         return False
@@ -498,7 +503,11 @@ def _reopen(path: str, fd: int | None) -> Any:
     """A new open file of the trace: of the descriptor ``fd`` (this process's, inherited from
     :func:`read_rank`: the very file it opened, even when ``path`` was replaced since; reopened
     through ``/proc/self/fd`` for an offset of its own), else of ``path`` (no ``/proc``: not Linux).
-    Raises OSError."""
+    Raises OSError, InputError for a path with a NUL byte (:func:`~ai4s_graph.tools.files.check_input_file`)."""
+    if "\x00" in path:
+        from ..files import check_input_file
+
+        check_input_file(path)
     if fd is not None:
         try:
             return open(f"/proc/self/fd/{fd}", "rb")  # noqa: SIM115 - closed by the caller

@@ -11,6 +11,7 @@ from msgspec import UNSET
 
 from .codes import OP_ARG_KEYS
 from .fastscan import SHEETS_ARG_ATTRS, SheetsEvent
+from .hygiene import num
 from .scan_loop import ScanColumns
 
 if TYPE_CHECKING:
@@ -31,6 +32,27 @@ def _arg(args: Any, key: str) -> Any:
     return None if v is UNSET else v
 
 
+def _key(*parts: Any) -> Any:
+    """``parts`` (a pid, or a (pid, tid) pair) as a dict key: as they are, or each as its text when one
+    is unhashable (a list or an object: :meth:`OpArgsCollector.names` looks them up the same way)."""
+    try:
+        hash(parts)
+    except TypeError:
+        parts = tuple(str(x) for x in parts)
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _cat(cat: Any) -> Any:
+    """A category as the engine's loop reads it: an unhashable one (a list, an object) is none."""
+    if type(cat) is str or cat is None:
+        return cat
+    try:
+        hash(cat)
+    except TypeError:
+        return None
+    return cat
+
+
 def _tup(v: Any) -> Any:
     """TraceLens's ``list_to_tuple``: nested lists as nested tuples."""
     return tuple(_tup(x) for x in v) if isinstance(v, list) else v
@@ -41,7 +63,11 @@ class OpArgsCollector:
     :meth:`feed` takes one event dict, :meth:`feed_struct` one :class:`~.fastscan.SheetsEvent`): per
     ``cpu_op`` its event ordinal, start, thread and interned argument signature; per launch call
     (an event with a correlation id outside the CPU-side categories) its ordinal and thread; the
-    process and thread names of the metadata events. Memory: ~20 bytes per ``cpu_op``, ~8 per
+    process and thread names of the metadata events. Events of the wrong shape are read as the
+    engine's loop (:class:`.scan_loop.ScanColumns`) reads them, never raised on: an element of
+    ``traceEvents`` that is not an object is counted (its ordinal) and skipped, ``args`` that is not an
+    object is no args, a ``cpu_op`` without a numeric ``ts`` (:func:`.hygiene.num`) no op, an unhashable
+    category none, an unhashable pid / tid named by its text. Memory: ~20 bytes per ``cpu_op``, ~8 per
     launch, plus the distinct signatures."""
 
     _CPU_SIDE = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
@@ -62,35 +88,43 @@ class OpArgsCollector:
         return self._thread_of(ev.get("pid"), ev.get("tid"))
 
     def _thread_of(self, pid: Any, tid: Any) -> int:
-        key = (pid, tid)
-        try:
-            t = self._thr_ids.get(key)
-        except TypeError:  # an unhashable pid/tid
-            key = (str(key[0]), str(key[1]))
-            t = self._thr_ids.get(key)
+        key = _key(pid, tid)
+        t = self._thr_ids.get(key)
         if t is None:
             t = self._thr_ids[key] = len(self.threads)
             self.threads.append(key)
         return t
 
-    def feed(self, ev: dict) -> None:
-        """Take one trace event (a dict as parsed)."""
+    def feed(self, ev: Any) -> None:
+        """Take one element of ``traceEvents`` as parsed (an event dict; anything else is counted and
+        skipped, as the engine's loop does)."""
         self.n += 1
+        if type(ev) is not dict:
+            return
         cat, ph = ev.get("cat"), ev.get("ph")
+        if type(cat) is not str and cat is not None:
+            cat = _cat(cat)
         if ph == "M":
-            args = ev.get("args") or {}
+            args = ev.get("args")
+            if type(args) is not dict:
+                args = {}
             nm = ev.get("name")
             if nm == "process_name":
-                self.process_names[ev.get("pid")] = str(args.get("name"))
+                self.process_names[_key(ev.get("pid"))] = str(args.get("name"))
             elif nm == "process_labels":
-                self.process_labels[ev.get("pid")] = str(args.get("labels"))
+                self.process_labels[_key(ev.get("pid"))] = str(args.get("labels"))
             elif nm == "thread_name":
-                self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name"))
+                self.thread_names[_key(ev.get("pid"), ev.get("tid"))] = str(args.get("name"))
             return
         if ph not in ("X", None) or ev.get("ts") is None:
             return
         args = ev.get("args")
+        if type(args) is not dict:
+            args = None
         if cat == "cpu_op":
+            t = num(ev["ts"])
+            if t is None:  # the engine keeps no op without a numeric ts
+                return
             a = args or {}
             sig = tuple(str(_tup(a[k])) if k in a else None for k in ARG_KEYS)
             sid = self._sig_ids.get(sig)
@@ -98,7 +132,7 @@ class OpArgsCollector:
                 sid = self._sig_ids[sig] = len(self.sigs)
                 self.sigs.append(sig)
             self.op_ord.append(self.n)
-            self.op_ts.append(float(ev["ts"]))
+            self.op_ts.append(t)
             self.op_sig.append(sid)
             self.op_thr.append(self._thread(ev))
         elif args and cat not in self._CPU_SIDE and args.get("correlation") is not None:
@@ -122,18 +156,23 @@ class OpArgsCollector:
         as None)."""
         self.n += 1
         cat, ph, args = ev.cat, ev.ph, ev.args
+        if type(cat) is not str and cat is not None:
+            cat = _cat(cat)
         if ph == "M":
             nm = ev.name
             if nm == "process_name":
-                self.process_names[ev.pid] = str(_arg(args, "name"))
+                self.process_names[_key(ev.pid)] = str(_arg(args, "name"))
             elif nm == "process_labels":
-                self.process_labels[ev.pid] = str(_arg(args, "labels"))
+                self.process_labels[_key(ev.pid)] = str(_arg(args, "labels"))
             elif nm == "thread_name":
-                self.thread_names[(ev.pid, ev.tid)] = str(_arg(args, "name"))
+                self.thread_names[_key(ev.pid, ev.tid)] = str(_arg(args, "name"))
             return
         if ph not in ("X", None) or ev.ts is None:
             return
         if cat == "cpu_op":
+            t = ev.ts if type(ev.ts) is float else num(ev.ts)
+            if t is None:  # the engine keeps no op without a numeric ts
+                return
             if args is None:
                 sig = _NO_SIG
             else:
@@ -143,7 +182,7 @@ class OpArgsCollector:
                 sid = self._sig_ids[sig] = len(self.sigs)
                 self.sigs.append(sig)
             self.op_ord.append(self.n)
-            self.op_ts.append(float(ev.ts))
+            self.op_ts.append(t)
             self.op_sig.append(sid)
             self.op_thr.append(self._thread_of(ev.pid, ev.tid))
         elif args is not None and cat not in self._CPU_SIDE and (c := args.correlation) is not UNSET and c is not None:

@@ -24,6 +24,7 @@ from .cache import TraceCache, file_sha256
 from .collective_types import collective_type
 from .engine_window import rank_timeline
 from .guard import named_malformed_events
+from ..files import check_input_file
 from .tables import kernel_tables
 from .tracelens_sheets import OpArgsCollector, build_sheets
 from .hta_metrics import hta_comm_comp_overlap, hta_temporal_breakdown
@@ -244,6 +245,9 @@ def analyze_rank(path: str, rank: int, cache_dir: str | None = None, *, cross_ch
             raw = open(p, "rb")  # noqa: SIM115 - one open: hash, header, events, consumers
         except OSError:
             raw = None  # the hash reports the missing or unreadable file
+        except ValueError:  # a NUL byte in the path: InputError naming it (open's ValueError is no input error)
+            check_input_file(p)
+            raise
     try:
         if store:
             rec, hit = cache.get_or_compute("rank", p, ANALYSIS_VERSION, compute, params, raw=raw)

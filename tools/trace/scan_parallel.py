@@ -103,7 +103,8 @@ def workers_for(path: Path) -> int:
 
 def json_bytes(path: Path) -> int:
     """The document's size in bytes: the file's, or for a gzip file the larger of its size and the
-    size its trailer records (ISIZE, RFC 1952 section 2.3.1: the input's size modulo 2^32)."""
+    size its trailer records (ISIZE, RFC 1952 section 2.3.1: the input's size modulo 2^32); 0 for a
+    path that names no regular file it can read (missing, a FIFO, a NUL byte in it). Never raises."""
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):  # a FIFO or device: opening or reading it here would block or eat it
@@ -114,7 +115,7 @@ def json_bytes(path: Path) -> int:
                 return size
             fh.seek(-4, os.SEEK_END)
             return max(size, int.from_bytes(fh.read(4), "little"))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path (os.stat's "embedded null byte")
         return 0
 
 
@@ -367,7 +368,7 @@ def _read_chunk(kind: bytes, text: bytes, reader: str = "engine") -> tuple:
                     doc = decode_doc(fastscan._OPEN + text)
             except Exception:  # noqa: BLE001 - msgspec's refusal: the one pass reads it
                 return ("fail", "the end of the list did not decode")
-            if not isinstance(doc, dict) or not fastscan._ints_agree(text):
+            if not isinstance(doc, dict) or not fastscan.agrees(text):
                 return ("fail", "the end of the list did not decode")
             feed(doc["traceEvents"])
             return ("ok", cols.export(), 1)

@@ -63,6 +63,17 @@ def num(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+_I64 = float(1 << 63)
+
+
+def count(v: Any) -> int | None:
+    """A byte count (``bytes``, ``Total Allocated``) as an int of the int64 columns it goes to: a
+    finite number (:func:`num`) within [-2**63, 2**63) after its conversion to float, else None (a
+    value of 2**63 or more is no count the profiler writes; it raised OverflowError)."""
+    x = num(v)
+    return int(x) if x is not None and -_I64 <= x < _I64 else None
+
+
 def batch1(dims) -> bool:
     """True when an op's ``Input Dims`` (a list of lists) has a first tensor input of leading dim 1."""
     if type(dims) is not list:
@@ -150,11 +161,19 @@ class StepFeed:
             feed(ev)
 
     def feed(self, ev: Any) -> None:
-        """Take one trace event (a dict of ``traceEvents``); anything else is skipped. O(1)."""
+        """Take one trace event (a dict of ``traceEvents``); anything else is skipped. O(1). A field
+        of the wrong JSON type is read as the engine's loop reads it (:class:`.scan_loop.ScanColumns`),
+        never raised on: an unhashable category is none, a name that is not a string its text, ``args``
+        that is not an object no args, a byte count outside int64 none (:func:`count`)."""
         if type(ev) is not dict:
             return
         self.n += 1
         cat = ev.get("cat")
+        if type(cat) is not str and cat is not None:
+            try:
+                hash(cat)
+            except TypeError:  # a list or an object: no category (the engine's rule)
+                cat = None
         kind = GPU_CATS.get(cat) if type(cat) is str else None
         if kind is not None:
             self._feed_gpu(ev, kind)
@@ -180,12 +199,12 @@ class StepFeed:
         if ph in ("i", "I"):
             if ev.get("name") == "[memory]":
                 self.n_memory += 1
-                args = ev.get("args") or {}
-                if args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm builds report HIP as CUDA)
-                    t, a = self._ts(ev.get("ts")), num(args.get("Total Allocated"))
+                args = ev.get("args")
+                if type(args) is dict and args.get("Device Type") == 1:  # c10::DeviceType::CUDA (ROCm: HIP too)
+                    t, a = self._ts(ev.get("ts")), count(args.get("Total Allocated"))
                     if t is not None and a is not None:
                         self.m_ts.append(t)
-                        self.m_alloc.append(int(a))
+                        self.m_alloc.append(a)
             return
         if ph not in ("X", None) or cat == "gpu_user_annotation":
             return
@@ -248,12 +267,16 @@ class StepFeed:
         if t is None or d is None or d < 0:
             self.bad += 1
             return
-        name = ev.get("name") or ""
+        name = ev.get("name")
+        if type(name) is not str:
+            name = "" if name is None else str(name)
         i = self._gix.get(name)
         if i is None:
             i = self._gix[name] = len(self.gnames)
             self.gnames.append(name)
-        args = ev.get("args") or {}
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = {}
         s = as_id(args.get("stream"), _I32)
         dv = args.get("device", ev.get("pid"))
         dev = as_id(dv, _I32)
@@ -263,7 +286,7 @@ class StepFeed:
             except TypeError:
                 dev = -1
         c = as_id(args.get("correlation"))
-        b = num(args.get("bytes")) if kind == KIND_MEMCPY else None
+        b = count(args.get("bytes")) if kind == KIND_MEMCPY else None
         self.g_ts.append(t)
         self.g_dur.append(d)
         self.g_name.append(i)
@@ -271,7 +294,7 @@ class StepFeed:
         self.g_stream.append(-1 if s is None else s)
         self.g_device.append(dev)
         self.g_corr.append(-1 if c is None else c)
-        self.g_bytes.append(-1 if b is None else int(b))
+        self.g_bytes.append(-1 if b is None else b)
 
     # ------------------------------------------------------------------ joining
 
