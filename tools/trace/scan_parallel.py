@@ -2,7 +2,10 @@
 at event boundaries in this process, each chunk decoded and read by the engine's loop
 (:class:`.scan_loop.ScanColumns`) in a worker process, the chunks' columns joined here in file
 order (:meth:`.scan_loop.ScanColumns.absorb`). The result is the one pass's, column for column
-(``tests/test_scan_parallel.py`` checks every bundled trace both ways).
+(``tests/test_scan_parallel.py`` checks every bundled trace both ways). Other consumers that
+export a chunk's state and absorb the next chunk's in order are read the same way
+(:func:`read_parallel`, :data:`KINDS`: the engine with TraceLens's sheets' collector, the step
+accountant, the verifier's reader; ``tests/test_step_feed.py``).
 
 **Why.** The one pass (:func:`.stream.scan_trace`) spends ~90 % of its time decoding JSON and in the
 per-event loop, both in one Python thread: ~2.4 s of the 3.6 s of ``trace timeline`` on the
@@ -209,7 +212,8 @@ def scan_columns(p: Path, workers: int, *, progress: Callable[[int, int], None] 
     already open), with ``.trailer`` (the keys written after the list); None when the parallel pass
     hands back (see the module docstring). With ``sheets`` (an empty
     :class:`.op_args.OpArgsCollector`) the workers feed TraceLens's sheets' collector too (kind
-    ``sheets``, :class:`.op_args.EngineSheets`), joined into it (partly, when the pass hands back). ``progress(bytes_read, file_size)`` after each chunk.
+    ``sheets``, :class:`.op_args.EngineSheets`), joined into it (partly, when the pass hands back).
+    ``progress(bytes_read, file_size)`` after each chunk.
     Sets :data:`.fastscan.last_parse`: ``pieces``, ``fallback`` (None), ``workers`` (0 when it
     handed back) and ``parallel`` (None, or why it handed back; the one pass that then reads the
     trace sets ``pieces`` and ``fallback`` anew)."""
