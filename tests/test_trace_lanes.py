@@ -154,6 +154,25 @@ def test_unpicklable_lane_does_not_start() -> None:
         lanes.Lane(_chatty, lambda: 1)
 
 
+@pytest.mark.parametrize("trace", TRACES[:2], ids=lambda p: p.parent.parent.name + "/" + p.name)
+def test_the_copy_lane_and_the_workers_give_the_in_process_result(trace: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the CPUs let the readers use the parallel pass (onepass.lane_workers > 0): the annotated
+    copy reads in a lane of its own (copy_part), the counters' lane without it, the engine's read
+    here with workers; the same record and the same annotated text as in one process."""
+    before = _spools()
+    here = _read(trace, monkeypatch, "0")
+    text_here = _annotated(trace, tmp_path / "here.json.gz")
+    monkeypatch.setattr(onepass, "lane_workers", lambda _p: 2)
+    started = _count_starts(monkeypatch)
+    apart = _read(trace, monkeypatch, "1")
+    assert sorted(started) == ["copy_part", "counts_part", "reader_part", "steps_part"]
+    assert annotated._file_key(trace) in annotated._PREPARED, "the copy lane's copy is filed for the writer"
+    assert _annotated(trace, tmp_path / "apart.json.gz") == text_here
+    assert apart == here
+    assert _left_behind(before) == set(), "the lane's copy file is removed"
+
+
 def test_a_killed_lane_leaves_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every lane killed as soon as it starts: the read falls back to its parts in this process,
     the annotated copy to the writer's own read; the same record and the same annotated text."""

@@ -49,6 +49,7 @@ import numpy as np
 
 from ...state.comm import CollectiveStat, GatherRow, RankComm, StepComm, SyncOnComm, Window
 from .comm_collect import CommCollector, IssueRecord, KernelArgs, issue_records
+from .critical_path import at_launch
 from .host_names import PRECEDENCE, SYNC
 from .host_timeline import StepAccountant
 from .pystack import site_of
@@ -130,9 +131,9 @@ class _Ctx:
         self.bwd_ops = np.flatnonzero(ops & self.is_bwd[h.name])
         self.opt_ops = np.flatnonzero(ops & self.is_opt[h.name])
         li = g.launch
-        top = np.where(li >= 0, h.top[np.maximum(li, 0)], -1)
+        top = at_launch(h.top, li, -1)
         self.bwd_kernel = (g.cls == CLS_COMP) & (top >= 0) & self.is_bwd[np.where(top >= 0, top, len(names))]
-        self.launch_ts = np.where(li >= 0, h.ts[np.maximum(li, 0)], g.ts)
+        self.launch_ts = at_launch(h.ts, li, g.ts)
         rel = {(t - base, s): a for (t, s), a in col.kernels.items()}
         self.comm_idx = np.flatnonzero(g.cls == CLS_COMM)
         order = np.argsort(g.end[self.comm_idx], kind="stable")

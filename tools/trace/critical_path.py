@@ -40,6 +40,7 @@ removes a dependency (the device sync inside ``cudaFree``, say) can only exceed.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -174,6 +175,16 @@ def _matcher(remove: Iterable[str], host: HostColumns):
     return cats, names
 
 
+def at_launch(col: np.ndarray, idx: np.ndarray, fill: Any) -> np.ndarray:
+    """``col[idx]`` where ``idx >= 0``, else ``fill`` (``fill`` an array of ``idx``'s shape, or a
+    scalar): a host column at each GPU event's launching call (``idx`` -1: none; with no host event
+    at all ``col`` is empty and every ``idx`` is -1)."""
+    if col.size == 0:
+        return np.broadcast_to(np.asarray(fill, dtype=np.result_type(col.dtype, np.asarray(fill).dtype)),
+                               idx.shape).copy()
+    return np.where(idx >= 0, col[np.maximum(idx, 0)], fill)
+
+
 def savings(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTable, remove: Iterable[str], *,
             with_gpu_work: bool = False, links: list[Link] | None = None) -> Saving:
     """What removing the host work ``remove`` (host categories, or API / region / top-level op / Python
@@ -197,14 +208,12 @@ def savings(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTab
     rem_g = np.zeros(g_sel.size, dtype=bool)
     if with_gpu_work and names:
         ok = li >= 0
-        tops = np.where(ok, host.top[np.maximum(li, 0)], -1)
-        sites = np.where(ok, host.site[np.maximum(li, 0)], -1)
-        nm = np.where(ok, host.name[np.maximum(li, 0)], -1)
+        tops, sites, nm = at_launch(host.top, li, -1), at_launch(host.site, li, -1), at_launch(host.name, li, -1)
         sel = np.fromiter(names, dtype=np.int64)
         rem_g = np.isin(tops, sel) | np.isin(sites, sel) | np.isin(nm, sel)
-    in_win = (li >= 0) & (host.ts[np.maximum(li, 0)] >= view.s0)
-    l_e = np.where(li >= 0, host.end[np.maximum(li, 0)], np.nan)
-    l_s = np.where(li >= 0, host.ts[np.maximum(li, 0)], np.nan)
+    in_win = (li >= 0) & (at_launch(host.ts, li, -np.inf) >= view.s0)
+    l_e = at_launch(host.end, li, np.nan)
+    l_s = at_launch(host.ts, li, np.nan)
     new_start = s_k.copy()
     new_end = e_k.copy()
     starts_new = np.empty(n)  # replayed start of each host segment

@@ -273,6 +273,12 @@ def parser_name() -> str:
     return "ijson" if os.environ.get(PARSER_ENV, "").strip().lower() == "ijson" else "fast"
 
 
+#: How long :meth:`_Blocks.close` waits for the reader thread: its loop checks the stop flag after
+#: each block (:data:`BLOCK_BYTES`) and every 0.1 s while the queue is full; a block of a regular
+#: file reads in milliseconds, so the bound only matters for a read that hangs (a dead mount).
+CLOSE_WAIT_S = 30.0
+
+
 class _Blocks:
     """The document's text in blocks of :data:`BLOCK_BYTES`, read by a daemon thread; keeps the last
     :data:`~.trailer.TAIL_BYTES` (``tail()``) and the bytes read (``total``). An exception of the
@@ -288,7 +294,10 @@ class _Blocks:
         self._q: queue.Queue | None = None
         if threaded:
             self._q = queue.Queue(maxsize=QUEUE_BLOCKS)
-            threading.Thread(target=self._run, name="trace-reader", daemon=True).start()
+            self._thread: threading.Thread | None = threading.Thread(target=self._run, name="trace-reader", daemon=True)
+            self._thread.start()
+        else:
+            self._thread = None
 
     def _run(self) -> None:
         try:
@@ -330,7 +339,12 @@ class _Blocks:
         return b"".join(self._tail)[-TAIL_BYTES:]
 
     def close(self) -> None:
+        """Stop the reader thread and wait for it (at most :data:`CLOSE_WAIT_S`): a read that hands
+        the file back (the parallel pass, then the one pass on the same open file) must not share
+        it with a thread still reading it."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(CLOSE_WAIT_S)
 
 
 class _GcPause:

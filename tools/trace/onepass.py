@@ -217,9 +217,9 @@ class _Lanes:
     reading process)."""
 
     def __init__(self, fh: Any, spool: Any, reader: lanes.Lane | None, steps: lanes.Lane | None,
-                 counts: lanes.Lane | None, engine: lanes.Lane | None = None) -> None:
+                 counts: lanes.Lane | None, engine: lanes.Lane | None = None, copy: lanes.Lane | None = None) -> None:
         self.fh, self.spool, self.reader, self.steps, self.counts = fh, spool, reader, steps, counts
-        self.engine = engine
+        self.engine, self.copy = engine, copy
         self.fd, self.ident = fh.fileno(), _fd_identity(fh)
         self.adopted = False  # the spool was handed to the annotated-trace writer
 
@@ -237,14 +237,18 @@ class _Lanes:
         reader = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
         steps = lanes.start(steps_part, path, fd, pass_fds=(fd,))
         spool = annotated.copy_spool() if annotate else None
-        counts = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if spool else None,
-                             pass_fds=(fd,) + ((spool.fileno(),) if spool else ())) \
+        copy = None
+        if spool is not None and lane_workers(path) > 0:  # the annotated copy in a lane of its own
+            copy = lanes.start(copy_part, path, fd, spool.fileno(), pass_fds=(fd, spool.fileno()))
+        with_spool = spool is not None and copy is None
+        counts = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if with_spool else None,
+                             pass_fds=(fd,) + ((spool.fileno(),) if with_spool else ())) \
             if spool is not None or not annotate else None
         eng = lanes.start(engine_part, path, fd, rank, *engine, pass_fds=(fd,)) if engine is not None else None
-        return cls(fh, spool, reader, steps, counts, eng)
+        return cls(fh, spool, reader, steps, counts, eng, copy)
 
     def running(self) -> list[lanes.Lane]:
-        return [x for x in (self.reader, self.steps, self.counts, self.engine) if x is not None]
+        return [x for x in (self.reader, self.steps, self.counts, self.engine, self.copy) if x is not None]
 
     def cancel(self) -> None:
         """Stop every lane (their results are not wanted)."""
@@ -409,6 +413,8 @@ def _read_rank(path: str, rank: int, cache_dir: str | None, label: str, lanes_: 
         else:
             got = take_counts()
             snap = got.pop("copy", None)
+            if lanes_ is not None and lanes_.copy is not None:
+                snap = _copy_of(lanes_.copy, ident)
             if snap is not None and spool is not None and lanes_ is not None:
                 lanes_.adopted = annotated.adopt_copy(path, snap, spool)
             out.update(got)
@@ -457,6 +463,17 @@ def _take(lane: lanes.Lane | None, ident: tuple | None, fn: Callable[..., dict[s
         got = fn(*args)
     got.pop("file", None)
     return got
+
+
+def _copy_of(lane: lanes.Lane, ident: tuple | None) -> dict[str, Any] | None:
+    """The annotated copy's snapshot from its lane (:func:`copy_part`), None when the lane gave none
+    or read another file than ``ident`` (the writer then reads the trace itself: the copy is an
+    optimisation, never run again here)."""
+    try:
+        got = lane.result()
+    except lanes.LaneError:
+        return None
+    return got.get("copy") if got.get("file") == ident and ident is not None else None
 
 
 def _counts_of(names: NameCounter, roof: RooflineCollector, raw: RawCounter) -> dict[str, Any]:
@@ -584,9 +601,10 @@ def steps_part(path: str, fd: int | None) -> dict[str, Any]:
     return {**_steps_of(acc), "file": ident}
 
 
-#: Readers of one long trace in ``run`` (:func:`read_rank`): the engine's pass, the verifier
-#: reader's, the step accountant's and the counters' lanes, each a process of its own.
-LANE_READERS = 4
+#: Readers of one long trace in ``run`` (:func:`read_rank`) where they use the parallel pass: the
+#: engine's pass, the verifier reader's, the step accountant's, the counters' and the annotated
+#: copy's lanes (:func:`copy_part`), each a process of its own.
+LANE_READERS = 5
 #: Of them, those whose read the parallel pass's workers may take (the counters' lane writes the
 #: annotated copy in file order: one read).
 LANES_WITH_WORKERS = 3
@@ -629,6 +647,23 @@ def counts_part(path: str, fd: int | None, wanted: Callable[[str], bool], raw_pa
     if copy is not None:
         out["copy"] = copy.snapshot()
     return out
+
+
+def copy_part(path: str, fd: int | None, spool_fd: int) -> dict[str, Any]:
+    """:func:`read_rank`'s annotated copy alone (:class:`~ai4s_graph.tools.report.annotated.EventCopy`
+    written to the anonymous file ``spool_fd``) from a read of its own: a lane where the CPUs let
+    the other readers use the parallel pass (:func:`lane_workers`), so that the counters' lane
+    (:func:`counts_part`) does not carry the copy too. ``{"copy"}`` (what
+    :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files) and ``file`` (as
+    :func:`reader_part`). Raises InputError (unreadable trace) or OSError."""
+    with _reopen(path, fd) as f:
+        copy = annotated.EventCopy(path, spool_fd=spool_fd, raw=f)
+        try:
+            ident = _feed(path, f, (copy.feed,), (copy.tap,))
+        except BaseException:
+            copy.discard()
+            raise
+    return {"copy": copy.snapshot(), "file": ident}
 
 
 def read_counts(path: str, wanted: Callable[[str], bool]) -> tuple[dict[str, int], dict[str, Any] | None]:

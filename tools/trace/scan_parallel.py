@@ -45,6 +45,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -75,6 +76,10 @@ MIN_JSON_BYTES = 32 << 20
 #: size): 24 MiB a worker with the margin.
 WORKER_RSS_BYTES = 24 << 20
 ONE_PASS_RSS_BYTES = 96 << 20
+#: Seconds the pass waits for the next chunk's answer while its workers live before it hands back
+#: (its workers are then killed): a chunk (:data:`CHUNK_BYTES`) takes a worker ~0.05 s on the
+#: project's machine, so only a stopped or stuck worker comes near it.
+STALL_S = 120.0
 #: A chunk's header on a worker's pipe: its kind (``b"l"`` or ``b"d"``) and its length in bytes.
 _HEAD = struct.Struct("<cQ")
 
@@ -236,7 +241,13 @@ def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
     from .rawfile import decoded, raw_of
     from ..jsonguard import GuardedReader
 
-    size = p.stat().st_size
+    try:
+        st0 = p.stat()
+    except OSError:  # missing or unreadable: the one read says so in one line
+        return False
+    if not stat.S_ISREG(st0.st_mode):  # a FIFO or a device: opening it here would block or eat it
+        return False
+    size = st0.st_size
     tasks: queue.Queue = queue.Queue(maxsize=workers)
     results: dict[int, Any] = {}
     ready = threading.Condition()
@@ -244,6 +255,7 @@ def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
     cols = into
     st: dict[str, Any] = {"pieces": 0, "fallback": None, "workers": workers, "parallel": None}
     merged = 0  # chunks joined so far
+    progress_at = [time.monotonic()]  # when the last chunk was joined (or the pass began)
     sent = 0
     complete = False
 
@@ -256,6 +268,9 @@ def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
                 while merged not in results:
                     if not any(w.thread.is_alive() for w in pool) and merged not in results:
                         return False
+                    if time.monotonic() - progress_at[0] >= STALL_S:  # a worker that neither answers nor dies
+                        st["parallel"] = f"no answer for chunk {merged} in {STALL_S:.0f} s"
+                        return False
                     ready.wait(0.5)
                 answer = results.pop(merged)
             if answer[0] != "ok":
@@ -264,6 +279,7 @@ def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
             cols.absorb(answer[1])
             st["pieces"] += answer[2]
             merged += 1
+            progress_at[0] = time.monotonic()
         return True
 
     def send(kind: bytes, text: memoryview) -> bool:
@@ -274,6 +290,9 @@ def read_parallel(p: Path, workers: int, kind: str, into: Any, *,
                 break
             except queue.Full:
                 if not any(w.thread.is_alive() for w in pool):
+                    return False
+                if time.monotonic() - progress_at[0] >= STALL_S:  # every worker busy, none answers
+                    st["parallel"] = f"no answer for chunk {merged} in {STALL_S:.0f} s"
                     return False
         sent += 1
         # join what is done without waiting (the join keeps pace with the workers)
