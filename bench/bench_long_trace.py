@@ -256,6 +256,9 @@ def main() -> None:  # noqa: C901 - one report, section by section
     print(f"timeline  {res['timeline']['status']} {res['timeline']['wall_s']:.1f} s")
     res["run"] = b.run(a.scratch / "run-long", jobid, "long")
     print(f"run       {res['run']['status']} {res['run']['wall_s']:.1f} s")
+    # the lanes without the parallel pass's workers (tools/trace/onepass.py lane_workers): the configuration before them
+    res["run_serial"] = b.run(a.scratch / "run-long", jobid, "long-serial", AI4S_SCAN_WORKERS="0")
+    print(f"run (lanes, no workers) {res['run_serial']['status']} {res['run_serial']['wall_s']:.1f} s")
     res["run_one"] = b.run(a.scratch / "run-long", jobid, "long-one", AI4S_TRACE_LANES="0")  # tools/trace/lanes.py
     print(f"run (one process) {res['run_one']['status']} {res['run_one']['wall_s']:.1f} s")
     tl_out = a.scratch / "tracelens_csvs"
@@ -311,6 +314,7 @@ def main() -> None:  # noqa: C901 - one report, section by section
              "TraceLens CPU / ours | TraceLens RSS / ours |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, label in (("timeline", "`ai4s-graph trace timeline --json`"), ("run", "`ai4s-graph run` (whole graph)"),
+                     ("run_serial", "`ai4s-graph run`, lanes without the parallel pass's workers (`AI4S_SCAN_WORKERS=0`)"),
                      ("run_one", "`ai4s-graph run`, the trace read in one process (`AI4S_TRACE_LANES=0`)"),
                      ("tracelens", "TraceLens `generate_perf_report_pytorch`")):
         r = res[k]
