@@ -207,7 +207,6 @@ def savings(view: StepView, host: HostColumns, gpu: GpuColumns, states: StateTab
     li = gpu.launch[g_sel]
     rem_g = np.zeros(g_sel.size, dtype=bool)
     if with_gpu_work and names:
-        ok = li >= 0
         tops, sites, nm = at_launch(host.top, li, -1), at_launch(host.site, li, -1), at_launch(host.name, li, -1)
         sel = np.fromiter(names, dtype=np.int64)
         rem_g = np.isin(tops, sel) | np.isin(sites, sel) | np.isin(nm, sel)

@@ -67,6 +67,7 @@ from typing import Any, Callable, Iterator, TypedDict
 import msgspec
 
 from .codes import METADATA_ARG_KEYS, OP_ARG_KEYS
+from .json_agree import _ints_agree, agrees  # the checks of a piece (fastscan.agrees for the callers)
 from .trailer import TAIL_BYTES, TailKeeper, trailer_keys
 
 try:  # the same backend as the engine's ijson path (.stream)
@@ -97,25 +98,7 @@ PARSER_ENV = "AI4S_TRACE_PARSER"
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-#: Runs of 19 digits or more (integers that may lie outside what ijson takes, |v| <= 2**63 - 1, 19
-#: digits) are found in the text mapped digits -> "0", the rest -> " " (``bytes.translate`` +
-#: ``find``: 0.6 ms per MiB here, against 7 ms for the regular expression ``\d{19}``).
-#: The same map sends ``e``, ``E`` and ``+`` to ``e``: an exponent of 3 digits or more (the only way,
-#: besides an integer part of 19 digits or more, to write a number beyond the float range, which ijson
-#: refuses) is ``e000`` in the mapped text (``e+400`` -> ``ee000``), found by one ``find`` (~40 ms per
-#: 62 MB here, 2026-12-07; a second pattern would double it) and checked precisely.
-_DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 101 if i in (43, 69, 101) else 32 for i in range(256))
-_RUN = b"0" * 19
-_EXPONENT = b"e000"
-_DIGITS = re.compile(rb"[0-9]+")
-_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_MANTISSA = frozenset(b"0123456789.")
-_INT_MAX = (1 << 63) - 1
-#: What JSON allows right before a number token and right after an integer one (b"": the text's end).
-_BEFORE_NUMBER = frozenset((b":", b",", b"[", b" ", b"\t", b"\r", b"\n", b""))
-_AFTER_INT = frozenset((b",", b"]", b"}", b" ", b"\t", b"\r", b"\n", b""))
 _DECODE = msgspec.json.Decoder().decode
-_INF = float("inf")
 
 #: The event fields and ``args`` keys the engine's scan reads (:func:`.stream.scan_trace` and its
 #: helpers; ``tests/test_fastscan.py`` checks the list against their source). A scan without other
@@ -273,9 +256,8 @@ def parser_name() -> str:
     return "ijson" if os.environ.get(PARSER_ENV, "").strip().lower() == "ijson" else "fast"
 
 
-#: How long :meth:`_Blocks.close` waits for the reader thread: its loop checks the stop flag after
-#: each block (:data:`BLOCK_BYTES`) and every 0.1 s while the queue is full; a block of a regular
-#: file reads in milliseconds, so the bound only matters for a read that hangs (a dead mount).
+#: Seconds :meth:`_Blocks.close` waits for the reader thread (it checks its stop flag after each
+#: block and every 0.1 s): only a read that hangs (a dead mount) comes near it.
 CLOSE_WAIT_S = 30.0
 
 
@@ -292,12 +274,11 @@ class _Blocks:
         self._done = False
         self._stop = threading.Event()
         self._q: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
         if threaded:
             self._q = queue.Queue(maxsize=QUEUE_BLOCKS)
-            self._thread: threading.Thread | None = threading.Thread(target=self._run, name="trace-reader", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="trace-reader", daemon=True)
             self._thread.start()
-        else:
-            self._thread = None
 
     def _run(self) -> None:
         try:
@@ -339,9 +320,8 @@ class _Blocks:
         return b"".join(self._tail)[-TAIL_BYTES:]
 
     def close(self) -> None:
-        """Stop the reader thread and wait for it (at most :data:`CLOSE_WAIT_S`): a read that hands
-        the file back (the parallel pass, then the one pass on the same open file) must not share
-        it with a thread still reading it."""
+        """Stop the reader thread and wait for it: a pass that hands the open file back to another
+        read must not share it with a thread still reading it."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(CLOSE_WAIT_S)
@@ -425,79 +405,6 @@ def _piece(text: bytes, decode: Callable[[bytes], Any], check: Callable[[bytes],
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     return out if (check or agrees)(text) else None
-
-
-def agrees(text: bytes) -> bool:
-    """Whether ijson reads the JSON text ``text`` (bytes) as msgspec does, in the keys a decode of
-    some fields only skips too (msgspec checks neither the range of a number nor the UTF-8 of a string
-    it skips; ijson refuses both): False when ``text`` may hold an integer outside int64
-    (:func:`_ints_agree`), a number beyond the float range (:func:`_floats_agree`) or bytes that are
-    not UTF-8. Cost (project machine, 2026-12-07): one ``bytes.translate`` and three ``find`` over the
-    text, ``isascii`` (a ``decode`` only for text that is not ASCII). Raises nothing."""
-    t = text.translate(_DIGIT_MAP)
-    if not (_ints_agree(text, t) and _floats_agree(text, t)):
-        return False
-    if text.isascii():
-        return True
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _ints_agree(text: bytes, t: bytes | None = None) -> bool:
-    """False when ``text`` may hold an integer literal that ijson refuses (|v| > 2**63 - 1) and msgspec
-    decodes: a run of 19+ digits placed as a number token can be (after ``:``, ``,``, ``[`` or
-    whitespace, an optional ``-``; before ``,``, ``]``, ``}`` or whitespace), not a float's digits, and
-    out of that range. A run placed otherwise lies inside a string, where both decoders agree; a string
-    holding such a token-like run (``"a: 12345678901234567890 b"``) counts too (conservative). A run
-    that starts a float token (``.``, ``e`` or ``E`` after it) is checked as :func:`_floats_agree`
-    checks one. ``t``: ``text.translate(_DIGIT_MAP)`` when the caller has it."""
-    if t is None:
-        t = text.translate(_DIGIT_MAP)
-    i = t.find(_RUN)
-    while i >= 0:  # i: the start of a run (the previous run ended before it)
-        m = _DIGITS.match(text, i)
-        b = m.end()  # type: ignore[union-attr]
-        a = i - 1 if text[i - 1:i] == b"-" else i
-        if text[a - 1:a] in _BEFORE_NUMBER:
-            if text[b:b + 1] in _AFTER_INT:
-                if b - i > 19 or int(text[i:b]) > _INT_MAX:
-                    return False
-            elif _overflows(text, a):  # an integer part of 19+ digits: a float beyond the range?
-                return False
-        i = t.find(_RUN, b)
-    return True
-
-
-def _floats_agree(text: bytes, t: bytes) -> bool:
-    """False when ``text`` may hold a number token beyond the float range (``1e400``: ijson raises
-    *numeric (floating point) overflow*; msgspec decodes it in a key it skips): each exponent of 3+
-    digits (``e000`` in the mapped text ``t``: ``e``, ``E`` or the ``+`` of ``e+``, then 3 digits) whose
-    number, walked back to its start, is a token placed as :func:`_ints_agree` places one and overflows
-    to infinity. An integer part of 19+ digits is :func:`_ints_agree`'s to check."""
-    j = t.find(_EXPONENT)
-    while j >= 0:
-        e = j - 1 if text[j] == 43 else j  # "+": the exponent's letter is before it
-        k = e
-        while k > 0 and text[k - 1] in _MANTISSA:
-            k -= 1
-        if text[k - 1:k] == b"-":
-            k -= 1
-        if k < e and text[e] in b"eE" and text[k - 1:k] in _BEFORE_NUMBER and _overflows(text, k):
-            return False
-        j = t.find(_EXPONENT, j + 1)
-    return True
-
-
-def _overflows(text: bytes, a: int) -> bool:
-    """Whether the number token starting at ``a`` (a JSON number followed by what may follow one)
-    lies beyond the float range (its value rounds to infinity)."""
-    m = _NUMBER.match(text, a)
-    if m is None or text[m.end():m.end() + 1] not in _AFTER_INT:
-        return False
-    return float(m.group()) in (_INF, -_INF)
 
 
 def _ijson_events(stream) -> Iterator[list]:

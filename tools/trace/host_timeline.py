@@ -45,9 +45,9 @@ from .host_names import PRECEDENCE, copy_blocks, op_category, runtime_category
 from .pystack import NO_STACKS_NOTE, site_of
 from .step_feed import FIELDS, StepFeed  # noqa: F401 (FIELDS re-exported: the feed's keys)
 from .step_structure import distribution, lead, preceding_states, structure
-from .step_window import (CAT_INHERIT, KIND_OP, KIND_PY, KIND_RUNTIME, GpuColumns, HostColumns, StateTable, StepView,
+from .step_window import (CAT_INHERIT, KIND_PY, KIND_RUNTIME, GpuColumns, HostColumns, StateTable, StepView,
                           build_view)
-from .stream import (GPU_CATS, KIND_MEMCPY, TraceScan, clip_stream_overlaps, feed_events, tracelens_classes,
+from .stream import (KIND_MEMCPY, TraceScan, clip_stream_overlaps, feed_events, tracelens_classes,
                      window_mask)
 
 class StepAccountant(StepFeed):

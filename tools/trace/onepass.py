@@ -38,8 +38,7 @@ import stat
 from collections import Counter
 from typing import Any, Callable
 
-from . import (crossrank_check, fastscan, host_sampling, host_timeline, kineto, kineto_reader, lanes, rank_analysis,
-               stream)
+from . import crossrank_check, host_sampling, host_timeline, kineto, lanes, rank_analysis, stream
 from ..errors import Ai4sError, NoGpuEventsError
 from ..report import annotated
 from ..perfmodel.roofline import RooflineCollector
@@ -548,8 +547,6 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
     with named_malformed_events(Path(path)):
         stream.feed_events(path, consumers, taps=taps, raw=f, fields=fields)
     return ident if _fd_identity(f) == ident else None
-
-
 
 
 def engine_part(path: str, fd: int | None, rank: int, cache_dir: str | None, label: str,

@@ -407,7 +407,7 @@ def _read_chunk(kind: bytes, text: bytes, reader: str = "engine") -> tuple:
                 evs = fastscan._piece(b"[" + text[s:stop] + b"]", decode_list)
                 tries += 1
             if evs is None:
-                return ("fail", f"a piece of chunk text did not decode")
+                return ("fail", "a piece of chunk text did not decode")
             feed(evs)
             pieces += 1
             s = m.end() - 1 if m is not None else end
