@@ -206,26 +206,15 @@ class OpArgsCollector:
         what this one was fed: the same as one collector fed both in order (ordinals offset by the
         events before the piece; signatures and threads re-coded to the order of first appearance;
         the metadata names as later events set them)."""
-        import numpy as np  # the joining process only
+        from .join_codes import codes_of, offset, recoded
 
-        def ids(table: list, ix: dict, items: list) -> np.ndarray:
-            m = np.empty(len(items), dtype=np.int64)
-            for j, key in enumerate(items):
-                i = ix.get(key)
-                if i is None:
-                    i = ix[key] = len(table)
-                    table.append(key)
-                m[j] = i
-            return m
-
-        smap = ids(self.sigs, self._sig_ids, part["sigs"])
-        tmap = ids(self.threads, self._thr_ids, part["threads"])
+        smap = codes_of(part["sigs"], self._sig_ids, self.sigs)
+        tmap = codes_of(part["threads"], self._thr_ids, self.threads)
         n0 = self.n
         for col, m in (("op_sig", smap), ("op_thr", tmap), ("l_thr", tmap)):
-            a = np.frombuffer(part[col], dtype=np.int32)
-            getattr(self, col).frombytes(m[a].astype(np.int32).tobytes() if m.size else a.tobytes())
+            getattr(self, col).frombytes(recoded(part[col], m))
         for col in ("op_ord", "l_ord"):
-            getattr(self, col).frombytes((np.frombuffer(part[col], dtype=np.int64) + n0).tobytes())
+            getattr(self, col).frombytes(offset(part[col], n0, "int64"))
         self.op_ts.frombytes(part["op_ts"])
         self.n += part["n"]
         self.process_names.update(part["process_names"])

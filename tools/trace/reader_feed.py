@@ -113,24 +113,12 @@ class ReaderFeed:
         """Join the parts of the next piece of the trace (:meth:`export`) after what was fed so far."""
         import numpy as np  # the joining process only
 
+        from .join_codes import codes_of, offset, recoded
+
         ld = self.loader
 
-        def remap(col: str, m: np.ndarray) -> bytes:
-            a = np.frombuffer(part[col], dtype=np.int32)
-            return m[a].astype(np.int32).tobytes() if m.size else a.tobytes()
-
-        def offset(col: str, by: int) -> bytes:
-            return (np.frombuffer(part[col], dtype=np.int32) + np.int32(by)).astype(np.int32).tobytes()
-
-        nmap = np.empty(len(part["names"]), dtype=np.int64)
-        for j, name in enumerate(part["names"]):
-            nmap[j] = ld._nid(name)
-        tmap = np.empty(len(part["threads"]), dtype=np.int64)
-        for j, key in enumerate(part["threads"]):
-            t = ld.threads.get(key)
-            if t is None:
-                t = ld.threads[key] = len(ld.threads)
-            tmap[j] = t
+        nmap = np.fromiter((ld._nid(name) for name in part["names"]), dtype=np.int64, count=len(part["names"]))
+        tmap = codes_of(part["threads"], ld.threads)
         vmap = np.empty(len(part["values"]), dtype=np.int64)
         for j, (v, key) in enumerate(part["values"]):
             c = ld._codes.get(key) if key is not None else None
@@ -143,15 +131,15 @@ class ReaderFeed:
         n0, g0 = ld.n, len(ld.g_ts)
         for k in PLAIN:
             getattr(ld, k).frombytes(part[k])
-        ld.g_name.frombytes(remap("g_name", nmap))
-        ld.r_name.frombytes(remap("r_name", nmap))
-        ld.o_name.frombytes(remap("o_name", nmap))
+        ld.g_name.frombytes(recoded(part["g_name"], nmap))
+        ld.r_name.frombytes(recoded(part["r_name"], nmap))
+        ld.o_name.frombytes(recoded(part["o_name"], nmap))
         for k in ("g_pid", "g_stream", "g_device", "g_cat"):
-            getattr(ld, k).frombytes(remap(k, vmap))
-        ld.r_thr.frombytes(remap("r_thr", tmap))
-        ld.o_thr.frombytes(remap("o_thr", tmap))
-        ld.r_ord.frombytes(offset("r_ord", n0))
-        ld.o_ord.frombytes(offset("o_ord", n0))
+            getattr(ld, k).frombytes(recoded(part[k], vmap))
+        ld.r_thr.frombytes(recoded(part["r_thr"], tmap))
+        ld.o_thr.frombytes(recoded(part["o_thr"], tmap))
+        ld.r_ord.frombytes(offset(part["r_ord"], n0))
+        ld.o_ord.frombytes(offset(part["o_ord"], n0))
         ld.steps.extend(part["steps"])
         ld.dataloader.extend(part["dataloader"])
         ld.g_comm.update((i + g0, v) for i, v in part["g_comm"].items())

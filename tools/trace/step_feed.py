@@ -312,28 +312,11 @@ class StepFeed:
         afterwards this feed's columns and tables are those of one feed over both, in order."""
         import numpy as np  # the joining process only (the workers import no numpy)
 
-        def table(names: list, ix: dict, out: list | None) -> Any:
-            m = np.empty(len(names), dtype=np.int64)
-            for j, nm in enumerate(names):
-                i = ix.get(nm)
-                if i is None:
-                    i = ix[nm] = len(ix) if out is None else len(out)
-                    if out is not None:
-                        out.append(nm)
-                m[j] = i
-            return m
+        from .join_codes import codes_of, recoded
 
-        def recoded(col: str, m: Any, dtype: Any, keep_negative: bool = False) -> bytes:
-            a = np.frombuffer(part[col], dtype=dtype)
-            if not m.size:
-                return a.tobytes()
-            if keep_negative:
-                return np.where(a < 0, a, m[np.maximum(a, 0)]).astype(dtype).tobytes()
-            return m[a].astype(dtype).tobytes()
-
-        gmap = table(part["gnames"], self._gix, self.gnames)
-        hmap = table(part["hnames"], self._hix, self.hnames)
-        tmap = table(part["threads"], self.threads, None)
+        gmap = codes_of(part["gnames"], self._gix, self.gnames)
+        hmap = codes_of(part["hnames"], self._hix, self.hnames)
+        tmap = codes_of(part["threads"], self.threads)
         dmap = np.empty(len(part["dev"]), dtype=np.int64)
         for j, v in enumerate(part["dev"]):
             dmap[j] = self._dev.setdefault(v, -2 - len(self._dev))
@@ -344,10 +327,10 @@ class StepFeed:
             if col in ("g_name", "h_name", "h_thr", "h_sig", "g_device"):
                 continue
             getattr(self, col).frombytes(part[col])
-        self.g_name.frombytes(recoded("g_name", gmap, np.int32))
-        self.h_name.frombytes(recoded("h_name", hmap, np.int32))
-        self.h_thr.frombytes(recoded("h_thr", tmap, np.int32))
-        self.h_sig.frombytes(recoded("h_sig", smap, np.int32, keep_negative=True))
+        self.g_name.frombytes(recoded(part["g_name"], gmap))
+        self.h_name.frombytes(recoded(part["h_name"], hmap))
+        self.h_thr.frombytes(recoded(part["h_thr"], tmap))
+        self.h_sig.frombytes(recoded(part["h_sig"], smap, keep_negative=True))
         dev = np.frombuffer(part["g_device"], dtype=np.int32)
         if dmap.size:  # codes -2, -3, ... of the piece -> this feed's
             dev = np.where(dev >= -1, dev, dmap[np.maximum(-2 - dev.astype(np.int64), 0)]).astype(np.int32)
