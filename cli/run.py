@@ -396,9 +396,11 @@ def _freeze_publishing() -> None:
 
 def _stop_helpers() -> None:
     """Stop the processes a run started that would outlive an immediate exit: the prefetched trace
-    lanes (:func:`~ai4s_graph.tools.trace.onepass.drop_prefetched`; the other lanes and workers die
-    with this process) and the VictoriaMetrics servers."""
+    lanes (:func:`~ai4s_graph.tools.trace.onepass.drop_prefetched`) and the figures' idle lanes
+    (:func:`~ai4s_graph.tools.report.drawing.drop_idle`; the other lanes and workers die with this
+    process), and the VictoriaMetrics servers."""
     for name, fn in (("ai4s_graph.tools.trace.onepass", "drop_prefetched"),
+                     ("ai4s_graph.tools.report.drawing", "drop_idle"),
                      ("ai4s_graph.tools.telemetry.victoria", "stop_all")):
         mod = sys.modules.get(name)  # not imported: nothing of it started
         if mod is not None:
@@ -414,7 +416,8 @@ def prefetch_trace(req: RunRequest) -> bool:
     ``trace_rank``'s read adopts them when it reads the same file with the same arguments (its cache
     folder, the rank and label its name gives, the registry's event names and raw patterns, the
     cross-checks, the annotated copy), and they are stopped otherwise (after the graph, or at exit).
-    Returns whether lanes started. Never raises."""
+    With them start the report figures' idle lanes (:func:`ai4s_graph.tools.report.drawing.prestart`:
+    matplotlib imported during the read). Returns whether the trace's lanes started. Never raises."""
     if not req.perf_run or req.submit or req.slurm_array:
         return False
     from ..tools.slurm.jobs import discover_artifacts
@@ -432,10 +435,16 @@ def prefetch_trace(req: RunRequest) -> bool:
     cache_dir = trace_cache_dir(req)
     try:
         files, _ = rank_identity.identify_ranks([path], header_ranks=[None])
-        return onepass.prefetch(str(path), files[0].rank, cache_dir, files[0].label, wanted=registry.event_name_wanted,
-                                raw_patterns=registry.raw_patterns(), cross_check=req.cross_check, annotate=True)
+        started = onepass.prefetch(str(path), files[0].rank, cache_dir, files[0].label,
+                                   wanted=registry.event_name_wanted, raw_patterns=registry.raw_patterns(),
+                                   cross_check=req.cross_check, annotate=True)
     except (Ai4sError, OSError, ValueError):
         return False
+    if started:  # the figures are drawn beside the annotated copy of this trace (synthesizer.figure_lanes)
+        from ..tools.report import drawing
+
+        drawing.prestart(path)
+    return started
 
 
 def register(app: typer.Typer) -> None:
@@ -578,10 +587,12 @@ def register(app: typer.Typer) -> None:
             try:
                 final = execute(req, fresh=fresh, checkpoint=checkpoint, printer=printer)
             finally:
-                if prefetched:  # lanes no read adopted (a refused or resumed run, a failed node) stop here
+                if prefetched:  # lanes no read or figure adopted (a refused or resumed run, a failed node) stop here
+                    from ..tools.report import drawing
                     from ..tools.trace import onepass
 
                     onepass.drop_prefetched()
+                    drawing.drop_idle()
         except ThreadBusyError as e:  # a refusal: the other process's run is untouched
             err_console.print(f"error: {one_line(e)}")
             finish(StatusLine.make("fail", str(e)).format(), 2)

@@ -55,6 +55,38 @@ def test_a_lane_draws_the_same_png_as_this_process(lanes, tmp_path, tracelens_re
     assert not list(tmp_path.iterdir())  # staged: nothing written yet
 
 
+def test_figures_take_the_lanes_started_idle(lanes, tmp_path, tracelens_refs, perf_runs, monkeypatch):
+    """drawing.prestart: one idle lane per figure; each Drawing hands its figure to one (one that ended
+    meanwhile is passed over, a figure with none left starts its own): the same PNGs as drawn here."""
+    jobs = _inputs(tracelens_refs, perf_runs, tmp_path)
+    try:
+        assert drawing.prestart(None) == len(drawing.FIGURES) == len(jobs)
+        idle = list(drawing._idle)
+        idle[0].proc.kill()
+        idle[0].proc.wait()
+        with plots.staged() as in_lanes:
+            started = [drawing.Drawing(name, *args, **kw) for name, args, kw in jobs]
+            assert [d.lane for d in started[:2]] == idle[1:]  # handed the live idle lanes, in order
+            assert started[2].lane is not None and started[2].lane not in idle  # none left: its own
+            assert drawing._idle == []
+            [d.result() for d in started]
+    finally:
+        drawing.drop_idle()
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "0")
+    assert drawing.prestart(None) == 0 and drawing._idle == []
+    with plots.staged() as here:
+        [drawing.Drawing(name, *args, **kw).result() for name, args, kw in jobs]
+    assert [p for p, _ in in_lanes] == [p for p, _ in here]
+    assert [b for _, b in in_lanes] == [b for _, b in here]  # byte for byte
+
+
+def test_idle_lanes_no_figure_took_are_stopped(lanes):
+    assert drawing.prestart(None) == len(drawing.FIGURES)
+    idle = list(drawing._idle)
+    drawing.drop_idle()
+    assert drawing._idle == [] and all(lane.proc.returncode is not None for lane in idle)
+
+
 def test_outside_a_staged_block_the_lanes_png_is_published(lanes, tmp_path, tracelens_refs, perf_runs):
     name, args, kw = _inputs(tracelens_refs, perf_runs, tmp_path)[0]
     got = drawing.Drawing(name, *args, **kw).result()
@@ -122,9 +154,9 @@ def test_figure_lanes_only_beside_a_long_annotated_trace(monkeypatch, tmp_path):
     assert d.lane is None
 
 
-def _run(out: Path, lanes_env: str) -> dict:
+def _run(out: Path, lanes_env: str, **more: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), AI4S_STATE_DIR=str(out / "state"),
-               **{drawing.FIGURE_LANES_ENV: lanes_env})
+               **{drawing.FIGURE_LANES_ENV: lanes_env}, **more)
     env.pop("AI4S_TRACE_CACHE", None)
     out.mkdir()
     cp = subprocess.run([sys.executable, "-m", "ai4s_graph.cli", "run", "--perf-run",
@@ -139,13 +171,17 @@ def _run(out: Path, lanes_env: str) -> dict:
 
 
 def test_run_draws_the_same_report_figures_in_lanes(tmp_path):
+    """Drawn here, in lanes started by the synthesizer, and in the idle lanes ``run`` starts with the
+    trace's prefetched lanes (``AI4S_TRACE_LANES=1``: cli/run.py prefetch_trace, drawing.prestart)."""
     here, lanes_ = _run(tmp_path / "here", "0"), _run(tmp_path / "lanes", "1")
-    assert lanes_["status"].replace("/lanes/", "/here/") == here["status"]
-    assert here["plots"] == lanes_["plots"] == ["gpu_time_breakdown.png", "telemetry.png", "step_time_breakdown.png"]
-    assert lanes_["missing"] == here["missing"]
-    assert set(here["png"]) == set(lanes_["png"]) == set(here["plots"])
-    for name in here["png"]:
-        assert lanes_["png"][name] == here["png"][name], name
+    early = _run(tmp_path / "early", "1", **{"AI4S_TRACE_LANES": "1"})
+    for other, tag in ((lanes_, "/lanes/"), (early, "/early/")):
+        assert other["status"].replace(tag, "/here/") == here["status"]
+        assert other["plots"] == here["plots"] == ["gpu_time_breakdown.png", "telemetry.png", "step_time_breakdown.png"]
+        assert other["missing"] == here["missing"]
+        assert set(other["png"]) == set(here["png"]) == set(here["plots"])
+        for name in here["png"]:
+            assert other["png"][name] == here["png"][name], name
 
 
 _EXIT_CHILD = """

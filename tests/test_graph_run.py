@@ -649,7 +649,8 @@ def test_lanes_give_the_report_of_one_process(perf_runs, tmp_path, monkeypatch):
 def test_a_run_refused_after_its_prefetch_writes_nothing(perf_runs, tmp_path, monkeypatch):
     """The trace's lanes start before the checkpoint is opened (cli/run.py prefetch_trace); a run
     refused there (a file that is no checkpoint) writes nothing: no output folder, no trace cache
-    (the engine's lane writes the cache only when trace_rank adopts it), and no lane is left."""
+    (the engine's lane writes the cache only when trace_rank adopts it), and no lane is left (nor
+    the figures' idle lanes, drawing.prestart)."""
     from ai4s_graph.tools.trace import lanes, onepass
 
     monkeypatch.setenv(lanes.LANES_ENV, "1")
@@ -663,6 +664,18 @@ def test_a_run_refused_after_its_prefetch_writes_nothing(perf_runs, tmp_path, mo
         return ok
 
     monkeypatch.setattr(onepass, "prefetch", spy)
+    from ai4s_graph.tools.report import drawing
+
+    monkeypatch.setenv(drawing.FIGURE_LANES_ENV, "1")  # the figures' idle lanes start with them
+    idle = []
+    real_pre = drawing.prestart
+
+    def spy_pre(p):
+        n = real_pre(p)
+        idle.extend(lane.proc for lane in drawing._idle)
+        return n
+
+    monkeypatch.setattr(drawing, "prestart", spy_pre)
     bad = tmp_path / "ck.sqlite"
     bad.write_text("not a database\n")
     out = tmp_path / "out"
@@ -672,4 +685,5 @@ def test_a_run_refused_after_its_prefetch_writes_nothing(perf_runs, tmp_path, mo
     assert code != 0 and lines and lines[-1].startswith("STATUS=fail"), text
     assert len(procs) == 4, "the lanes were prefetched"
     assert all(p.poll() is not None for p in procs) and onepass._PREFETCHED == {}
+    assert len(idle) == len(drawing.FIGURES) and all(p.poll() is not None for p in idle) and drawing._idle == []
     assert not out.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -146,6 +147,33 @@ def test_lane_failure_is_one_line_and_take_runs_it_here() -> None:
 def test_a_dead_lane_says_so() -> None:
     with pytest.raises(lanes.LaneError, match="process ended: exit 3"):
         lanes.Lane(_die).result()
+
+
+def _imported(name: str) -> bool:
+    return name in sys.modules
+
+
+def test_an_idle_lane_imports_first_then_takes_one_call() -> None:
+    """Lane(None, preload=...): the process starts and imports before its call is known (``wave``:
+    a module neither this test module nor the lane's own start imports; an unknown one is skipped)."""
+    cold = lanes.Lane(_imported, "wave")
+    idle = lanes.Lane(None, preload=("no_such_module_here", "wave"))
+    with pytest.raises(lanes.LaneError, match="no call handed"):
+        idle.result()
+    idle.send(_imported, "wave")
+    assert cold.result() is False and idle.result() is True
+    with pytest.raises(lanes.LaneError, match="already handed a call"):
+        idle.send(_chatty, 1)
+    ended = lanes.Lane(None)
+    ended.proc.kill()
+    ended.proc.wait()
+    with pytest.raises(lanes.LaneError, match="process ended"):
+        ended.send(_chatty, 1)
+    with pytest.raises(lanes.LaneError, match="not picklable"):
+        lanes.Lane(None).send(_chatty, lambda: 1)
+    unused = lanes.Lane(None)
+    unused.cancel()  # an idle lane stops and is waited for
+    assert unused.proc.returncode is not None
 
 
 def test_unpicklable_lane_does_not_start() -> None:

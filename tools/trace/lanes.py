@@ -93,26 +93,51 @@ def usable_cpus() -> int:
 class Lane:
     """``fn(*args)`` started now in a process of its own (see the module docstring); :meth:`result`
     waits for its value. ``pass_fds``: file descriptors of this process the lane inherits under the
-    same numbers (an open trace, a spool file: :func:`.onepass.read_rank`). Raises
+    same numbers (an open trace, a spool file: :func:`.onepass.read_rank`). ``fn`` None: the process
+    starts idle, imports the modules named in ``preload`` and waits for :meth:`send` (its start and
+    imports paid before the call is known: :func:`ai4s_graph.tools.report.drawing.prestart`). Raises
     :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a lambda, a bound method of a
     local object) or the process cannot start."""
 
-    def __init__(self, fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> None:
-        try:
-            payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, AttributeError, TypeError) as e:
-            raise LaneError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
+    def __init__(self, fn: Callable[..., Any] | None, *args: Any, pass_fds: tuple[int, ...] = (),
+                 preload: tuple[str, ...] = ()) -> None:
+        payload = self._payload(fn, args) if fn is not None else None
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
-                f"from ai4s_graph.tools.trace.lanes import lane_main; lane_main({os.getpid()})")
-        self.name = getattr(fn, "__name__", "lane")
+                f"from ai4s_graph.tools.trace.lanes import lane_main; lane_main({os.getpid()}, {tuple(preload)!r})")
+        self.name = getattr(fn, "__name__", "lane") if fn is not None else "idle"
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=pass_fds)
         except (OSError, ValueError) as e:  # ValueError: a closed descriptor in pass_fds
             raise LaneError(f"lane {self.name}: {type(e).__name__}: {e}"[:200]) from None
         self._answer: tuple = ("fail", f"lane {self.name}: no answer")
+        self._thread: threading.Thread | None = None
+        if payload is not None:
+            self._send(payload)
+
+    @staticmethod
+    def _payload(fn: Callable[..., Any], args: tuple) -> bytes:
+        try:
+            return pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise LaneError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
+
+    def _send(self, payload: bytes) -> None:
         self._thread = threading.Thread(target=self._talk, args=(payload,), name=f"lane-{self.name}", daemon=True)
         self._thread.start()
+
+    def send(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Hand ``fn(*args)`` to a lane started idle (``Lane(None, preload=...)``: its process already
+        runs and has imported ``preload``); :meth:`result` then waits for its value. Raises
+        :class:`LaneError` when ``fn`` and ``args`` cannot be pickled, the lane was handed a call
+        already, or its process has ended."""
+        if self._thread is not None:
+            raise LaneError(f"lane {self.name}: already handed a call")
+        payload = self._payload(fn, args)
+        if self.proc.poll() is not None:
+            raise LaneError(f"lane {self.name}: the process ended: exit {self.proc.returncode}")
+        self.name = getattr(fn, "__name__", "lane")
+        self._send(payload)
 
     def _talk(self, payload: bytes) -> None:
         """Send the call, read the answer (a thread: the answer is read as the lane writes it)."""
@@ -135,7 +160,10 @@ class Lane:
             self.proc.wait()
 
     def result(self) -> Any:
-        """The function's value; waits for it. Raises :class:`LaneError` (why, one line)."""
+        """The function's value; waits for it. Raises :class:`LaneError` (why, one line; a lane
+        started idle and never handed a call: no answer)."""
+        if self._thread is None:
+            raise LaneError(f"lane {self.name}: no call handed to it")
         self._thread.join()
         kind, value = self._answer[0], self._answer[1]
         self._answer = ("fail", f"lane {self.name}: result already taken")
@@ -149,7 +177,10 @@ class Lane:
             self.proc.kill()
         except OSError:
             pass
-        self._thread.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        else:
+            self.proc.wait()
 
 
 def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> Lane | None:
@@ -192,14 +223,22 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def lane_main(parent: int | None = None) -> None:
-    """A lane process's body: read ``(fn, args)`` from stdin, write ``("ok", value)`` or
+def lane_main(parent: int | None = None, preload: tuple[str, ...] = ()) -> None:
+    """A lane process's body: import the modules named in ``preload`` (one that fails to import is
+    left to the function's own import to report), then read ``(fn, args)`` from stdin, write ``("ok", value)`` or
     ``("fail", why)`` to the parent's pipe (the original stdout; the function's own prints go to
     ``/dev/null``). On Linux the lane is killed when its parent dies (``PR_SET_PDEATHSIG``,
     prctl(2): when the thread that started it ends; :func:`.onepass.read_rank`'s thread waits for
     its lanes), ``parent`` being the pid that started it: a run stopped mid-read leaves no lane
     reading on."""
     _die_with_parent(parent)
+    import importlib
+
+    for name in preload:  # before the call arrives: a lane started idle (Lane(None, preload=...))
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the function's own import raises it, inside the answer
+            pass
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
