@@ -5,7 +5,10 @@ then a 1 GB trace, and the cost curve of ``run`` over 1, 8 and 64 rank traces of
 Each command runs in a fresh child process. Wall time is the child's; CPU time is user + system of
 the child and every descendant it waited for (``RUSAGE_CHILDREN``: less sensitive to other load on a
 shared machine than wall time); peak RSS is the peak of the summed RSS of the child and all its
-descendants (VictoriaMetrics, pool workers), sampled every 20 ms with psutil. The timeline rows of
+descendants (VictoriaMetrics, pool workers), sampled every 20 ms with psutil; beside it the peak of the
+summed PSS (proportional set size, ``/proc/<pid>/smaps_rollup``: a page shared by k processes counts
+1/k in each, where RSS counts it in full in each; sampled every 100 ms, so a lower estimate), what
+the processes together hold of the machine's memory. The timeline rows of
 ``trace timeline --json`` are compared with TraceLens's ``gpu_timeline.csv`` on the same file. Missing
 big and cost-curve traces are made by ``bench/make_long_trace.py`` (steps of the bundled example 92001 replicated in
 kineto's layout). The children run with bytecode caching on (a user's install has its ``.pyc``
@@ -83,17 +86,40 @@ def uncompressed_bytes(path: Path) -> int:
     return n
 
 
+#: Samples of the summed RSS per sample of the summed PSS (``smaps_rollup`` walks every mapping:
+#: dearer to read than ``statm``): PSS every 5 x 20 ms.
+PSS_EVERY = 5
+
+
+def _tree_pss(proc: psutil.Process) -> int:
+    """Summed PSS (bytes) of ``proc`` and its descendants (0 for a process gone or unreadable)."""
+    total = 0
+    try:
+        procs = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            pass
+    return total
+
+
 def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
     """Run ``cmd``: wall s, CPU s (user + system of the child and its waited-for descendants), peak
-    tree RSS (bytes), status, stdout, stderr tail."""
+    tree RSS and peak tree PSS (bytes, see the module docstring), status, stdout, stderr tail."""
     out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True, cwd=str(REPO))
     ps = psutil.Process(child.pid)
-    peak, status = 0, "ok"
+    peak, peak_pss, status, n = 0, 0, "ok", 0
     while child.poll() is None:
         peak = max(peak, _tree_rss(ps))
+        if n % PSS_EVERY == 0:
+            peak_pss = max(peak_pss, _tree_pss(ps))
+        n += 1
         if time.perf_counter() - t0 > timeout_s:
             for c in ps.children(recursive=True):
                 c.kill()
@@ -110,7 +136,8 @@ def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
     o, e = out.read(), err.read()
     if status == "ok" and child.returncode != 0:
         status = f"exit {child.returncode}: " + (e.strip().splitlines() or ["?"])[-1][:160]
-    return {"status": status, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "stdout": o, "stderr": e[-2000:]}
+    return {"status": status, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "peak_pss": peak_pss, "stdout": o,
+            "stderr": e[-2000:]}
 
 
 _TL_CHILD = """
@@ -186,7 +213,8 @@ class Bench:
 
     def tracelens(self, traces: list[Path], out: Path) -> dict:
         if not self.a.tracelens_path:
-            return {"status": "not installed (--tracelens-path)", "wall_s": 0.0, "cpu_s": 0.0, "peak_rss": 0}
+            return {"status": "not installed (--tracelens-path)", "wall_s": 0.0, "cpu_s": 0.0, "peak_rss": 0,
+                    "peak_pss": 0}
         env = dict(self.env, PYTHONPATH=os.pathsep.join([self.a.tracelens_path, self.env["PYTHONPATH"]]))
         shutil.rmtree(out, ignore_errors=True)
         return timed([self.py, "-c", _TL_CHILD, str(out)] + [str(t) for t in traces], env, self.a.timeout * len(traces))
@@ -274,8 +302,12 @@ def main() -> None:  # noqa: C901 - one report, section by section
         big_size = uncompressed_bytes(bt)
         big["timeline"] = b.timeline(bt)
         print(f"1 GB timeline {big['timeline']['status']} {big['timeline']['wall_s']:.1f} s")
-        big["run"] = b.run(a.scratch / "run-big", perf_run(a.scratch / "run-big", [bt], files), "big")
+        big_job = perf_run(a.scratch / "run-big", [bt], files)
+        big["run"] = b.run(a.scratch / "run-big", big_job, "big")
         print(f"1 GB run      {big['run']['status']} {big['run']['wall_s']:.1f} s")
+        # the lanes past LANES_MAX_JSON_BYTES (tools/trace/lanes.py): the speed the size cap gives up for memory
+        big["run_lanes"] = b.run(a.scratch / "run-big", big_job, "big-lanes", AI4S_TRACE_LANES="1")
+        print(f"1 GB run, lanes {big['run_lanes']['status']} {big['run_lanes']['wall_s']:.1f} s")
 
     curve: list[tuple[int, int, dict, dict]] = []
     if a.curve_dir:
@@ -310,9 +342,9 @@ def main() -> None:  # noqa: C901 - one report, section by section
              f"{'no fallback to ijson' if parse.get('fallback') is None and 'error' not in parse else parse}. "
              f"`trace timeline` reads it with {workers[0]} worker processes (`tools/trace/scan_parallel.py`; 0: the "
              f"one pass)" + (f", the 1 GB trace with {workers[1]}." if a.big_trace and len(workers) > 1 else "."), "",
-             "| command | status | wall s | CPU s | peak RSS MiB (all processes) | TraceLens wall / ours | "
-             "TraceLens CPU / ours | TraceLens RSS / ours |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| command | status | wall s | CPU s | peak RSS MiB (all processes) | peak PSS MiB (all processes) | "
+             "TraceLens wall / ours | TraceLens CPU / ours | TraceLens RSS / ours |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, label in (("timeline", "`ai4s-graph trace timeline --json`"), ("run", "`ai4s-graph run` (whole graph)"),
                      ("run_serial", "`ai4s-graph run`, lanes without the parallel pass's workers (`AI4S_SCAN_WORKERS=0`)"),
                      ("run_one", "`ai4s-graph run`, the trace read in one process (`AI4S_TRACE_LANES=0`)"),
@@ -320,6 +352,7 @@ def main() -> None:  # noqa: C901 - one report, section by section
         r = res[k]
         one = k == "tracelens"
         lines.append(f"| {label} | {r['status']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mib(r['peak_rss'])} | "
+                     f"{mib(r.get('peak_pss', 0))} | "
                      f"{'1' if one else _fx(_x(tlr, r, 'wall_s'))} | {'1' if one else _fx(_x(tlr, r, 'cpu_s'))} | "
                      f"{'1' if one else _fx(_x(tlr, r, 'peak_rss'))} |")
     lines += ["", "Targets (issue 29) and what this run gives:", ""]
@@ -330,14 +363,19 @@ def main() -> None:  # noqa: C901 - one report, section by section
     for k in ("timeline", "run"):
         ok = res[k]["status"] == "ok" and res[k]["peak_rss"] <= size
         lines.append(f"- peak RSS of `{k}` (summed over its processes) <= JSON size ({mib(size)} MiB): "
-                     f"{'met' if ok else 'NOT met'} ({mib(res[k]['peak_rss'])} MiB)")
+                     f"{'met' if ok else 'NOT met'} ({mib(res[k]['peak_rss'])} MiB; summed PSS "
+                     f"{mib(res[k].get('peak_pss', 0))} MiB)")
     if big:
         for k in ("timeline", "run"):
             r = big[k]
             ok = r["status"] == "ok" and r["wall_s"] < BIG_S and r["peak_rss"] <= big_size
             lines.append(f"- {big_size / 1e9:.2f} GB trace, `{k}` < {BIG_S:g} s within {mib(big_size)} MiB: "
                          f"{'met' if ok else 'NOT met'} ({r['status']}, {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, "
-                         f"{mib(r['peak_rss'])} MiB)")
+                         f"{mib(r['peak_rss'])} MiB; PSS {mib(r.get('peak_pss', 0))} MiB)")
+        r = big["run_lanes"]
+        lines.append(f"- (the same `run` with its lanes forced past the size cap, `AI4S_TRACE_LANES=1`: {r['status']}, "
+                     f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, {mib(r['peak_rss'])} MiB; PSS "
+                     f"{mib(r.get('peak_pss', 0))} MiB)")
     if diff_pct is not None:
         lines.append(f"- timeline rows equal to TraceLens's within 0.1% of total time: "
                      f"{'met' if diff_pct <= 0.1 else 'NOT met'} (largest difference {diff_pct:.2g}% of total)")

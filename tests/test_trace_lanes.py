@@ -171,6 +171,9 @@ def test_an_idle_lane_imports_first_then_takes_one_call() -> None:
         ended.send(_chatty, 1)
     with pytest.raises(lanes.LaneError, match="not picklable"):
         lanes.Lane(None).send(_chatty, lambda: 1)
+    niced = lanes.Lane(None, nice=5)  # its priority lowered before it imports
+    niced.send(os.nice, 0)
+    assert niced.result() == min(os.nice(0) + 5, 19)
     unused = lanes.Lane(None)
     unused.cancel()  # an idle lane stops and is waited for
     assert unused.proc.returncode is not None

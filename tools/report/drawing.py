@@ -62,6 +62,11 @@ FIGURES: dict[str, Callable[..., Path]] = {
 #: ``PIL.PngImagePlugin`` changed neither figure.
 PRELOAD = ("ai4s_graph.tools.report.drawing", "matplotlib.figure", "matplotlib.backends.backend_agg")
 
+#: Niceness the idle lanes run at (:func:`prestart`): they start while the trace's lanes and their
+#: workers hold the CPUs, so their imports yield to the read; the figures are drawn after the read,
+#: on CPUs then free, where a lower priority costs nothing. Measured: bench/RESULTS.md (2026-12-07).
+IDLE_NICE = 10
+
 _idle: list[lanes.Lane] = []
 _idle_lock = threading.Lock()
 
@@ -79,7 +84,7 @@ def prestart(annotating: str | os.PathLike | None) -> int:
     started = []
     for _ in FIGURES:
         try:
-            started.append(lanes.Lane(None, preload=PRELOAD))
+            started.append(lanes.Lane(None, preload=PRELOAD, nice=IDLE_NICE))
         except lanes.LaneError:
             break
     with _idle_lock:

@@ -95,15 +95,17 @@ class Lane:
     waits for its value. ``pass_fds``: file descriptors of this process the lane inherits under the
     same numbers (an open trace, a spool file: :func:`.onepass.read_rank`). ``fn`` None: the process
     starts idle, imports the modules named in ``preload`` and waits for :meth:`send` (its start and
-    imports paid before the call is known: :func:`ai4s_graph.tools.report.drawing.prestart`). Raises
+    imports paid before the call is known: :func:`ai4s_graph.tools.report.drawing.prestart`);
+    ``nice``: added to the lane's niceness (``os.nice``) before it imports. Raises
     :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a lambda, a bound method of a
     local object) or the process cannot start."""
 
     def __init__(self, fn: Callable[..., Any] | None, *args: Any, pass_fds: tuple[int, ...] = (),
-                 preload: tuple[str, ...] = ()) -> None:
+                 preload: tuple[str, ...] = (), nice: int = 0) -> None:
         payload = self._payload(fn, args) if fn is not None else None
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
-                f"from ai4s_graph.tools.trace.lanes import lane_main; lane_main({os.getpid()}, {tuple(preload)!r})")
+                f"from ai4s_graph.tools.trace.lanes import lane_main; "
+                f"lane_main({os.getpid()}, {tuple(preload)!r}, {int(nice)})")
         self.name = getattr(fn, "__name__", "lane") if fn is not None else "idle"
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
@@ -223,9 +225,10 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def lane_main(parent: int | None = None, preload: tuple[str, ...] = ()) -> None:
-    """A lane process's body: import the modules named in ``preload`` (one that fails to import is
-    left to the function's own import to report), then read ``(fn, args)`` from stdin, write ``("ok", value)`` or
+def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: int = 0) -> None:
+    """A lane process's body: lower its priority by ``nice`` (``os.nice``; where refused, as it is),
+    import the modules named in ``preload`` (one that fails to import is left to the function's own
+    import to report), then read ``(fn, args)`` from stdin, write ``("ok", value)`` or
     ``("fail", why)`` to the parent's pipe (the original stdout; the function's own prints go to
     ``/dev/null``). On Linux the lane is killed when its parent dies (``PR_SET_PDEATHSIG``,
     prctl(2): when the thread that started it ends; :func:`.onepass.read_rank`'s thread waits for
@@ -234,6 +237,11 @@ def lane_main(parent: int | None = None, preload: tuple[str, ...] = ()) -> None:
     _die_with_parent(parent)
     import importlib
 
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:
+            pass
     for name in preload:  # before the call arrives: a lane started idle (Lane(None, preload=...))
         try:
             importlib.import_module(name)
