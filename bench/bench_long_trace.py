@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_traces import _tree_rss, machine  # noqa: E402
+from bench_traces import _tree_mem, _tree_rss, machine  # noqa: E402
 import make_long_trace  # noqa: E402
 
 ROWS = ("computation_time", "exposed_comm_time", "exposed_memcpy_time", "busy_time", "idle_time", "total_time")
@@ -91,21 +91,6 @@ def uncompressed_bytes(path: Path) -> int:
 PSS_EVERY = 5
 
 
-def _tree_pss(proc: psutil.Process) -> int:
-    """Summed PSS (bytes) of ``proc`` and its descendants (0 for a process gone or unreadable)."""
-    total = 0
-    try:
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_full_info().pss
-        except (psutil.Error, AttributeError):
-            pass
-    return total
-
-
 def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
     """Run ``cmd``: wall s, CPU s (user + system of the child and its waited-for descendants), peak
     tree RSS and peak tree PSS (bytes, see the module docstring), status, stdout, stderr tail."""
@@ -118,7 +103,7 @@ def timed(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict:
     while child.poll() is None:
         peak = max(peak, _tree_rss(ps))
         if n % PSS_EVERY == 0:
-            peak_pss = max(peak_pss, _tree_pss(ps))
+            peak_pss = max(peak_pss, _tree_mem(ps, "pss"))
         n += 1
         if time.perf_counter() - t0 > timeout_s:
             for c in ps.children(recursive=True):

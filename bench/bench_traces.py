@@ -69,7 +69,9 @@ def _one(tool: str, files: dict[int, str], cache_dir: str, workers: int) -> dict
     raise SystemExit(f"unknown tool {tool}")
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _tree_mem(proc: psutil.Process, what: str = "rss") -> int:
+    """Summed ``what`` (bytes: ``rss`` from statm, ``pss`` from ``/proc/<pid>/smaps_rollup``) of ``proc``
+    and its descendants; a process gone or unreadable counts 0."""
     total = 0
     try:
         procs = [proc] + proc.children(recursive=True)
@@ -77,10 +79,14 @@ def _tree_rss(proc: psutil.Process) -> int:
         return 0
     for p in procs:
         try:
-            total += p.memory_info().rss
-        except psutil.Error:
+            total += p.memory_info().rss if what == "rss" else getattr(p.memory_full_info(), what)
+        except (psutil.Error, AttributeError):
             pass
     return total
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    return _tree_mem(proc, "rss")
 
 
 def measure(tool: str, files: dict[int, str], cache_dir: str, workers: int, timeout_s: float,
