@@ -80,6 +80,23 @@ def test_figures_take_the_lanes_started_idle(lanes, tmp_path, tracelens_refs, pe
     assert [b for _, b in in_lanes] == [b for _, b in here]  # byte for byte
 
 
+def test_a_figure_no_lane_can_take_leaves_the_idle_lanes(lanes, tmp_path):
+    """A figure whose input does not pickle is drawn here; the idle lanes stay for the others."""
+    class Local(dict):  # a local class: its instances do not pickle
+        pass
+
+    try:
+        assert drawing.prestart(None) == len(drawing.FIGURES)
+        idle = list(drawing._idle)
+        timeline = Local(computation_time={"time_ms": 1.0, "percent": 100.0})
+        d = drawing.Drawing("gpu_breakdown", {"rank 0": timeline}, tmp_path / "g.png")
+        assert d.lane is None and d.result() == tmp_path / "g.png"
+        assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert drawing._idle == idle and all(lane.proc.poll() is None for lane in idle)
+    finally:
+        drawing.drop_idle()
+
+
 def test_idle_lanes_no_figure_took_are_stopped(lanes):
     assert drawing.prestart(None) == len(drawing.FIGURES)
     idle = list(drawing._idle)

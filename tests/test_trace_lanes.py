@@ -177,6 +177,30 @@ def test_an_idle_lane_imports_first_then_takes_one_call() -> None:
     unused = lanes.Lane(None)
     unused.cancel()  # an idle lane stops and is waited for
     assert unused.proc.returncode is not None
+    assert unused.proc.stdin.closed and unused.proc.stdout.closed
+
+
+_FORGER = """import os, pickle
+os.write(1, pickle.dumps(("ok", "FORGED")))
+print("and a line", flush=True)
+"""
+
+
+def test_an_idle_lanes_preload_cannot_write_its_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preloaded module's writes to fd 1 go to /dev/null, as the call's own do: the answer is the call's."""
+    (tmp_path / "forger_mod.py").write_text(_FORGER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lane = lanes.Lane(None, preload=("forger_mod",))
+    lane.send(_chatty, 4)
+    assert lane.result() == 8
+
+
+@pytest.mark.parametrize("kw", [{"preload": "wave"}, {"preload": ("os; import wave",)}, {"preload": (3,)},
+                                {"preload": ["wave"]}, {"nice": -5}, {"nice": 41}, {"nice": None}, {"nice": 2.5}],
+                         ids=["str", "code", "int", "list", "negative", "past-40", "none", "float"])
+def test_a_lanes_preload_is_module_names_and_its_nice_a_lowering(kw: dict) -> None:
+    with pytest.raises(lanes.LaneError, match="^lane: (preload|nice) must be"):
+        lanes.Lane(None, **kw)
 
 
 def test_unpicklable_lane_does_not_start() -> None:

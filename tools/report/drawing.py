@@ -112,7 +112,11 @@ def _lane(name: str, args: tuple, kwargs: dict[str, Any]) -> lanes.Lane | None:
         try:
             lane.send(draw, name, args, kwargs)
             return lane
-        except lanes.LaneError:  # it ended meanwhile, or the arguments do not pickle (then neither starts)
+        except lanes.NotPicklableError:  # no lane can take it: drawn here, the idle lane kept for another
+            with _idle_lock:
+                _idle.insert(0, lane)
+            return None
+        except lanes.LaneError:  # it ended meanwhile
             lane.cancel()
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -65,6 +66,14 @@ LANES_MAX_JSON_BYTES = 480 << 20
 class LaneError(RuntimeError):
     """A lane gave no result: its function raised, its process could not start or died (the message
     says which, one line)."""
+
+
+class NotPicklableError(LaneError):
+    """The lane's function or arguments cannot be pickled: no lane can take the call."""
+
+
+#: A dotted module name (what :class:`Lane`'s ``preload`` accepts: names, never code).
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def lanes_for(path: str | os.PathLike) -> bool:
@@ -96,13 +105,19 @@ class Lane:
     same numbers (an open trace, a spool file: :func:`.onepass.read_rank`). ``fn`` None: the process
     starts idle, imports the modules named in ``preload`` and waits for :meth:`send` (its start and
     imports paid before the call is known: :func:`ai4s_graph.tools.report.drawing.prestart`);
-    ``nice``: added to the lane's niceness (``os.nice``) before it imports. Raises
-    :class:`LaneError` when ``fn`` and ``args`` cannot be pickled (a lambda, a bound method of a
-    local object) or the process cannot start."""
+    ``preload``: a tuple of dotted module names (passed as names, never as code); ``nice``: 0 to 40,
+    added to the lane's niceness (``os.nice``) before it imports (a lane never raises its own
+    priority). Raises :class:`NotPicklableError` (a :class:`LaneError`) when ``fn`` and ``args``
+    cannot be pickled (a lambda, a bound method of a local object), :class:`LaneError` for a
+    ``preload`` or ``nice`` outside those, or when the process cannot start."""
 
     def __init__(self, fn: Callable[..., Any] | None, *args: Any, pass_fds: tuple[int, ...] = (),
                  preload: tuple[str, ...] = (), nice: int = 0) -> None:
         payload = self._payload(fn, args) if fn is not None else None
+        if not isinstance(preload, tuple) or not all(isinstance(m, str) and _MODULE.fullmatch(m) for m in preload):
+            raise LaneError(f"lane: preload must be a tuple of module names, not {preload!r}"[:200])
+        if not isinstance(nice, int) or not 0 <= nice <= 40:
+            raise LaneError(f"lane: nice must be an int from 0 to 40 (os.nice's range), not {nice!r}"[:200])
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
                 f"from ai4s_graph.tools.trace.lanes import lane_main; "
                 f"lane_main({os.getpid()}, {tuple(preload)!r}, {int(nice)})")
@@ -122,7 +137,7 @@ class Lane:
         try:
             return pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
-            raise LaneError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
+            raise NotPicklableError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
 
     def _send(self, payload: bytes) -> None:
         self._thread = threading.Thread(target=self._talk, args=(payload,), name=f"lane-{self.name}", daemon=True)
@@ -146,7 +161,10 @@ class Lane:
         try:
             self.proc.stdin.write(payload)  # type: ignore[union-attr]
             self.proc.stdin.close()  # type: ignore[union-attr]
-            self._answer = pickle.load(self.proc.stdout)  # type: ignore[arg-type]
+            got = pickle.load(self.proc.stdout)  # type: ignore[arg-type]
+            if not (isinstance(got, tuple) and len(got) == 2 and got[0] in ("ok", "fail")):
+                raise ValueError("not a lane's answer")
+            self._answer = got
         except Exception as e:  # noqa: BLE001 - a lane that died: the caller runs the function itself
             try:
                 code = self.proc.wait(timeout=5)
@@ -183,6 +201,11 @@ class Lane:
             self._thread.join(timeout=10)
         else:
             self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
 
 
 def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> Lane | None:
@@ -237,20 +260,20 @@ def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: in
     _die_with_parent(parent)
     import importlib
 
-    if nice:
+    out = os.fdopen(os.dup(1), "wb")  # the answer's pipe, before any import can write to fd 1
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    if nice > 0:
         try:
             os.nice(nice)
-        except OSError:
+        except (OSError, OverflowError):
             pass
     for name in preload:  # before the call arrives: a lane started idle (Lane(None, preload=...))
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the function's own import raises it, inside the answer
             pass
-    out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
     try:
         fn, args = pickle.load(sys.stdin.buffer)
         answer: tuple = ("ok", fn(*args))
