@@ -337,7 +337,7 @@ def main() -> None:  # noqa: C901 - one report, section by section
         r = res[k]
         one = k == "tracelens"
         lines.append(f"| {label} | {r['status']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mib(r['peak_rss'])} | "
-                     f"{mib(r.get('peak_pss', 0))} | "
+                     f"{mib(r['peak_pss'])} | "
                      f"{'1' if one else _fx(_x(tlr, r, 'wall_s'))} | {'1' if one else _fx(_x(tlr, r, 'cpu_s'))} | "
                      f"{'1' if one else _fx(_x(tlr, r, 'peak_rss'))} |")
     lines += ["", "Targets (issue 29) and what this run gives:", ""]
@@ -349,18 +349,18 @@ def main() -> None:  # noqa: C901 - one report, section by section
         ok = res[k]["status"] == "ok" and res[k]["peak_rss"] <= size
         lines.append(f"- peak RSS of `{k}` (summed over its processes) <= JSON size ({mib(size)} MiB): "
                      f"{'met' if ok else 'NOT met'} ({mib(res[k]['peak_rss'])} MiB; summed PSS "
-                     f"{mib(res[k].get('peak_pss', 0))} MiB)")
+                     f"{mib(res[k]['peak_pss'])} MiB)")
     if big:
         for k in ("timeline", "run"):
             r = big[k]
             ok = r["status"] == "ok" and r["wall_s"] < BIG_S and r["peak_rss"] <= big_size
             lines.append(f"- {big_size / 1e9:.2f} GB trace, `{k}` < {BIG_S:g} s within {mib(big_size)} MiB: "
                          f"{'met' if ok else 'NOT met'} ({r['status']}, {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, "
-                         f"{mib(r['peak_rss'])} MiB; PSS {mib(r.get('peak_pss', 0))} MiB)")
+                         f"{mib(r['peak_rss'])} MiB; PSS {mib(r['peak_pss'])} MiB)")
         r = big["run_lanes"]
         lines.append(f"- (the same `run` with its lanes forced past the size cap, `AI4S_TRACE_LANES=1`: {r['status']}, "
                      f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, {mib(r['peak_rss'])} MiB; PSS "
-                     f"{mib(r.get('peak_pss', 0))} MiB)")
+                     f"{mib(r['peak_pss'])} MiB)")
     if diff_pct is not None:
         lines.append(f"- timeline rows equal to TraceLens's within 0.1% of total time: "
                      f"{'met' if diff_pct <= 0.1 else 'NOT met'} (largest difference {diff_pct:.2g}% of total)")

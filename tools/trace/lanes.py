@@ -120,7 +120,7 @@ class Lane:
             raise LaneError(f"lane: nice must be an int from 0 to 40 (os.nice's range), not {nice!r}"[:200])
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
                 f"from ai4s_graph.tools.trace.lanes import lane_main; "
-                f"lane_main({os.getpid()}, {tuple(preload)!r}, {int(nice)})")
+                f"lane_main({os.getpid()}, {preload!r}, {nice!r})")
         self.name = getattr(fn, "__name__", "lane") if fn is not None else "idle"
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
