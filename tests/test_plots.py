@@ -156,3 +156,66 @@ def test_fom_iterations_bad_input(tmp_path):
             plots.plot_fom_iterations(bad, "epoch_time_s", tmp_path / "bad.png")
         assert "\n" not in str(ei.value)
     assert not (tmp_path / "bad.png").exists()
+
+
+def _bars_reference(per_rank, path, marked=None, title="Step time breakdown"):
+    """The step plot as it was drawn before its bars became one collection per part: ``ax.bar``
+    (one Rectangle artist per bar), the same figure otherwise."""
+    import io
+    import math
+
+    from matplotlib.figure import Figure
+
+    ranks = [(str(k), list(v)) for k, v in per_rank.items() if v]
+    n_max = max(len(r) for _, r in ranks)
+    fig = Figure(figsize=(min(plots.STEP_PLOT_MAX_IN, max(6.0, 0.5 * n_max + 3.5)), 2.8 * len(ranks) + 0.6))
+    every = max(1, math.ceil(n_max / plots.STEP_PLOT_MAX_TICKS))
+    first = None
+    for j, (label, rows) in enumerate(ranks):
+        ax = fig.add_subplot(len(ranks), 1, j + 1, sharey=first)
+        first = first or ax
+        xs = list(range(len(rows)))
+        bottoms = [0.0] * len(rows)
+        for key, name, color in plots.STEP_PARTS:
+            h = [float(r[key]) for r in rows]
+            ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7,
+                   edgecolor="white" if len(rows) <= plots.STEP_PLOT_MAX_TICKS else "none")
+            bottoms = [b + x for b, x in zip(bottoms, h)]
+        ax.set_xticks(xs[::every], [str(r.get("step")) for r in rows][::every], fontsize=8)
+        ax.set_ylabel("ms")
+        lab = f"rank {label}" if label.isdigit() else label
+        ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
+                            else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
+        if j == 0:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.axes[-1].set_xlabel("ProfilerStep")
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=plots.DPI, bbox_inches="tight")
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize("n_steps, marked", [(12, "1"), (138, None)])
+def test_step_breakdown_same_pixels_as_bars(tmp_path, n_steps, marked):
+    """The step plot's collections draw the PNG ``ax.bar`` drew, byte for byte: a few steps (white
+    edges, two ranks, a straggler marked) and a long profile (138 steps: no edges, labels thinned)."""
+    per_rank = {"0": [{"step": 834 + i, "computation_ms": 1.31 + 0.1 * (i % 3), "exposed_comm_ms": 0.4 * (i % 2),
+                       "exposed_memcpy_ms": 0.0139, "idle_ms": 21.1 + (i % 4)} for i in range(n_steps)],
+                "1": [{"step": 834 + i, "computation_ms": 1.5, "exposed_comm_ms": 0.0, "exposed_memcpy_ms": 0.1,
+                       "idle_ms": 3.0 + 0.5 * (i % 5)} for i in range(n_steps - 2)]}
+    got = plots.plot_step_breakdown(per_rank, tmp_path / "new.png", marked=marked)
+    _bars_reference(per_rank, tmp_path / "ref.png", marked=marked)
+    assert_sane_png(got)
+    assert got.read_bytes() == (tmp_path / "ref.png").read_bytes()
+
+
+def test_step_breakdown_bad_input(tmp_path):
+    with pytest.raises(InputError, match="no rank with steps"):
+        plots.plot_step_breakdown({"0": []}, tmp_path / "s.png")
+    row = {"step": 1, "computation_ms": 1.0, "exposed_comm_ms": 0.0, "exposed_memcpy_ms": 0.0, "idle_ms": -2.0}
+    with pytest.raises(InputError, match="idle_ms is negative"):
+        plots.plot_step_breakdown({"0": [row]}, tmp_path / "s.png")
+    with pytest.raises(InputError):
+        plots.plot_step_breakdown({"0": [dict(row, idle_ms="x")]}, tmp_path / "s.png")
+    assert not (tmp_path / "s.png").exists()
