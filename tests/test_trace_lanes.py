@@ -614,3 +614,26 @@ def test_the_consumers_of_a_cached_trace_name_the_event_they_refuse(tmp_path: Pa
     _, fresh = _refusal(bad, monkeypatch, "0", str(tmp_path / "fresh"))
     _, cached = _refusal(bad, monkeypatch, "0", cache)
     assert cached == fresh and "traceEvents[" in cached
+
+
+#: Traces recorded with shapes (the roofline's ``Input Dims``: 93001's 2-GPU NCCL rank, an accuracy
+#: case with per-sample ops) and without (92001, HTA's inference trace).
+COUNT_TRACES = TRACES + [REPO / "bench/accuracy/cases/per-sample-loop/traces/trace_rank0.json.gz",
+                         REPO / "tests/data/traces/steps/gc_collect.json.gz"]
+
+
+@pytest.mark.parametrize("trace", COUNT_TRACES, ids=lambda p: p.parent.parent.name + "/" + p.name)
+def test_the_counters_lane_decoding_its_keys_counts_what_whole_events_give(trace: Path) -> None:
+    """counts_part without the copy decodes only onepass.COUNT_FIELDS; its names, durations, kernel
+    time, roofline (both links) and raw counts equal the counters fed every whole event."""
+    got = onepass.counts_part(str(trace), None, registry.event_name_wanted, registry.raw_patterns(), None)
+    names, roof, raw = onepass.NameCounter(registry.event_name_wanted), onepass.RooflineCollector(), \
+        onepass.RawCounter(registry.raw_patterns())
+    from ai4s_graph.tools.trace import stream
+
+    stream.feed_events(str(trace), (names.feed, roof.feed), taps=(raw.feed,), fields="all")
+    want = onepass._counts_of(names, roof, raw)
+    got.pop("file")
+    assert got == want
+    if "93001" in str(trace) or "per-sample" in str(trace):
+        assert want["roofline_totals"]["shapes_recorded"] and want["roofline_totals"]["categories"]

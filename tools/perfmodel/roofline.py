@@ -59,6 +59,12 @@ class RooflineCollector:
     columns are dropped and only the kernel window is kept (on the 176 MB bench trace that is ~10 MiB
     not held; with ``record_shapes`` every aten op carries ``Input Dims``, the first op sometimes not)."""
 
+    #: The event keys and ``args`` keys :meth:`feed` reads (and :func:`.opcost.op_cost` of a
+    #: cpu_op's args): a read that feeds only this collector may decode only these
+    #: (:func:`ai4s_graph.tools.trace.fastscan.decoders`).
+    FIELDS = (("ph", "cat", "name", "tid", "ts", "dur", "args"),
+              ("External id", "correlation", "Input Dims", "Input type", "Concrete Inputs"))
+
     def __init__(self) -> None:
         self.shapes = False
         self.no_shapes = False  # decided: PROBE_OPS cpu_ops without Input Dims
