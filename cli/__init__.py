@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import sys
 
-import typer
+from . import early
+
+early.warm_trace_lanes(sys.argv)  # before the imports below: `run` on one long trace (cli/early.py)
+
+import typer  # noqa: E402
 
 app = typer.Typer(
     name="ai4s-graph",

@@ -23,7 +23,7 @@ from ..state import StatusLine
 from ..state.publish import UnsafePathError
 from ..state.status import MAX_REASON_CHARS, one_line
 from ..tools.errors import Ai4sError, ToolUnavailableError
-from . import options
+from . import early, options
 
 # soft_wrap: a STATUS line is never folded (scripts parse it); markup off: paths may hold '[' ']'.
 console = Console(highlight=False, soft_wrap=True, markup=False)
@@ -580,7 +580,10 @@ def register(app: typer.Typer) -> None:
 
         stopper.emit = lambda line, code: emit(line, code)
 
-        prefetched = perf_run is not None and prefetch_trace(req)
+        try:
+            prefetched = perf_run is not None and prefetch_trace(req)
+        finally:
+            early.drop_unused()  # the warm lanes the prefetch did not take (cli/early.py)
         from ..graph.checkpoint import CheckpointRefusedError, ThreadBusyError  # here: langgraph's import is slow
 
         try:

@@ -72,6 +72,36 @@ class NotPicklableError(LaneError):
     """The lane's function or arguments cannot be pickled: no lane can take the call."""
 
 
+class Fd:
+    """A file descriptor of this process handed to a lane as an argument (:func:`start`,
+    :meth:`Lane.send`): the lane's function gets, in its place, the number under which the lane
+    holds the same open file (inherited under this number by a lane started for the call; passed
+    over the lane's socket, ``SCM_RIGHTS`` (unix(7)), to a warm lane, which was started before the
+    file was opened: :func:`warm`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+
+    def __reduce__(self) -> tuple:
+        return (Fd, (self.n,))
+
+    def __repr__(self) -> str:
+        return f"Fd({self.n})"
+
+
+#: CPUs from which ``ai4s-graph run`` reads a long trace with lanes unless ``AI4S_TRACE_LANES=1``
+#: (:func:`.onepass.prefetch`, which re-exports it, and :func:`warm`'s caller): one per lane (the
+#: engine's pass with the three readers). On the project's 2-core machine (2 vCPUs, 2026-12-03) the
+#: four lanes beside the graph's imports made ``run`` on the replicated 176 MB trace 15 -> 21 s (the
+#: lanes' CPU time 31.5 s against ~21 s one at a time): the CPUs, not the imports, were then the limit.
+PREFETCH_MIN_CPUS = 4
+#: Warm lanes the command line starts for one long trace (:func:`warm`): the most lanes
+#: :func:`.onepass.read_rank` starts (its ``LANE_READERS``: the engine's pass, the verifier's
+#: reader, the step accountant, the counters and the annotated copy).
+WARM_LANES = 5
+
 #: A dotted module name (what :class:`Lane`'s ``preload`` accepts: names, never code).
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -112,21 +142,37 @@ class Lane:
     ``preload`` or ``nice`` outside those, or when the process cannot start."""
 
     def __init__(self, fn: Callable[..., Any] | None, *args: Any, pass_fds: tuple[int, ...] = (),
-                 preload: tuple[str, ...] = (), nice: int = 0) -> None:
+                 preload: tuple[str, ...] = (), nice: int = 0, channel: bool = False) -> None:
         payload = self._payload(fn, args) if fn is not None else None
+        pass_fds = tuple(pass_fds) + tuple(a.n for a in args if isinstance(a, Fd) and a.n not in pass_fds)
         if not isinstance(preload, tuple) or not all(isinstance(m, str) and _MODULE.fullmatch(m) for m in preload):
             raise LaneError(f"lane: preload must be a tuple of module names, not {preload!r}"[:200])
         if not isinstance(nice, int) or not 0 <= nice <= 40:
             raise LaneError(f"lane: nice must be an int from 0 to 40 (os.nice's range), not {nice!r}"[:200])
+        self._sock = None  # this end of a warm lane's socket (the descriptors of its call go there)
+        child = None
+        if channel:
+            import socket
+
+            try:
+                self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            except OSError as e:
+                raise LaneError(f"lane: no socket for its descriptors: {e}"[:200]) from None
+            pass_fds += (child.fileno(),)
         code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
                 f"from ai4s_graph.tools.trace.lanes import lane_main; "
-                f"lane_main({os.getpid()}, {preload!r}, {nice!r})")
+                f"lane_main({os.getpid()}, {preload!r}, {nice!r}, {child.fileno() if child else None!r})")
         self.name = getattr(fn, "__name__", "lane") if fn is not None else "idle"
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=pass_fds)
         except (OSError, ValueError) as e:  # ValueError: a closed descriptor in pass_fds
+            if self._sock is not None:
+                self._sock.close()
             raise LaneError(f"lane {self.name}: {type(e).__name__}: {e}"[:200]) from None
+        finally:
+            if child is not None:
+                child.close()  # the lane holds it now
         self._answer: tuple = ("fail", f"lane {self.name}: no answer")
         self._thread: threading.Thread | None = None
         if payload is not None:
@@ -153,6 +199,16 @@ class Lane:
         payload = self._payload(fn, args)
         if self.proc.poll() is not None:
             raise LaneError(f"lane {self.name}: the process ended: exit {self.proc.returncode}")
+        fds = [a.n for a in args if isinstance(a, Fd)]
+        if fds:  # the call's open files, before the call (the lane reads them after it)
+            if self._sock is None:
+                raise LaneError(f"lane {self.name}: started without a socket, it cannot take descriptors")
+            import socket
+
+            try:
+                socket.send_fds(self._sock, [b"f"], fds)
+            except OSError as e:
+                raise LaneError(f"lane {self.name}: descriptors not sent: {e}"[:200]) from None
         self.name = getattr(fn, "__name__", "lane")
         self._send(payload)
 
@@ -178,6 +234,11 @@ class Lane:
             except OSError:
                 pass
             self.proc.wait()
+            self._close_sock()
+
+    def _close_sock(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
 
     def result(self) -> Any:
         """The function's value; waits for it. Raises :class:`LaneError` (why, one line; a lane
@@ -206,10 +267,60 @@ class Lane:
                     pipe.close()  # type: ignore[union-attr]
                 except OSError:
                     pass
+        self._close_sock()
 
 
-def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = ()) -> Lane | None:
-    """:class:`Lane` ``fn(*args)``, or None when it cannot start (the caller runs ``fn`` itself)."""
+#: Lanes :func:`warm` started, idle, until :func:`start` hands one a call (``warm=True``).
+_WARM: list[Lane] = []
+_WARM_AT_EXIT = False  # drop_warm is registered to run at exit
+
+
+def warm(count: int, preload: tuple[str, ...]) -> int:
+    """Start ``count`` idle lanes now (:class:`Lane` ``None``, with a socket for the descriptors of
+    their calls) that import ``preload`` at once, for :func:`start` ``warm=True`` to hand calls to
+    later: the lanes' start and imports paid while this process does other work (``ai4s-graph
+    run``: its own imports, :mod:`ai4s_graph.cli.early`). Those no call takes are stopped by
+    :func:`drop_warm` (at exit too). Returns how many started (a lane that cannot start is left out).
+    Raises :class:`LaneError` for a ``preload`` that is not a tuple of module names."""
+    global _WARM_AT_EXIT
+    started = 0
+    for _ in range(max(0, int(count))):
+        try:
+            _WARM.append(Lane(None, preload=preload, channel=True))
+        except LaneError as e:
+            if "preload" in str(e):
+                raise
+            continue
+        started += 1
+    if started and not _WARM_AT_EXIT:
+        import atexit
+
+        atexit.register(drop_warm)
+        _WARM_AT_EXIT = True
+    return started
+
+
+def drop_warm() -> None:
+    """Stop every warm lane no call took (:func:`warm`)."""
+    while _WARM:
+        _WARM.pop().cancel()
+
+
+def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = (), warm: bool = False) -> Lane | None:
+    """:class:`Lane` ``fn(*args)``, or None when it cannot start (the caller runs ``fn`` itself).
+    ``args`` may hold :class:`Fd` markers (the lane gets the same open files). With ``warm`` a lane
+    :func:`warm` started takes the call when one is still idle (its process alive), else a new lane
+    starts."""
+    while warm and _WARM:
+        lane = _WARM.pop(0)
+        try:
+            lane.send(fn, *args)
+            return lane
+        except NotPicklableError:
+            _WARM.insert(0, lane)  # no lane can take this call; the idle lane stays for another
+            return None
+        except LaneError:  # it ended meanwhile, or could not take the descriptors
+            lane.cancel()
     try:
         return Lane(fn, *args, pass_fds=pass_fds)
     except LaneError:
@@ -248,7 +359,34 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: int = 0) -> None:
+def _local_fds(args: tuple, chan: int | None) -> tuple:
+    """``args`` with each :class:`Fd` marker replaced by the number this lane holds that open file
+    under: its own number when inherited (``chan`` None: a lane started for the call), else the
+    descriptors received on the socket ``chan``, in the markers' order. Raises OSError when the
+    socket does not give as many as there are markers."""
+    marks = [i for i, a in enumerate(args) if isinstance(a, Fd)]
+    if not marks:
+        return args
+    out = list(args)
+    if chan is None:
+        for i in marks:
+            out[i] = args[i].n
+        return tuple(out)
+    import socket
+
+    with socket.socket(fileno=os.dup(chan)) as sock:
+        _, fds, _, _ = socket.recv_fds(sock, 16, len(marks))
+    if len(fds) != len(marks):
+        for fd in fds:
+            os.close(fd)
+        raise OSError(f"{len(fds)} descriptors received for {len(marks)}")
+    for i, fd in zip(marks, fds):
+        out[i] = fd
+    return tuple(out)
+
+
+def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: int = 0,
+              chan: int | None = None) -> None:
     """A lane process's body: lower its priority by ``nice`` (``os.nice``; where refused, as it is),
     import the modules named in ``preload`` (one that fails to import is left to the function's own
     import to report), then read ``(fn, args)`` from stdin, write ``("ok", value)`` or
@@ -276,6 +414,7 @@ def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: in
             pass
     try:
         fn, args = pickle.load(sys.stdin.buffer)
+        args = _local_fds(args, chan)
         answer: tuple = ("ok", fn(*args))
     except BaseException as e:  # noqa: BLE001 - everything is the parent's to judge
         answer = ("fail", f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")

@@ -236,18 +236,18 @@ class _Lanes:
             fh = open(path, "rb")  # noqa: SIM115 - the one file every reader reads, closed by close()
         except (OSError, ValueError):  # ValueError: a NUL byte in the path
             return None
-        fd = fh.fileno()
-        reader = lanes.start(reader_part, path, fd, rank, wanted, pass_fds=(fd,))
-        steps = lanes.start(steps_part, path, fd, pass_fds=(fd,))
+        fd = lanes.Fd(fh.fileno())  # each lane gets this open file (a warm lane's over its socket: lanes.warm)
+        reader = lanes.start(reader_part, path, fd, rank, wanted, warm=True)
+        steps = lanes.start(steps_part, path, fd, warm=True)
         spool = annotated.copy_spool() if annotate else None
         copy = None
         if spool is not None and lane_workers(path) > 0:  # the annotated copy in a lane of its own
-            copy = lanes.start(copy_part, path, fd, spool.fileno(), pass_fds=(fd, spool.fileno()))
+            copy = lanes.start(copy_part, path, fd, lanes.Fd(spool.fileno()), warm=True)
         with_spool = spool is not None and copy is None
-        counts = lanes.start(counts_part, path, fd, wanted, raw_patterns, spool.fileno() if with_spool else None,
-                             pass_fds=(fd,) + ((spool.fileno(),) if with_spool else ())) \
+        counts = lanes.start(counts_part, path, fd, wanted, raw_patterns,
+                             lanes.Fd(spool.fileno()) if with_spool else None, warm=True) \
             if spool is not None or not annotate else None
-        eng = lanes.start(engine_part, path, fd, rank, *engine, pass_fds=(fd,)) if engine is not None else None
+        eng = lanes.start(engine_part, path, fd, rank, *engine, warm=True) if engine is not None else None
         return cls(fh, spool, reader, steps, counts, eng, copy)
 
     def running(self) -> list[lanes.Lane]:
@@ -265,11 +265,9 @@ class _Lanes:
         self.fh.close()
 
 
-#: CPUs from which :func:`prefetch` starts lanes by default: one per lane (the engine's pass with
-#: the three readers). On the project's 2-core machine (2 vCPUs, 2026-12-03) the four lanes beside
-#: the graph's imports made ``run`` on the replicated 176 MB trace 15 -> 21 s (the lanes' CPU time
-#: 31.5 s against ~21 s one at a time): the CPUs, not the imports, were then the limit.
-PREFETCH_MIN_CPUS = 4
+#: CPUs from which :func:`prefetch` starts lanes by default (:data:`.lanes.PREFETCH_MIN_CPUS`, where
+#: the command line's warm lanes ask it too, before this module's imports).
+PREFETCH_MIN_CPUS = lanes.PREFETCH_MIN_CPUS
 
 #: Lanes :func:`prefetch` started, by :func:`_prefetch_key`, until a :func:`read_rank` adopts them.
 _PREFETCHED: dict[tuple, _Lanes] = {}

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import Ai4sError, InputError
 from .stream import read_header
+from .trace_files import NOT_TRACES, is_trace_name  # noqa: F401 (re-exported: the names every caller asks here)
 
 #: ``rank3``, ``rank_3``, ``rank-03``, ``RANK3`` as a word part: preceded by the start or a non-letter
 #: (``trace_rank3.json``, ``worker-rank_3.pt.trace.json``, HTA's ``sampled_rank-0.json.gz``), followed
@@ -101,18 +102,6 @@ def identify_ranks(paths: list[str | Path], header_ranks: list[int | None] | Non
             notes.append(f"{p.name} and {first[r].name} both say rank {r} ({src}): kept apart as ranks "
                          f"{r} and {r}-dup{k}; cross-rank figures use {first[r].name}")
     return out, notes
-
-
-#: Files the tool itself writes (reports, manifests, loop records): never a rank trace, even when
-#: an output directory was put inside ``traces/``.
-NOT_TRACES = frozenset({"report.json", "diff.json", "manifest.json", "foms.json", "run_info.json", "best_config.json",
-                        "loop.json", "node_health_probe.json"})
-
-
-def is_trace_name(name: str) -> bool:
-    """Whether a file name may be a rank trace: ``*.json`` or ``*.json.gz``, not hidden
-    (temporary files of an atomic write start with ``.``), not one of :data:`NOT_TRACES`."""
-    return name.endswith((".json", ".json.gz")) and not name.startswith(".") and name.removesuffix(".gz") not in NOT_TRACES
 
 
 def find_rank_traces(perf_run_dir: str | Path) -> list[Path]:
