@@ -97,10 +97,16 @@ class RooflineCollector:
     def feed(self, ev: Any) -> None:
         """Take one trace event (dict); non-``X`` events and anything else are skipped. An event it
         cannot take stops the collector (``error``; :meth:`totals` raises it), not the feeding pass."""
+        self.feed_batch((ev,))
+
+    def feed_batch(self, evs: list | tuple) -> None:
+        """:meth:`feed` of every event of ``evs``, in order (one call for a piece of the parse)."""
         if self.error is None:
+            feed = self._feed
             try:
-                self._feed(ev)
-            except Exception as e:  # noqa: BLE001 - reported by totals()
+                for ev in evs:
+                    feed(ev)
+            except Exception as e:  # noqa: BLE001 - reported by totals(), as feed's
                 self.error = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
 
     def _feed(self, ev: Any) -> None:

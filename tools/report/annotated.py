@@ -318,9 +318,13 @@ class EventCopy:
     def feed(self, ev: Any) -> None:
         """Take one event of the pass (a dict). Never raises: an event the copy cannot take (a number
         orjson cannot write) ends the copy, and the writer then reads the trace itself."""
+        self.feed_batch((ev,))
+
+    def feed_batch(self, evs: list[Any] | tuple) -> None:
+        """:meth:`feed` of every event of ``evs``, in order (:meth:`_Collect.feed_batch`)."""
         if self.error is None:
             try:
-                self.col.feed(ev)
+                self.col.feed_batch(evs)
             except Exception as e:  # noqa: BLE001 - the copy is an optimisation: its failure drops it only
                 self.error = f"{type(e).__name__}: {e}"[:200]
 
@@ -489,34 +493,48 @@ class _Collect:
         self._loader_name: dict[str, bool] = {}  # name -> holds "dataloader" (asked once per distinct name)
 
     def feed(self, ev: dict[str, Any]) -> None:
-        self.batch.append(ev)
-        if len(self.batch) == BATCH:
+        """Take one event (:meth:`feed_batch` of it alone)."""
+        self.feed_batch((ev,))
+
+    def feed_batch(self, evs: list[dict[str, Any]] | tuple) -> None:
+        """Take the events ``evs`` in order (a piece of the parse at once: one call instead of one
+        per event); the batch is written whenever it holds :data:`BATCH` events or more (the same
+        bytes at any cut: a list's dumps is its events' joined by commas). A value that is not an
+        event dict raises (AttributeError), as a name that is not a string where a step's may be."""
+        if not evs:
+            return
+        self.batch.extend(evs)
+        if len(self.batch) >= BATCH:
             self.flush()
-        p = ev.get("pid")
-        if type(p) is int:
-            self.pids.add(p)
-        elif (p := _int_pid(p)) is not None:
-            self.pids.add(p)
-        cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
-            return
-        if type(cat) is str and cat in GPU_CATS:  # (a list or dict as cat: not a GPU event, not hashable)
-            self.g_ts.append(float(ts))
-            self.g_end.append(float(ts) + float(dur))
-            n = ev.get("name")
-            self.g_cls.append(self._gpu_class(cat, n if type(n) is str else ""))  # a number or null: no name
-            return
-        name = ev.get("name") or ""
-        if cat in (None, "user_annotation") and (m := STEP_NAME_RE.match(name)):
-            self.steps.append((int(m.group(1)), float(ts), float(dur)))
-        elif cat in ("cpu_op", "user_annotation", "python_function", None):
-            hit = self._loader_name.get(name) if type(name) is str else None
-            if hit is None:
-                hit = "dataloader" in name.lower()
-                if type(name) is str:
-                    self._loader_name[name] = hit
-            if hit:
-                self.loader.append((float(ts), float(ts) + float(dur)))
+        pids, g_ts, g_end, g_cls = self.pids, self.g_ts, self.g_end, self.g_cls
+        gpu_class, steps, loader, loader_name = self._gpu_class, self.steps, self.loader, self._loader_name
+        step_match = STEP_NAME_RE.match
+        for ev in evs:
+            p = ev.get("pid")
+            if type(p) is int:
+                pids.add(p)
+            elif (p := _int_pid(p)) is not None:
+                pids.add(p)
+            cat, ts, dur = ev.get("cat"), ev.get("ts"), ev.get("dur")
+            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not dur >= 0:
+                continue
+            if type(cat) is str and cat in GPU_CATS:  # (a list or dict as cat: not a GPU event, not hashable)
+                g_ts.append(float(ts))
+                g_end.append(float(ts) + float(dur))
+                n = ev.get("name")
+                g_cls.append(gpu_class(cat, n if type(n) is str else ""))  # a number or null: no name
+                continue
+            name = ev.get("name")
+            if type(name) is not str:  # a number, list or null: no name (neither a step nor a DataLoader call)
+                continue
+            if cat in (None, "user_annotation") and (m := step_match(name)):
+                steps.append((int(m.group(1)), float(ts), float(dur)))
+            elif cat in ("cpu_op", "user_annotation", "python_function", None):
+                hit = loader_name.get(name)
+                if hit is None:
+                    hit = loader_name[name] = "dataloader" in name.lower()
+                if hit:
+                    loader.append((float(ts), float(ts) + float(dur)))
 
     def flush(self) -> None:
         """Write the batched events."""

@@ -73,19 +73,25 @@ class NameCounter:
 
     def feed(self, ev: Any) -> None:
         """Count one event (anything without a string ``name`` is ignored)."""
-        n = ev.get("name") if type(ev) is dict else None
-        if type(n) is not str:
-            return
-        hit = self._checked.get(n)
-        if hit is None:
-            hit = self._checked[n] = bool(self._wanted(n))
-        if hit:
-            self.counts[n] = self.counts.get(n, 0) + 1
-            d = ev.get("dur")
-            if type(d) in (int, float) and d > 0:
-                self.dur_us[n] = self.dur_us.get(n, 0.0) + d
-                if ev.get("cat") in TIMED_CATS:
-                    self.kernel_us[n] = self.kernel_us.get(n, 0.0) + float(d)
+        self.feed_batch((ev,))
+
+    def feed_batch(self, evs: list | tuple) -> None:
+        """Count the events ``evs`` in order (one call for a piece of the parse)."""
+        checked, wanted, counts, dur_us, kernel_us = self._checked, self._wanted, self.counts, self.dur_us, self.kernel_us
+        for ev in evs:
+            n = ev.get("name") if type(ev) is dict else None
+            if type(n) is not str:
+                continue
+            hit = checked.get(n)
+            if hit is None:
+                hit = checked[n] = bool(wanted(n))
+            if hit:
+                counts[n] = counts.get(n, 0) + 1
+                d = ev.get("dur")
+                if type(d) in (int, float) and d > 0:
+                    dur_us[n] = dur_us.get(n, 0.0) + d
+                    if ev.get("cat") in TIMED_CATS:
+                        kernel_us[n] = kernel_us.get(n, 0.0) + float(d)
 
 
 def kernel_time_by_name(tr: Any, wanted: Callable[[str], bool]) -> dict[str, float]:
@@ -536,8 +542,9 @@ def _reopen(path: str, fd: int | None) -> Any:
 
 def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps: tuple = (),
           fields: str | tuple = "all") -> tuple | None:
-    """Every event of the trace open as ``f`` (:func:`_reopen`) to ``consumers`` and its bytes to
-    ``taps`` (a lane's own read), a malformed event named in one line as the engine's pass names it
+    """Every event of the trace open as ``f`` (:func:`_reopen`) to ``consumers`` (each fed a list of
+    events at a time: :func:`.stream.feed_batches`) and its bytes to ``taps`` (a lane's own read), a
+    malformed event named in one line as the engine's pass names it
     (:func:`.guard.named_malformed_events`); ``fields``: the keys the consumers read
     (:func:`.stream.feed_events`). Returns the file's :func:`_fd_identity` when it was
     the same before and after the read, else None. Raises InputError (unreadable trace)."""
@@ -547,7 +554,7 @@ def _feed(path: str, f: Any, consumers: tuple[Callable[[Any], None], ...], taps:
 
     ident = _fd_identity(f)
     with named_malformed_events(Path(path)):
-        stream.feed_events(path, consumers, taps=taps, raw=f, fields=fields)
+        stream.feed_batches(path, consumers, taps=taps, raw=f, fields=fields)
     return ident if _fd_identity(f) == ident else None
 
 
@@ -637,11 +644,11 @@ def counts_part(path: str, fd: int | None, wanted: Callable[[str], bool], raw_pa
     :func:`~ai4s_graph.tools.report.annotated.adopt_copy` files for the writer; ``file`` (as
     :func:`reader_part`). Raises InputError (unreadable trace) or OSError."""
     names, roof, raw = NameCounter(wanted), RooflineCollector(), RawCounter(raw_patterns)
-    also, taps = (names.feed, roof.feed), (raw.feed,)
+    also, taps = (names.feed_batch, roof.feed_batch), (raw.feed,)
     with _reopen(path, fd) as f:
         copy = annotated.EventCopy(path, spool_fd=spool_fd, raw=f) if spool_fd is not None else None
         if copy is not None:
-            also, taps = also + (copy.feed,), taps + (copy.tap,)
+            also, taps = also + (copy.feed_batch,), taps + (copy.tap,)
         try:  # the counters' keys only, unless the copy (whole events) rides along
             ident = _feed(path, f, also, taps, fields="all" if copy is not None else COUNT_FIELDS)
         except BaseException:
@@ -664,7 +671,7 @@ def copy_part(path: str, fd: int | None, spool_fd: int) -> dict[str, Any]:
     with _reopen(path, fd) as f:
         copy = annotated.EventCopy(path, spool_fd=spool_fd, raw=f)
         try:
-            ident = _feed(path, f, (copy.feed,), (copy.tap,))
+            ident = _feed(path, f, (copy.feed_batch,), (copy.tap,))
         except BaseException:
             copy.discard()
             raise

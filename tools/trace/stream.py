@@ -202,6 +202,20 @@ def feed_events(path: str | os.PathLike, consumers: tuple[Callable[[dict[str, An
     return n
 
 
+def feed_batches(path: str | os.PathLike, consumers: tuple[Callable[[list], None], ...], *,
+                 taps: Taps = (), raw: BinaryIO | None = None, fields: str | fastscan.Fields = "all") -> int:
+    """:func:`feed_events` with each consumer fed the events a list at a time, as the parser hands
+    them out (:func:`iter_event_batches`: one list per decoded piece), every consumer a list before
+    the next list; the same events in the same order, one call per list instead of per event.
+    Returns the number of events. Raises InputError like :func:`iter_events`."""
+    n = 0
+    for batch in iter_event_batches(path, fields=fields, taps=taps, raw=raw):
+        n += len(batch)
+        for f in consumers:
+            f(batch)
+    return n
+
+
 def trim_heap() -> None:
     """Give freed heap pages back to the OS (glibc ``malloc_trim(0)``; a no-op elsewhere). After a
     large analysis frees its arrays, glibc keeps the pages (its mmap threshold grows after each

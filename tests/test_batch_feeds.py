@@ -1,0 +1,136 @@
+"""The single-read lanes' consumers fed a piece of the parse at a time (``feed_batch``:
+tools/report/annotated.py's copy, tools/trace/onepass.py's name counter, tools/perfmodel/roofline.py's
+collector; ``stream.feed_batches``) against one event at a time: the same state to the last value,
+the same refusal, on real traces cut at every piece and on hand-built odd events."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ai4s_graph.graph.rules import registry
+from ai4s_graph.tools.perfmodel.roofline import RooflineCollector
+from ai4s_graph.tools.report import annotated
+from ai4s_graph.tools.trace import onepass, stream
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = [REPO / "examples/perf-runs/92001/traces/trace_rank0.json.gz",
+          REPO / "examples/perf-runs/93001/traces/trace_rank0.json.gz",
+          REPO / "bench/accuracy/cases/per-sample-loop/traces/trace_rank0.json.gz",
+          REPO / "tests/data/traces/steps/gc_collect.json.gz"]
+
+#: Events a trace may hold that the consumers must take as they did one at a time: a float and a
+#: bool pid, a string ts, a negative, NaN and missing dur, a number as name, a list as cat, a
+#: DataLoader op, a ProfilerStep, GPU events without a name, a kernel with an id in args.
+ODD = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 1.0, "tid": 7, "ts": 10, "dur": 5,
+        "args": {"External id": 3, "correlation": 9}},
+       {"ph": "X", "cat": "gpu_memcpy", "pid": True, "ts": 11.5, "dur": 0},
+       {"ph": "X", "cat": "cpu_op", "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+        "pid": 2, "tid": 1, "ts": 1, "dur": 30},
+       {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#12", "pid": 2, "tid": 1, "ts": 0, "dur": 100},
+       {"ph": "X", "cat": ["kernel"], "name": "x", "pid": "3", "ts": 4, "dur": 1},
+       {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 2, "tid": 1, "ts": "5", "dur": 2},
+       {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 2, "tid": 1, "ts": 6, "dur": -1},
+       {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 2, "tid": 1, "ts": 7, "dur": math.nan},
+       {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "ts": 20},
+       {"ph": "i", "cat": "python_function", "name": 5, "pid": 2, "ts": 8, "dur": 1},
+       {"ph": "X", "cat": None, "name": 12, "pid": 2, "ts": 9, "dur": 1},
+       {"ph": "X", "cat": "user_annotation", "name": ["ProfilerStep#3"], "pid": 2, "ts": 9, "dur": 1},
+       {"ph": "X", "cat": "kernel", "name": None, "pid": 1, "ts": 30, "dur": 2}]
+
+
+def _copy_state(copy: annotated.EventCopy) -> dict:
+    """What the copy collected (its events counted, the unwritten batch of a short input, the
+    findings' inputs), or only its error once it was dropped (a dropped copy's state is not used)."""
+    c = copy.col
+    if copy.error is not None:
+        return {"error": copy.error}
+    return {"error": None, "n": c.n + len(c.batch), "batch": [dict(e) for e in c.batch] if c.n == 0 else None,
+            "g_ts": list(c.g_ts), "g_end": list(c.g_end), "g_cls": list(c.g_cls), "steps": c.steps,
+            "loader": c.loader, "pids": c.pids}
+
+
+def _fed(events: list, pieces: list[int], one_at_a_time: bool, tmp: Path, trace: Path) -> dict:
+    copy = annotated.EventCopy(trace)
+    names, roof = onepass.NameCounter(registry.event_name_wanted), RooflineCollector()
+    try:
+        if one_at_a_time:
+            for ev in events:
+                copy.feed(ev)
+                names.feed(ev)
+                roof.feed(ev)
+        else:
+            s = 0
+            for cut in pieces + [len(events)]:
+                for f in (copy.feed_batch, names.feed_batch, roof.feed_batch):
+                    f(events[s:cut])
+                s = cut
+        state = _copy_state(copy)
+    finally:
+        copy.discard()
+    return {"copy": state, "names": (names.counts, names.dur_us, names.kernel_us),
+            "roof": (roof.error, onepass._totals(roof, "external_id"), onepass._totals(roof, "correlation"))}
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.parent.parent.name + "/" + p.name)
+def test_batches_of_a_real_trace_give_the_one_at_a_time_state(trace: Path, tmp_path: Path) -> None:
+    batches = list(stream.iter_event_batches(trace))
+    events = [e for b in batches for e in b]
+    cuts, n = [], 0
+    for b in batches[:-1]:
+        n += len(b)
+        cuts.append(n)
+    one = _fed(events, cuts, True, tmp_path, trace)
+    assert one["copy"]["error"] is None and one["copy"]["n"] == len(events) > 0
+    assert _fed(events, cuts, False, tmp_path, trace) == one
+    assert _fed(events, [1, 2, 3, 500, 501], False, tmp_path, trace) == one  # any cut
+
+
+@pytest.mark.parametrize("cuts", [[], [1], [3, 4, 9], list(range(1, len(ODD)))])
+def test_odd_events_in_any_batches_give_the_one_at_a_time_state(cuts: list[int], tmp_path: Path) -> None:
+    trace = TRACES[0]
+    one = _fed(ODD, [], True, tmp_path, trace)
+    assert one["copy"]["error"] is None
+    assert one["copy"]["pids"] == {1, 2} and one["copy"]["steps"] == [(12, 0.0, 100.0)]
+    assert one["copy"]["loader"] == [(1.0, 31.0)] and one["copy"]["g_ts"] == [10.0, 11.5, 30.0]
+    assert _fed(ODD, cuts, False, tmp_path, trace) == one
+
+
+@pytest.mark.parametrize("bad", [7, ["x"]])
+def test_a_refused_event_ends_the_copy_in_batches_as_one_at_a_time(bad, tmp_path: Path) -> None:
+    """Not an event dict: the copy is dropped with the same error, the counters go on."""
+    events = ODD[:4] + [bad] + ODD[4:]
+    one = _fed(events, [], True, tmp_path, TRACES[0])
+    assert one["copy"]["error"] is not None
+    got = _fed(events, [2, 6], False, tmp_path, TRACES[0])
+    assert got["copy"]["error"] == one["copy"]["error"]
+    assert got["names"] == one["names"] and got["roof"] == one["roof"]
+
+
+def test_feed_batches_feeds_the_events_feed_events_does() -> None:
+    for trace in TRACES:
+        seen_one, seen_batch = [], []
+        n1 = stream.feed_events(trace, (seen_one.append,))
+        n2 = stream.feed_batches(trace, (seen_batch.extend,))
+        assert n1 == n2 == len(seen_one) and seen_batch == seen_one
+
+
+def test_an_event_named_by_a_number_is_copied_as_one_without_a_name(tmp_path: Path) -> None:
+    """A python function, cpu op or annotation whose name is a number or a list (a hand-edited or
+    foreign trace): the annotated trace is written, the event copied as it is, neither a step nor a
+    DataLoader call (the copy raised AttributeError on ``name.lower()`` before)."""
+    import gzip
+    import json
+
+    evs = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 10, "dur": 5},
+           {"ph": "X", "cat": "python_function", "name": 5, "pid": 2, "tid": 1, "ts": 8, "dur": 1},
+           {"ph": "X", "cat": None, "name": ["ProfilerStep#1"], "pid": 2, "tid": 1, "ts": 0, "dur": 40},
+           {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 30, "dur": 5}]
+    src = tmp_path / "odd.json"
+    src.write_text(json.dumps({"traceEvents": evs}))
+    got = annotated.write_annotated_trace(src, tmp_path / "out.json.gz", rank=0)
+    doc = json.loads(gzip.decompress((tmp_path / "out.json.gz").read_bytes()))
+    assert got.events_copied == 4 and doc["traceEvents"][:4] == evs
+    assert got.steps == 0 and got.idle_gaps == 1 and got.idle_us == 15.0
