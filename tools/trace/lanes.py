@@ -27,6 +27,13 @@ answered with a pickle on a pipe. Anything the function writes to its stdout goe
 :meth:`Lane.result` raises :class:`LaneError`. The caller then runs the same function in its own
 process (one more read, the result the same).
 
+**Warm lanes** (:func:`warm`): ``ai4s-graph run`` on one long trace starts the lanes' processes
+before its own imports (:mod:`ai4s_graph.cli.early`), idle, importing the readers' modules; the
+prefetch hands each its call (:func:`start` ``warm=True``) with the trace's open file as an
+:class:`Fd` marker, the descriptor passed over the lane's socket (``SCM_RIGHTS``): the same open
+file as a lane started for the call inherits. A warm lane no call takes is stopped after the
+prefetch (:func:`drop_warm`).
+
 **When** (:func:`lanes_for`): never in a process of a ``multiprocessing`` pool (the rank pools read
 one trace per CPU already); ``AI4S_TRACE_LANES`` when set (``0``: never; ``1``: always, the tests'
 switch on small traces); else for a document of at least :data:`.scan_parallel.MIN_JSON_BYTES`
@@ -389,7 +396,8 @@ def lane_main(parent: int | None = None, preload: tuple[str, ...] = (), nice: in
               chan: int | None = None) -> None:
     """A lane process's body: lower its priority by ``nice`` (``os.nice``; where refused, as it is),
     import the modules named in ``preload`` (one that fails to import is left to the function's own
-    import to report), then read ``(fn, args)`` from stdin, write ``("ok", value)`` or
+    import to report), then read ``(fn, args)`` from stdin (its :class:`Fd` markers replaced by
+    :func:`_local_fds`: from the socket ``chan`` of a warm lane), write ``("ok", value)`` or
     ``("fail", why)`` to the parent's pipe (the original stdout; the function's own prints go to
     ``/dev/null``). On Linux the lane is killed when its parent dies (``PR_SET_PDEATHSIG``,
     prctl(2): when the thread that started it ends; :func:`.onepass.read_rank`'s thread waits for
