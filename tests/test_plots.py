@@ -160,7 +160,7 @@ def test_fom_iterations_bad_input(tmp_path):
 
 def _bars_reference(per_rank, path, marked=None, title="Step time breakdown"):
     """The step plot as it was drawn before its bars became one collection per part: ``ax.bar``
-    (one Rectangle artist per bar), the same figure otherwise."""
+    (one Rectangle artist per bar) and the legend of its bars, the same figure otherwise."""
     import io
     import math
 
@@ -181,11 +181,7 @@ def _bars_reference(per_rank, path, marked=None, title="Step time breakdown"):
             ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7,
                    edgecolor="white" if len(rows) <= plots.STEP_PLOT_MAX_TICKS else "none")
             bottoms = [b + x for b, x in zip(bottoms, h)]
-        ax.set_xticks(xs[::every], [str(r.get("step")) for r in rows][::every], fontsize=8)
-        ax.set_ylabel("ms")
-        lab = f"rank {label}" if label.isdigit() else label
-        ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
-                            else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
+        plots.step_panel_labels(ax, label, rows, every, marked)  # the panel's labels as the plot draws them
         if j == 0:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.axes[-1].set_xlabel("ProfilerStep")

@@ -290,11 +290,7 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
             ax.add_collection(bars, autolim=True)
             bottoms = [b + x for b, x in zip(bottoms, h)]
         ax.autoscale_view()
-        ax.set_xticks(xs[::every], [str(r.get("step")) for r in rows][::every], fontsize=8)
-        ax.set_ylabel("ms")
-        lab = f"rank {label}" if label.isdigit() else label
-        ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
-                            else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
+        step_panel_labels(ax, label, rows, every, marked)
         if j == 0:
             ax.legend(handles=[Patch(facecolor=color, edgecolor=edge, label=name) for _, name, color in STEP_PARTS],
                       loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
@@ -302,6 +298,17 @@ def plot_step_breakdown(per_rank: Mapping[str, Sequence[Mapping[str, Any]]], pat
     fig.suptitle(title)
     fig.tight_layout()  # a rank's panel title clear of the tick labels above it
     return _save(fig, path)
+
+
+def step_panel_labels(ax: Any, label: str, rows: Sequence[Mapping[str, Any]], every: int, marked: str | None) -> None:
+    """The step plot's panel of rank ``label``: a tick every ``every``-th step (its number), the ms
+    axis, the title (the straggler's, ``marked``, in red)."""
+    xs = list(range(len(rows)))
+    ax.set_xticks(xs[::every], [str(r.get("step")) for r in rows][::every], fontsize=8)
+    ax.set_ylabel("ms")
+    lab = f"rank {label}" if label.isdigit() else label
+    ax.set_title(lab + (" — straggler (the other ranks wait for it)" if marked is not None and label == str(marked)
+                        else ""), fontsize=9, color="#B22222" if label == str(marked) else "black")
 
 
 def _step_heights(label: str, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
