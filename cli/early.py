@@ -44,15 +44,15 @@ def perf_run_of(argv: list[str]) -> str | None:
 
 
 def single_trace(run_dir: str) -> Path | None:
-    """The one rank trace of ``run_dir/traces`` (as the launcher discovers them:
-    :func:`ai4s_graph.tools.slurm.jobs.discover_artifacts`), None when there are none or several."""
-    from ..tools.trace.trace_files import is_trace_name
+    """The one rank trace of ``run_dir`` (as the launcher discovers them:
+    :func:`~ai4s_graph.tools.trace.trace_files.run_traces`), None when there are none or several."""
+    from ..tools.trace.trace_files import run_traces
 
     try:
-        found = [p for p in Path(run_dir, "traces").iterdir() if is_trace_name(p.name) and p.is_file()]
+        found = run_traces(run_dir)
     except OSError:
         return None
-    return found[0] if len(found) == 1 else None
+    return Path(run_dir, found[0]) if len(found) == 1 else None
 
 
 def warm_trace_lanes(argv: list[str] | None = None) -> int:

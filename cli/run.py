@@ -420,9 +420,9 @@ def prefetch_trace(req: RunRequest) -> bool:
     matplotlib imported during the read). Returns whether the trace's lanes started. Never raises."""
     if not req.perf_run or req.submit or req.slurm_array:
         return False
-    from ..tools.slurm.jobs import discover_artifacts
+    from ..tools.trace.trace_files import run_traces  # the launcher's traces (discover_artifacts), no slurm imports
 
-    traces = discover_artifacts(Path(req.perf_run)).traces
+    traces = run_traces(req.perf_run)
     if len(traces) != 1:
         return False
     from ..graph.rules import registry

@@ -134,3 +134,46 @@ def test_an_event_named_by_a_number_is_copied_as_one_without_a_name(tmp_path: Pa
     doc = json.loads(gzip.decompress((tmp_path / "out.json.gz").read_bytes()))
     assert got.events_copied == 4 and doc["traceEvents"][:4] == evs
     assert got.steps == 0 and got.idle_gaps == 1 and got.idle_us == 15.0
+
+
+def test_the_idle_gaps_texts_are_their_events_dumps() -> None:
+    """Every finding's text is ``orjson.dumps`` of its event (annotated._finding_texts writes the
+    unnamed gaps from one dumps of the starts and lengths): gaps of every float kind (epoch-µs
+    clocks, NaN, infinities, negative zero, huge and tiny values), some a DataLoader call overlaps,
+    with and without a label hook; the counts and the gaps' summed length added in order."""
+    import numpy as np
+    import orjson
+
+    rng = np.random.default_rng(7)
+    a = np.concatenate([1.7e15 + np.cumsum(rng.uniform(1, 500, 3000)), [0.0, -0.0, 5e-324, 1e300, math.nan,
+                                                                        math.inf, 1e16, 123.456]])
+    b = a + np.concatenate([rng.uniform(0, 300, 3000), [1.0, 2.0, 3.0, 1e300, 1.0, 1.0, math.nan, 1e-7]])
+    loader = annotated._dataloader_label([(float(a[10]), float(a[12])), (float(a[500]), float(a[500]) + 50.0)])
+    waits = [{"name": "wait for rank 1", "ts": 5.0, "dur": 2.0, "args": {"wait_us": 2.0}}]
+    steps = [(3, 1.0, 10.0), (2, 0.5, 0.25)]
+
+    def hook(x: float, y: float):
+        return ("a hook's label", {"k": 1}) if math.isfinite(x) and int(x) % 7 == 0 else None
+
+    for label in (None, hook):
+        texts, counts, idle_us = annotated._finding_texts(9, 0, steps, (a, b), waits, label, loader, 1.0)
+        with np.errstate(invalid="ignore"):
+            keep = ~((b - a) < 1.0)
+        want, total = [], 0.0
+        for x, y in zip(a[keep].tolist(), b[keep].tolist()):
+            got = (label(x, y) if label else None) or loader(x, y) or (annotated.UNATTRIBUTED, {})
+            want.append({"ph": "X", "pid": 9, "tid": annotated.TRACKS["GPU idle"], "cat": annotated.CAT,
+                         "name": got[0], "ts": x, "dur": y - x, "args": {"idle_us": y - x, **got[1]}})
+            total += y - x
+        head = 2 + 2 * len(annotated.TRACKS) + len(steps)
+        assert texts[head:head + len(want)] == [orjson.dumps(e) for e in want]
+        assert counts == {"steps": 2, "GPU idle": len(want), "collective waits": 1}
+        assert (math.isnan(idle_us) and math.isnan(total)) or idle_us == total
+        assert any(b"waiting for the DataLoader" in t for t in texts)
+        assert json_ok(texts)
+
+
+def json_ok(texts: list[bytes]) -> bool:
+    import json
+
+    return all(isinstance(json.loads(t), dict) for t in texts)

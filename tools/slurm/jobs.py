@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...state import Artifacts, Manifest
-from ..trace.ranks import is_trace_name
+from ..trace.trace_files import run_traces
 from . import failures, health
 from .client import SacctRecord
 
@@ -179,14 +179,10 @@ def plan_retry(end: JobEnd, known_bad_path: Path, exclude: list[str], retries_do
 
 def discover_artifacts(run_dir: Path) -> Artifacts:
     """The artifact paths present in a perf-run directory (relative to it): ``train.log``,
-    ``traces/*.json[.gz]`` sorted (trace-like names only, :func:`is_trace_name`),
+    ``traces/*.json[.gz]`` sorted (trace-like names only, :func:`~ai4s_graph.tools.trace.trace_files.run_traces`),
     ``telemetry/*.jsonl``, ``node_health_probe.txt``."""
     run_dir = Path(run_dir)
-    traces = sorted(
-        str(p.relative_to(run_dir))
-        for p in list(run_dir.glob("traces/*.json")) + list(run_dir.glob("traces/*.json.gz"))
-        if p.is_file() and is_trace_name(p.name)
-    )
+    traces = run_traces(run_dir)
     telemetry = sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("telemetry/*.jsonl"))
     return Artifacts(
         train_log="train.log" if (run_dir / "train.log").exists() else None,
