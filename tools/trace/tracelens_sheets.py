@@ -318,7 +318,7 @@ def _launcher_rows(tree: _Tree, linked: np.ndarray, sig: np.ndarray, thr: np.nda
             first = sc.names[int(sc.name_id[part[0]])]
             rows.append(_Launcher(name, categorize_op(name, first), th, sid, direct, direct if sub is None else sub,
                                   ev, a, b, uid, t0, t1 - t0))
-    rows.sort(key=lambda r: (r["ts"], r["uid"]))
+    rows.sort(key=lambda r: (r.ts, r.uid))
     return rows
 
 
@@ -335,11 +335,11 @@ def ops_summary(launchers: list[_Launcher]) -> list[dict[str, Any]]:
     """``ops_summary.csv`` rows (:data:`OPS_SUMMARY_COLUMNS`), largest direct kernel time first."""
     g: dict[str, dict[str, Any]] = {}
     for r in launchers:
-        x = g.setdefault(r["name"], {"name": r["name"], "d": 0.0, "s": 0.0, "n": 0, "cats": set()})
-        x["d"] += r["direct"]
-        x["s"] += r["subtree"]
+        x = g.setdefault(r.name, {"name": r.name, "d": 0.0, "s": 0.0, "n": 0, "cats": set()})
+        x["d"] += r.direct
+        x["s"] += r.subtree
         x["n"] += 1
-        x["cats"].add(r["category"])
+        x["cats"].add(r.category)
     rows = [{"name": x["name"], "total_direct_kernel_time_sum": x["d"], "total_subtree_kernel_time_sum": x["s"],
              "total_direct_kernel_time_ms": x["d"] / 1e3, "total_subtree_kernel_time_ms": x["s"] / 1e3,
              "Count": x["n"], "Categories": str(sorted(x["cats"]))}
@@ -352,26 +352,49 @@ def _by_unique_args(launchers: list[_Launcher], col: OpArgsCollector,
                     args: _Args) -> dict[tuple, list[_Launcher]]:
     """Launchers grouped by (name, category, process, label, thread, the four argument strings), in
     order of first appearance (pandas ``groupby(sort=False)``)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[_Launcher]] = {}
+    none4 = (None,) * 4
+    names: dict[int, tuple] = {}  # thread -> its (process, label, thread) names, asked once per thread
     for r in launchers:
-        strs = args.strings(r["sig"]) if r["sig"] >= 0 else (None,) * 4
-        groups.setdefault((r["name"], r["category"], *col.names(r["thread"]), *strs), []).append(r)
+        strs = args.strings(r.sig) if r.sig >= 0 else none4
+        who = names.get(r.thread)
+        if who is None:
+            who = names[r.thread] = tuple(col.names(r.thread))
+        groups.setdefault((r.name, r.category, *who, *strs), []).append(r)
     return groups
 
 
+class _Groups:
+    """The launchers grouped by unique arguments (:func:`_by_unique_args`) and each group's kernel
+    summary (:meth:`_Tree.summary`), made once for the two sheets that read them
+    (``ops_unique_args`` and ``unified_perf_summary``)."""
+
+    def __init__(self, tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector, args: _Args) -> None:
+        self.by_args = _by_unique_args(launchers, col, args)
+        self._tree = tree
+        self._summary: dict[tuple, tuple[str, str]] = {}
+
+    def summary(self, key: tuple) -> tuple[str, str]:
+        got = self._summary.get(key)
+        if got is None:
+            got = self._summary[key] = self._tree.summary([x.kernels for x in self.by_args[key]])
+        return got
+
+
 def ops_unique_args(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
-                    args: _Args) -> list[dict[str, Any]]:
-    """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`)."""
+                    args: _Args, groups: _Groups | None = None) -> list[dict[str, Any]]:
+    """``ops_unique_args.csv`` rows (:data:`OPS_UNIQUE_ARGS_COLUMNS`); ``groups``: the launchers'
+    groups when already made (:class:`_Groups`)."""
+    groups = groups or _Groups(tree, launchers, col, args)
     rows = []
-    for key, rs in _by_unique_args(launchers, col, args).items():
+    for key, rs in groups.by_args.items():
         row = dict(zip(OPS_UNIQUE_ARGS_COLUMNS[:9], key))
         row["operation_count"] = len(rs)
-        for w in ("direct", "subtree"):
-            vals = [x[w] for x in rs]
+        for w, vals in (("direct", [x.direct for x in rs]), ("subtree", [x.subtree for x in rs])):
             for s in (*_STATS, "sum"):
                 row[f"total_{w}_kernel_time_{s}"] = _stat(vals, s)
-        row["ex_UID"] = rs[0]["uid"]
-        row["kernel_details_summary"], row["trunc_kernel_details"] = tree.summary([x["kernels"] for x in rs])
+        row["ex_UID"] = rs[0].uid
+        row["kernel_details_summary"], row["trunc_kernel_details"] = groups.summary(key)
         rows.append(row)
     rows.sort(key=lambda r: (-r["total_direct_kernel_time_sum"], r["ex_UID"]))
     _pct(rows, "total_direct_kernel_time_sum")
@@ -458,16 +481,18 @@ def roofline_sheets(tree: _Tree, sig: np.ndarray, thr: np.ndarray, col: OpArgsCo
 
 
 def unified_perf_summary(tree: _Tree, launchers: list[_Launcher], col: OpArgsCollector,
-                         args: _Args) -> list[dict[str, Any]]:
+                         args: _Args, groups: _Groups | None = None) -> list[dict[str, Any]]:
     """``unified_perf_summary.csv`` rows (:data:`UNIFIED_COLUMNS`) over the kernel launchers: CPU
-    duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known."""
+    duration and kernel time statistics, and the perf model's FLOPs and bytes where one is known;
+    ``groups`` as :func:`ops_unique_args`'s."""
+    groups = groups or _Groups(tree, launchers, col, args)
     rows = []
-    for key, rs in _by_unique_args(launchers, col, args).items():
+    for key, rs in groups.by_args.items():
         row = dict(zip(UNIFIED_COLUMNS[:9], key))
         f = rs[0]
-        got = _model(f["name"], f["sig"], args)
-        row.update({"ex_UID": f["uid"], "operation_count": len(rs)})
-        durs, kt = [r["cpu_dur"] for r in rs], [r["direct"] for r in rs]
+        got = _model(f.name, f.sig, args)
+        row.update({"ex_UID": f.uid, "operation_count": len(rs)})
+        durs, kt = [r.cpu_dur for r in rs], [r.direct for r in rs]
         row.update({"total_duration_us": sum(durs), "mean_duration_us": _stat(durs, "mean"),
                     "std_duration_us": _stat(durs, "std"), "duration_us_median": _stat(durs, "median"),
                     "duration_us_min": min(durs), "duration_us_max": max(durs)})
@@ -488,7 +513,7 @@ def unified_perf_summary(tree: _Tree, launchers: list[_Launcher], col: OpArgsCol
                 row[f"{m}_{s}"] = _nanstat(vals, s)
         for s in (*_STATS, "sum"):
             row[f"Kernel Time (µs)_{s}"] = _stat(kt, s)
-        row["kernel_details_summary"], row["trunc_kernel_details"] = tree.summary([r["kernels"] for r in rs])
+        row["kernel_details_summary"], row["trunc_kernel_details"] = groups.summary(key)
         rows.append(row)
     rows.sort(key=lambda r: (-r["Kernel Time (µs)_sum"], r["ex_UID"]))
     _pct(rows, "Kernel Time (µs)_sum")
@@ -530,11 +555,12 @@ def build_sheets(scan: TraceScan, keep: dict[str, Any], col: OpArgsCollector, *,
     tree = _Tree(scan, keep)
     args = _Args(col)
     launchers = _launcher_rows(tree, np.asarray(keep["linked"]), sig, thr, lthr)
+    groups = _Groups(tree, launchers, col, args)  # grouped once for the two sheets by unique arguments
     sheets = {"ops_summary": {"columns": list(OPS_SUMMARY_COLUMNS), "rows": ops_summary(launchers)},
               "ops_unique_args": {"columns": list(OPS_UNIQUE_ARGS_COLUMNS),
-                                  "rows": ops_unique_args(tree, launchers, col, args)},
+                                  "rows": ops_unique_args(tree, launchers, col, args, groups)},
               "unified_perf_summary": {"columns": list(UNIFIED_COLUMNS),
-                                       "rows": unified_perf_summary(tree, launchers, col, args)}}
+                                       "rows": unified_perf_summary(tree, launchers, col, args, groups)}}
     sheets.update(roofline_sheets(tree, sig, thr, col, args))
     total = float(keep["timeline_us"]["total_time"])
     return {"sheets": sheets, "short_kernels_summary": short_kernels(tree, sig, args, total, short_kernel_us)}
