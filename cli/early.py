@@ -22,16 +22,21 @@ WARM_PRELOAD = ("ai4s_graph.tools.trace.onepass", "ai4s_graph.graph.rules.regist
 #: ``run`` options with which the prefetch reads no trace (the job is submitted, or the ranks go to
 #: a SLURM array), or nothing runs at all (help).
 NO_PREFETCH = frozenset({"--submit", "--slurm-array", "--help", "-h"})
+#: The command line's own options that may come before ``run`` (cli/__init__.py ``_common``).
+GLOBAL_FLAGS = frozenset({"-q", "--quiet"})
 
 
 def perf_run_of(argv: list[str]) -> str | None:
     """The ``--perf-run`` value of a ``run`` command line (``--perf-run DIR`` or ``--perf-run=DIR``),
     None for another command, no such option or an option that stops the prefetch
     (:data:`NO_PREFETCH`)."""
-    if len(argv) < 2 or argv[1] != "run":
+    k = 1
+    while k < len(argv) and argv[k] in GLOBAL_FLAGS:  # ai4s-graph -q run ...
+        k += 1
+    if k >= len(argv) or argv[k] != "run":
         return None
     got = None
-    for i, a in enumerate(argv[2:], start=2):
+    for i, a in enumerate(argv[k + 1:], start=k + 1):
         if a == "--":
             break
         if a in NO_PREFETCH:

@@ -109,6 +109,10 @@ def _path_option(value: str | None, flag: str, as_json: bool = False) -> Path | 
         return None
     if not value.strip():
         _refuse(f"{flag} is empty: give a directory", as_json=as_json)
+    try:
+        Path(value).resolve()
+    except (RuntimeError, OSError, ValueError) as e:  # a symlink loop (RuntimeError), a NUL byte
+        _refuse(f"{flag}: {' '.join(str(e).split())[:120]}", as_json=as_json)
     return Path(value)
 
 

@@ -177,3 +177,23 @@ def json_ok(texts: list[bytes]) -> bool:
     import json
 
     return all(isinstance(json.loads(t), dict) for t in texts)
+
+
+@pytest.mark.parametrize("events", [[], [{"ph": "M", "name": "process_name", "pid": 1e20, "tid": 0, "args": {"name": "x"}},
+                                        {"ph": "X", "cat": "kernel", "name": "k", "pid": 1.9e19, "ts": 1, "dur": 2},
+                                        {"ph": "X", "cat": "kernel", "name": "k", "pid": 3, "ts": 5, "dur": 2}]],
+                         ids=["no-events", "pids-beyond-64-bits"])
+def test_the_annotated_trace_of_odd_pids_and_of_no_events_is_json(events: list, tmp_path: Path) -> None:
+    """No event at all (no comma before the findings), and float pids no 64-bit integer holds (1e20,
+    1.9e19: the findings' pid is chosen beside the pids that fit; the run failed on orjson's
+    "Integer exceeds 64-bit range" before)."""
+    import gzip
+    import json
+
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    got = annotated.write_annotated_trace(src, tmp_path / "out.json.gz", rank=0)
+    doc = json.loads(gzip.decompress((tmp_path / "out.json.gz").read_bytes()))
+    assert doc["traceEvents"][:len(events)] == events and got.events_copied == len(events)
+    assert got.pid == (4 if events else 1_000_000)
+    assert all(e["pid"] == got.pid for e in doc["traceEvents"][len(events):])

@@ -164,3 +164,18 @@ def test_trace_steps_and_comm_json_refusal_is_json(app, tmp_path, sub):
     _refusal(CliRunner().invoke(app, ["trace", sub, str(tmp_path / "none.json"), "--json"]), 2)
     plain = CliRunner().invoke(app, ["trace", sub, str(bad)])
     assert plain.exit_code == 2 and plain.stdout.strip().startswith("STATUS=fail; reason=")
+
+
+@pytest.mark.parametrize("flag", ["--perf-run", "--out"])
+def test_a_path_through_a_symlink_loop_is_refused_in_one_line(app, tmp_path, flag):
+    """A ``--perf-run`` or ``--out`` through a symlink loop: one ``error:`` line and ``STATUS=fail``,
+    exit 2 (``Path.resolve`` raised RuntimeError before, a traceback)."""
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    other = {"--perf-run": ["--out", str(tmp_path / "o")], "--out": ["--perf-run", str(ROOT / "examples/perf-runs/92001")]}
+    args = ["run", "--job", "92001", flag, str(tmp_path / "l1" / "x"), *other[flag], "--checkpoint", str(tmp_path / "c.db")]
+    out = _refusal(CliRunner().invoke(app, [*args, "--json"]), 2, flag, "ymlink loop")
+    assert "\n" not in out["reason"]
+    plain = CliRunner().invoke(app, args)
+    assert plain.exit_code == 2 and plain.stdout.strip().startswith("STATUS=fail; reason=")
+    assert not (tmp_path / "o").exists()

@@ -133,6 +133,8 @@ def test_the_warm_lanes_are_as_many_as_the_read_starts() -> None:
     (["ai4s-graph", "trace", "timeline", "--perf-run", "/r"], None),
     (["ai4s-graph"], None),
     (["ai4s-graph", "run", "--", "--perf-run", "/r"], None),
+    (["ai4s-graph", "-q", "run", "--perf-run", "/r"], "/r"),
+    (["ai4s-graph", "-x", "run", "--perf-run", "/r"], None),
 ])
 def test_the_perf_run_is_read_from_a_run_command_line(argv: list[str], want: str | None) -> None:
     assert early.perf_run_of(argv) == want
@@ -174,3 +176,29 @@ def test_the_command_line_warms_nothing_when_imported_elsewhere() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.stdout.strip() == "0", out.stderr
+
+
+class _Refuses:
+    """An argument whose pickling raises something other than a PicklingError."""
+
+    def __reduce__(self):
+        raise RuntimeError("no")
+
+
+@pytest.mark.parametrize("args", [(lanes.Fd(-1), 1), (lanes.Fd(2**64), 1), (lanes.Fd(10**6), 1),
+                                  tuple(lanes.Fd(0) for _ in range(300)), (_Refuses(),)],
+                         ids=["negative", "beyond-int", "not-open", "too-many", "reduce-raises"])
+def test_a_call_no_lane_can_take_keeps_the_warm_lanes(args: tuple) -> None:
+    """Descriptors that cannot be passed, or arguments that do not pickle: no lane (warm or new)
+    can take the call, the caller runs it itself, and the warm lanes stay idle for the next call
+    (none is used up, none is left running after drop_warm)."""
+    before = set(os.listdir("/proc/self/fd"))
+    assert lanes.warm(2, ()) == 2
+    procs = [x.proc for x in lanes._WARM]
+    assert lanes.start(os.read, *args, warm=True) is None
+    assert [x.proc for x in lanes._WARM] == procs and all(p.poll() is None for p in procs)
+    lane = lanes.start(os.getpid, warm=True)
+    assert lane.proc is procs[0] and lane.result() == procs[0].pid
+    lanes.drop_warm()
+    assert all(p.poll() is not None for p in procs)
+    assert set(os.listdir("/proc/self/fd")) <= before

@@ -201,8 +201,16 @@ def _gpu_class(cat: str, name: str) -> int:
     return CLS_COMM if COMM_RE.search(name) else CLS_COMP
 
 
+#: The pids the findings process's own pid is chosen beside (one above the largest): a JSON number
+#: orjson writes as an integer, a signed 64-bit one (a float pid beyond it is not a process id).
+_PID_RANGE = (-(2**63), 2**63 - 2)
+
+
 def _int_pid(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return None
+    p = int(v)
+    return p if _PID_RANGE[0] <= p <= _PID_RANGE[1] else None
 
 
 def write_annotated_trace(trace: str | os.PathLike[str], out: str | os.PathLike[str], *, rank: int | None = None,
@@ -510,7 +518,7 @@ class _Collect:
         step_match = STEP_NAME_RE.match
         for ev in evs:
             p = ev.get("pid")
-            if type(p) is int:
+            if type(p) is int and _PID_RANGE[0] <= p <= _PID_RANGE[1]:
                 pids.add(p)
             elif (p := _int_pid(p)) is not None:
                 pids.add(p)
@@ -556,7 +564,7 @@ def _finish(write: Callable[[bytes], Any], col: _Collect, head: dict[str, Any], 
         idle = (be[:-1], bs[1:])
     texts, counts, idle_us = _finding_texts(pid, rank, col.steps, idle, waits, gap_label, fallback, min_gap_us)
     for i in range(0, len(texts), BATCH):  # the bytes one dumps of each BATCH of events gave
-        write(b"," + b",".join(texts[i:i + BATCH]))
+        write((b"," if (i or col.n) else b"") + b",".join(texts[i:i + BATCH]))  # no comma after an empty list
     write(b"]")
     for k, v in trailer.items():
         if k not in head and k != "traceEvents":

@@ -79,6 +79,11 @@ class NotPicklableError(LaneError):
     """The lane's function or arguments cannot be pickled: no lane can take the call."""
 
 
+class DescriptorError(LaneError):
+    """The call's :class:`Fd` markers name descriptors that cannot be passed (closed, out of
+    range, more than one message holds): no lane can take the call."""
+
+
 class Fd:
     """A file descriptor of this process handed to a lane as an argument (:func:`start`,
     :meth:`Lane.send`): the lane's function gets, in its place, the number under which the lane
@@ -173,7 +178,7 @@ class Lane:
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=pass_fds)
-        except (OSError, ValueError) as e:  # ValueError: a closed descriptor in pass_fds
+        except (OSError, ValueError, OverflowError, TypeError) as e:  # a closed or out-of-range descriptor in pass_fds
             if self._sock is not None:
                 self._sock.close()
             raise LaneError(f"lane {self.name}: {type(e).__name__}: {e}"[:200]) from None
@@ -189,7 +194,7 @@ class Lane:
     def _payload(fn: Callable[..., Any], args: tuple) -> bytes:
         try:
             return pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, AttributeError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 - PicklingError, TypeError, a __reduce__ that raises, RecursionError
             raise NotPicklableError(f"lane {getattr(fn, '__name__', fn)}: not picklable ({type(e).__name__})") from None
 
     def _send(self, payload: bytes) -> None:
@@ -214,8 +219,8 @@ class Lane:
 
             try:
                 socket.send_fds(self._sock, [b"f"], fds)
-            except OSError as e:
-                raise LaneError(f"lane {self.name}: descriptors not sent: {e}"[:200]) from None
+            except (OSError, OverflowError, ValueError) as e:  # nothing was sent: the lane stays idle
+                raise DescriptorError(f"lane {self.name}: descriptors not sent: {type(e).__name__}: {e}"[:200]) from None
         self.name = getattr(fn, "__name__", "lane")
         self._send(payload)
 
@@ -323,11 +328,14 @@ def start(fn: Callable[..., Any], *args: Any, pass_fds: tuple[int, ...] = (), wa
         try:
             lane.send(fn, *args)
             return lane
-        except NotPicklableError:
+        except (NotPicklableError, DescriptorError):
             _WARM.insert(0, lane)  # no lane can take this call; the idle lane stays for another
             return None
-        except LaneError:  # it ended meanwhile, or could not take the descriptors
+        except LaneError:  # it ended meanwhile
             lane.cancel()
+        except BaseException:
+            lane.cancel()
+            raise
     try:
         return Lane(fn, *args, pass_fds=pass_fds)
     except LaneError:

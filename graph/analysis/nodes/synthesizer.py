@@ -370,7 +370,7 @@ def annotate_trace(findings: dict[str, Any], rank: int | None, out_dir: Path,
     try:
         return annotated.write_annotated_trace(path, out_dir / "annotated_trace.json.gz", rank=rec.get("rank"),
                                                waits=waits)
-    except (Ai4sError, OSError) as e:
+    except (Ai4sError, OSError, TypeError, ValueError) as e:  # TypeError: a value orjson cannot write
         problems.append(f"synthesizer: annotated trace not written: {' '.join(str(e).split())[:200]}")
         return None
 
