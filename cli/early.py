@@ -12,7 +12,6 @@ names are imported here; the arguments are read as typer will read them, and a g
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -63,8 +62,7 @@ def single_trace(run_dir: str) -> Path | None:
 def warm_trace_lanes(argv: list[str] | None = None) -> int:
     """Start the trace's warm lanes (:data:`WARM_PRELOAD`, :data:`~ai4s_graph.tools.trace.lanes.WARM_LANES`
     of them) when ``argv`` (default ``sys.argv``) is a ``run`` whose ``--perf-run`` holds one trace
-    that the prefetch will read with lanes (:func:`~ai4s_graph.tools.trace.lanes.lanes_for`, and
-    :data:`~ai4s_graph.tools.trace.lanes.PREFETCH_MIN_CPUS` CPUs unless ``AI4S_TRACE_LANES=1``).
+    that the prefetch will read with lanes (:func:`~ai4s_graph.tools.trace.lanes.prefetch_for`).
     Returns how many started. Never raises."""
     try:
         run_dir = perf_run_of(list(sys.argv if argv is None else argv))
@@ -75,8 +73,7 @@ def warm_trace_lanes(argv: list[str] | None = None) -> int:
             return 0
         from ..tools.trace import lanes
 
-        forced = os.environ.get(lanes.LANES_ENV, "").strip() == "1"
-        if not lanes.lanes_for(trace) or (not forced and lanes.usable_cpus() < lanes.PREFETCH_MIN_CPUS):
+        if not lanes.prefetch_for(trace):  # the prefetch's own condition
             return 0
         return lanes.warm(lanes.WARM_LANES, WARM_PRELOAD)
     except Exception:  # noqa: BLE001 - a head start only: the prefetch starts its own lanes otherwise

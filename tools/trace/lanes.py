@@ -133,6 +133,16 @@ def lanes_for(path: str | os.PathLike) -> bool:
     return usable_cpus() >= 2 and MIN_JSON_BYTES <= json_bytes(Path(path)) < LANES_MAX_JSON_BYTES
 
 
+def prefetch_for(path: str | os.PathLike) -> bool:
+    """Whether ``ai4s-graph run`` reads the trace at ``path`` with lanes started before the read
+    (:func:`.onepass.prefetch`, and the warm lanes of :mod:`ai4s_graph.cli.early`): where
+    :func:`lanes_for` applies, on :data:`PREFETCH_MIN_CPUS` CPUs or more unless ``AI4S_TRACE_LANES=1``.
+    Never raises."""
+    if not lanes_for(path):
+        return False
+    return os.environ.get(LANES_ENV, "").strip() == "1" or usable_cpus() >= PREFETCH_MIN_CPUS
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity; the machine's count where that is unknown)."""
     try:

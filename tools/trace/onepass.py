@@ -306,9 +306,7 @@ def prefetch(path: str, rank: int, cache_dir: str | None, label: str, *, wanted:
             return False
     except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return False
-    if not lanes.lanes_for(path):
-        return False
-    if os.environ.get(lanes.LANES_ENV, "").strip() != "1" and lanes.usable_cpus() < PREFETCH_MIN_CPUS:
+    if not lanes.prefetch_for(path):
         return False
     key = _prefetch_key(path, rank, wanted, raw_patterns, annotate, cache_dir, label, cross_check)
     old = _PREFETCHED.pop(key, None)
